@@ -1,0 +1,643 @@
+//! Schema statements: CREATE/ALTER/DROP KEYSPACE and TABLE, and TRUNCATE.
+
+use crate::schema::{
+    validate_name, ColumnKind, ColumnMetadata, KeyspaceMetadata, Schema, TableMetadata,
+    TableOptions,
+};
+use crate::{ensure, Coordinator, CqlError, ErrorCode, Session};
+use shoal_cql::ast::{
+    AlterTableAction, ColumnDefinition, CreateTable, Literal, Properties, Statement, Term,
+};
+use shoal_cql::response::{ResultBody, SchemaChange};
+use shoal_model::{keys, CqlType};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+fn schema_change(
+    change: &'static str,
+    target: &'static str,
+    keyspace: &str,
+    name: Option<&str>,
+) -> ResultBody {
+    ResultBody::SchemaChange(SchemaChange {
+        change,
+        target,
+        keyspace: keyspace.to_string(),
+        name: name.map(str::to_string),
+    })
+}
+
+pub(crate) fn execute(
+    coordinator: &Coordinator,
+    session: &Session,
+    statement: &Statement,
+) -> Result<ResultBody, CqlError> {
+    match statement {
+        Statement::CreateKeyspace {
+            name,
+            if_not_exists,
+            properties,
+        } => {
+            validate_name("Keyspace", name)?;
+            let (replication, durable_writes) = keyspace_properties(properties, None)?;
+            let created = coordinator.schema.change(|schema| {
+                if schema.keyspaces.contains_key(name) {
+                    if *if_not_exists {
+                        return Ok(false);
+                    }
+                    return Err(CqlError::new(
+                        ErrorCode::AlreadyExists {
+                            keyspace: name.clone(),
+                            table: String::new(),
+                        },
+                        format!("Keyspace '{name}' already exists"),
+                    ));
+                }
+                schema.keyspaces.insert(
+                    name.clone(),
+                    KeyspaceMetadata {
+                        name: name.clone(),
+                        replication,
+                        durable_writes,
+                        tables: BTreeMap::new(),
+                        is_system: false,
+                    },
+                );
+                Ok(true)
+            })?;
+            Ok(if created {
+                schema_change("CREATED", "KEYSPACE", name, None)
+            } else {
+                ResultBody::Void
+            })
+        }
+        Statement::AlterKeyspace { name, properties } => {
+            coordinator.schema.change(|schema| {
+                let keyspace = user_keyspace_mut(schema, name)?;
+                let (replication, durable_writes) =
+                    keyspace_properties(properties, Some(keyspace))?;
+                keyspace.replication = replication;
+                keyspace.durable_writes = durable_writes;
+                Ok(true)
+            })?;
+            Ok(schema_change("UPDATED", "KEYSPACE", name, None))
+        }
+        Statement::DropKeyspace { name, if_exists } => {
+            let mut dropped_tables = Vec::new();
+            let dropped = coordinator.schema.change(|schema| {
+                match schema.keyspaces.get(name) {
+                    None if *if_exists => return Ok(false),
+                    None => {
+                        return Err(CqlError::config(format!(
+                            "Cannot drop non existing keyspace '{name}'."
+                        )))
+                    }
+                    Some(k) if k.is_system => {
+                        return Err(CqlError::new(
+                            ErrorCode::Unauthorized,
+                            format!("{name} keyspace is not user-modifiable"),
+                        ))
+                    }
+                    Some(_) => {}
+                }
+                if let Some(keyspace) = schema.keyspaces.remove(name) {
+                    dropped_tables.extend(keyspace.tables.values().map(|t| t.id));
+                }
+                Ok(true)
+            })?;
+            for table_id in dropped_tables {
+                delete_table_data(coordinator, &table_id)?;
+            }
+            Ok(if dropped {
+                schema_change("DROPPED", "KEYSPACE", name, None)
+            } else {
+                ResultBody::Void
+            })
+        }
+        Statement::CreateTable(create) => create_table(coordinator, session, create),
+        Statement::AlterTable { table, action } => {
+            let keyspace = coordinator.keyspace_for(session, &table.keyspace)?;
+            coordinator.schema.change(|schema| {
+                let keyspace_metadata = user_keyspace_mut(schema, &keyspace)?;
+                let current = keyspace_metadata.tables.get(&table.name).ok_or_else(|| {
+                    CqlError::invalid(format!("Table '{keyspace}.{}' doesn't exist", table.name))
+                })?;
+                let altered = alter_table(current, action)?;
+                keyspace_metadata
+                    .tables
+                    .insert(table.name.clone(), Arc::new(altered));
+                Ok(true)
+            })?;
+            Ok(schema_change(
+                "UPDATED",
+                "TABLE",
+                &keyspace,
+                Some(&table.name),
+            ))
+        }
+        Statement::DropTable { table, if_exists } => {
+            let keyspace = coordinator.keyspace_for(session, &table.keyspace)?;
+            let mut dropped_id = None;
+            let dropped = coordinator.schema.change(|schema| {
+                let keyspace_metadata = match schema.keyspaces.get_mut(&keyspace) {
+                    Some(k) if k.is_system => {
+                        return Err(CqlError::new(
+                            ErrorCode::Unauthorized,
+                            format!("{keyspace} keyspace is not user-modifiable"),
+                        ))
+                    }
+                    Some(k) => k,
+                    None if *if_exists => return Ok(false),
+                    None => {
+                        return Err(CqlError::invalid(format!(
+                            "Keyspace '{keyspace}' doesn't exist"
+                        )))
+                    }
+                };
+                match keyspace_metadata.tables.remove(&table.name) {
+                    Some(removed) => {
+                        dropped_id = Some(removed.id);
+                        Ok(true)
+                    }
+                    None if *if_exists => Ok(false),
+                    None => Err(CqlError::invalid(format!(
+                        "Table '{keyspace}.{}' doesn't exist",
+                        table.name
+                    ))),
+                }
+            })?;
+            if let Some(id) = dropped_id {
+                delete_table_data(coordinator, &id)?;
+            }
+            Ok(if dropped {
+                schema_change("DROPPED", "TABLE", &keyspace, Some(&table.name))
+            } else {
+                ResultBody::Void
+            })
+        }
+        Statement::Truncate(table) => {
+            let keyspace = coordinator.keyspace_for(session, &table.keyspace)?;
+            let schema = coordinator.schema();
+            let metadata = schema.table(&keyspace, &table.name)?;
+            ensure(!metadata.is_virtual, || {
+                CqlError::invalid(format!(
+                    "Cannot truncate the system table {keyspace}.{}",
+                    table.name
+                ))
+            })?;
+            delete_table_data(coordinator, &metadata.id)?;
+            Ok(ResultBody::Void)
+        }
+        _ => Err(CqlError::server("not a schema statement")),
+    }
+}
+
+fn delete_table_data(coordinator: &Coordinator, table_id: &[u8; 16]) -> Result<(), CqlError> {
+    coordinator
+        .engine
+        .delete_range(&keys::table_prefix(table_id), &keys::table_end(table_id))
+        .map_err(|e| CqlError::server(format!("could not remove the table's data: {e}")))
+}
+
+fn user_keyspace_mut<'a>(
+    schema: &'a mut Schema,
+    name: &str,
+) -> Result<&'a mut KeyspaceMetadata, CqlError> {
+    match schema.keyspaces.get_mut(name) {
+        Some(k) if k.is_system => Err(CqlError::new(
+            ErrorCode::Unauthorized,
+            format!("{name} keyspace is not user-modifiable"),
+        )),
+        Some(k) => Ok(k),
+        None => Err(CqlError::invalid(format!(
+            "Keyspace '{name}' does not exist"
+        ))),
+    }
+}
+
+/// A property value as text (strings, numbers, booleans).
+fn property_text(term: &Term, property: &str) -> Result<String, CqlError> {
+    match term {
+        Term::Literal(Literal::String(s))
+        | Term::Literal(Literal::Integer(s))
+        | Term::Literal(Literal::Float(s)) => Ok(s.clone()),
+        Term::Literal(Literal::Boolean(b)) => Ok(b.to_string()),
+        Term::Negative(inner) => Ok(format!("-{}", property_text(inner, property)?)),
+        _ => Err(CqlError::syntax(format!(
+            "Invalid value for property '{property}'"
+        ))),
+    }
+}
+
+fn property_map(term: &Term, property: &str) -> Result<BTreeMap<String, String>, CqlError> {
+    match term {
+        Term::Map(entries) => entries
+            .iter()
+            .map(|(k, v)| Ok((property_text(k, property)?, property_text(v, property)?)))
+            .collect(),
+        _ => Err(CqlError::syntax(format!(
+            "Invalid value for property '{property}': expected a map"
+        ))),
+    }
+}
+
+fn keyspace_properties(
+    properties: &Properties,
+    current: Option<&KeyspaceMetadata>,
+) -> Result<(BTreeMap<String, String>, bool), CqlError> {
+    let mut replication = current.map(|k| k.replication.clone());
+    let mut durable_writes = current.map_or(true, |k| k.durable_writes);
+    for (name, value) in properties {
+        match name.as_str() {
+            "replication" => replication = Some(validate_replication(property_map(value, name)?)?),
+            "durable_writes" => {
+                durable_writes = property_text(value, name)?
+                    .parse()
+                    .map_err(|_| CqlError::syntax("Invalid boolean value for durable_writes"))?;
+            }
+            other => return Err(CqlError::syntax(format!("Unknown property '{other}'"))),
+        }
+    }
+    let replication =
+        replication.ok_or_else(|| CqlError::config("Missing mandatory option 'replication'"))?;
+    Ok((replication, durable_writes))
+}
+
+fn validate_replication(
+    mut options: BTreeMap<String, String>,
+) -> Result<BTreeMap<String, String>, CqlError> {
+    let class = options
+        .remove("class")
+        .ok_or_else(|| CqlError::config("Missing replication strategy class"))?;
+    let short = class.rsplit('.').next().unwrap_or(&class).to_string();
+    let full_class = format!("org.apache.cassandra.locator.{short}");
+    let check_factor = |key: &str, value: &str| -> Result<(), CqlError> {
+        match value.parse::<i64>() {
+            Ok(n) if n >= 0 => Ok(()),
+            _ => Err(CqlError::config(format!(
+                "Replication factor must be non-negative integer; found {value} for {key}"
+            ))),
+        }
+    };
+    match short.as_str() {
+        "SimpleStrategy" => {
+            let factor = options.get("replication_factor").ok_or_else(|| {
+                CqlError::config("SimpleStrategy requires a replication_factor strategy option.")
+            })?;
+            check_factor("replication_factor", factor)?;
+            if let Some(other) = options.keys().find(|k| k.as_str() != "replication_factor") {
+                return Err(CqlError::config(format!("Unrecognized strategy option {{{other}}} passed to SimpleStrategy for keyspace")));
+            }
+        }
+        "NetworkTopologyStrategy" => {
+            if let Some(factor) = options.remove("replication_factor") {
+                check_factor("replication_factor", &factor)?;
+                options.insert(crate::system_tables::DEFAULT_DATACENTER.to_string(), factor);
+            }
+            for (datacenter, factor) in &options {
+                check_factor(datacenter, factor)?;
+            }
+        }
+        "LocalStrategy" | "EverywhereStrategy" => {
+            return Err(CqlError::config(format!(
+                "Unable to use given strategy class: {class} is reserved for system keyspaces"
+            )));
+        }
+        _ => {
+            return Err(CqlError::config(format!(
+                "Unable to find replication strategy class 'org.apache.cassandra.locator.{short}'"
+            )))
+        }
+    }
+    options.insert("class".into(), full_class);
+    Ok(options)
+}
+
+fn check_column_type(definition: &ColumnDefinition, kind: ColumnKind) -> Result<(), CqlError> {
+    let cql_type = &definition.cql_type;
+    if matches!(kind, ColumnKind::PartitionKey | ColumnKind::Clustering) {
+        ensure(!cql_type.is_multi_cell(), || {
+            CqlError::invalid(format!(
+                "Invalid non-frozen collection type {cql_type} for PRIMARY KEY component {}",
+                definition.name
+            ))
+        })?;
+        ensure(*cql_type != CqlType::Duration, || {
+            CqlError::invalid(format!(
+                "duration type is not supported for PRIMARY KEY column '{}'",
+                definition.name
+            ))
+        })?;
+    }
+    ensure(*cql_type != CqlType::Counter, || {
+        CqlError::invalid("Counter columns are not supported by Shoal yet")
+    })?;
+    Ok(())
+}
+
+fn create_table(
+    coordinator: &Coordinator,
+    session: &Session,
+    create: &CreateTable,
+) -> Result<ResultBody, CqlError> {
+    let keyspace = coordinator.keyspace_for(session, &create.table.keyspace)?;
+    let name = &create.table.name;
+    validate_name("Table", name)?;
+    ensure(!create.compact_storage, || {
+        CqlError::invalid("COMPACT STORAGE tables are not supported (as in Cassandra 5.0)")
+    })?;
+    ensure(!create.partition_key.is_empty(), || {
+        CqlError::invalid("No PRIMARY KEY specifed for table (exactly one required)")
+    })?;
+
+    let mut seen = std::collections::HashSet::new();
+    for definition in &create.columns {
+        ensure(seen.insert(definition.name.clone()), || {
+            CqlError::invalid(format!(
+                "Duplicate column '{}' declaration for table {keyspace}.{name}",
+                definition.name
+            ))
+        })?;
+    }
+    let definition_of = |column: &str| {
+        create
+            .columns
+            .iter()
+            .find(|d| d.name == column)
+            .ok_or_else(|| {
+                CqlError::invalid(format!(
+                    "Unknown definition {column} referenced in PRIMARY KEY"
+                ))
+            })
+    };
+    let mut columns = Vec::new();
+    let mut key_columns = std::collections::HashSet::new();
+    for (position, column) in create.partition_key.iter().enumerate() {
+        let definition = definition_of(column)?;
+        ensure(key_columns.insert(column.clone()), || {
+            CqlError::invalid(format!("Duplicate definition for {column} in PRIMARY KEY"))
+        })?;
+        ensure(!definition.is_static, || {
+            CqlError::invalid(format!(
+                "Static column {column} cannot be part of the PRIMARY KEY"
+            ))
+        })?;
+        check_column_type(definition, ColumnKind::PartitionKey)?;
+        columns.push(ColumnMetadata {
+            name: column.clone(),
+            cql_type: definition.cql_type.clone(),
+            kind: ColumnKind::PartitionKey,
+            position: position as i32,
+            descending: false,
+        });
+    }
+    if !create.clustering_order.is_empty() {
+        let ordered: Vec<&String> = create.clustering_order.iter().map(|(c, _)| c).collect();
+        let expected: Vec<&String> = create.clustering_key.iter().take(ordered.len()).collect();
+        for (column, _) in &create.clustering_order {
+            ensure(create.clustering_key.contains(column), || {
+                CqlError::invalid(format!("Only clustering key columns can be defined in CLUSTERING ORDER directive: {column} is not a clustering column"))
+            })?;
+        }
+        ensure(ordered == expected, || {
+            CqlError::invalid("The order of columns in the CLUSTERING ORDER directive must match that of the clustering columns")
+        })?;
+    }
+    for (position, column) in create.clustering_key.iter().enumerate() {
+        let definition = definition_of(column)?;
+        ensure(key_columns.insert(column.clone()), || {
+            CqlError::invalid(format!("Duplicate definition for {column} in PRIMARY KEY"))
+        })?;
+        ensure(!definition.is_static, || {
+            CqlError::invalid(format!(
+                "Static column {column} cannot be part of the PRIMARY KEY"
+            ))
+        })?;
+        check_column_type(definition, ColumnKind::Clustering)?;
+        let descending = create
+            .clustering_order
+            .iter()
+            .any(|(c, desc)| c == column && *desc);
+        columns.push(ColumnMetadata {
+            name: column.clone(),
+            cql_type: definition.cql_type.clone(),
+            kind: ColumnKind::Clustering,
+            position: position as i32,
+            descending,
+        });
+    }
+    for definition in &create.columns {
+        if key_columns.contains(&definition.name) {
+            continue;
+        }
+        ensure(
+            !definition.is_static || !create.clustering_key.is_empty(),
+            || {
+                CqlError::invalid(format!(
+                    "Static column {} cannot be added to a table without clustering columns",
+                    definition.name
+                ))
+            },
+        )?;
+        check_column_type(definition, ColumnKind::Regular)?;
+        columns.push(ColumnMetadata {
+            name: definition.name.clone(),
+            cql_type: definition.cql_type.clone(),
+            kind: if definition.is_static {
+                ColumnKind::Static
+            } else {
+                ColumnKind::Regular
+            },
+            position: -1,
+            descending: false,
+        });
+    }
+    let mut options = TableOptions::default();
+    apply_table_properties(&mut options, &create.properties)?;
+    let mut table = TableMetadata {
+        keyspace: keyspace.clone(),
+        name: name.clone(),
+        id: *uuid::Uuid::new_v4().as_bytes(),
+        columns,
+        options,
+        dropped_columns: BTreeMap::new(),
+        is_virtual: false,
+    };
+    table.normalize_column_order();
+    let created = coordinator.schema.change(|schema| {
+        let keyspace_metadata = user_keyspace_mut(schema, &keyspace)?;
+        if keyspace_metadata.tables.contains_key(name) {
+            if create.if_not_exists {
+                return Ok(false);
+            }
+            return Err(CqlError::new(
+                ErrorCode::AlreadyExists {
+                    keyspace: keyspace.clone(),
+                    table: name.clone(),
+                },
+                format!("Table '{keyspace}.{name}' already exists"),
+            ));
+        }
+        keyspace_metadata
+            .tables
+            .insert(name.clone(), Arc::new(table));
+        Ok(true)
+    })?;
+    Ok(if created {
+        schema_change("CREATED", "TABLE", &keyspace, Some(name))
+    } else {
+        ResultBody::Void
+    })
+}
+
+fn apply_table_properties(
+    options: &mut TableOptions,
+    properties: &Properties,
+) -> Result<(), CqlError> {
+    for (name, value) in properties {
+        let int = |value: &Term| -> Result<i32, CqlError> {
+            property_text(value, name)?.parse().map_err(|_| {
+                CqlError::syntax(format!("Invalid integer value for property '{name}'"))
+            })
+        };
+        let double = |value: &Term| -> Result<f64, CqlError> {
+            property_text(value, name)?.parse().map_err(|_| {
+                CqlError::syntax(format!("Invalid double value for property '{name}'"))
+            })
+        };
+        match name.as_str() {
+            "comment" => options.comment = property_text(value, name)?,
+            "default_time_to_live" => {
+                let ttl = int(value)?;
+                ensure((0..=630_720_000).contains(&ttl), || {
+                    CqlError::config(format!(
+                        "default_time_to_live must be between 0 and 630720000 (got {ttl})"
+                    ))
+                })?;
+                options.default_time_to_live = ttl;
+            }
+            "gc_grace_seconds" => {
+                let seconds = int(value)?;
+                ensure(seconds >= 0, || {
+                    CqlError::config("gc_grace_seconds must be non-negative")
+                })?;
+                options.gc_grace_seconds = seconds;
+            }
+            "bloom_filter_fp_chance" => options.bloom_filter_fp_chance = double(value)?,
+            "crc_check_chance" => options.crc_check_chance = double(value)?,
+            "memtable_flush_period_in_ms" => options.memtable_flush_period_in_ms = int(value)?,
+            "min_index_interval" => options.min_index_interval = int(value)?,
+            "max_index_interval" => options.max_index_interval = int(value)?,
+            "speculative_retry" => options.speculative_retry = property_text(value, name)?,
+            "additional_write_policy" => {
+                options.additional_write_policy = property_text(value, name)?
+            }
+            "read_repair" => options.read_repair = property_text(value, name)?.to_uppercase(),
+            "caching" => options.caching = property_map(value, name)?,
+            "compaction" => options.compaction = property_map(value, name)?,
+            "compression" => options.compression = property_map(value, name)?,
+            "cdc" | "extensions" | "memtable" | "allow_auto_snapshot" | "incremental_backups" => {}
+            other => return Err(CqlError::syntax(format!("Unknown property '{other}'"))),
+        }
+    }
+    Ok(())
+}
+
+fn alter_table(
+    current: &TableMetadata,
+    action: &AlterTableAction,
+) -> Result<TableMetadata, CqlError> {
+    let mut table = current.clone();
+    let qualified = format!("{}.{}", table.keyspace, table.name);
+    match action {
+        AlterTableAction::Add(definitions) => {
+            for definition in definitions {
+                ensure(table.column(&definition.name).is_none(), || {
+                    CqlError::invalid(format!(
+                        "Column with name '{}' already exists",
+                        definition.name
+                    ))
+                })?;
+                ensure(
+                    !definition.is_static || table.clustering_count() > 0,
+                    || {
+                        CqlError::invalid(format!("Static columns are only useful (and thus allowed) if the table has at least one clustering column"))
+                    },
+                )?;
+                if let Some(dropped) = table.dropped_columns.get(&definition.name) {
+                    ensure(
+                        dropped.cql_type == definition.cql_type
+                            || !definition.cql_type.is_multi_cell()
+                                && !dropped.cql_type.is_multi_cell()
+                                && dropped.cql_type == definition.cql_type,
+                        || {
+                            CqlError::invalid(format!(
+                            "Cannot re-add previously dropped column '{}' of type {}, incompatible with previous type {}",
+                            definition.name, definition.cql_type, dropped.cql_type
+                        ))
+                        },
+                    )?;
+                }
+                check_column_type(definition, ColumnKind::Regular)?;
+                table.columns.push(ColumnMetadata {
+                    name: definition.name.clone(),
+                    cql_type: definition.cql_type.clone(),
+                    kind: if definition.is_static {
+                        ColumnKind::Static
+                    } else {
+                        ColumnKind::Regular
+                    },
+                    position: -1,
+                    descending: false,
+                });
+            }
+        }
+        AlterTableAction::Drop(names) => {
+            for name in names {
+                let (index, column) = table.require_column(name).map_err(|_| {
+                    CqlError::invalid(format!("Column {name} was not found in table {qualified}"))
+                })?;
+                ensure(
+                    matches!(column.kind, ColumnKind::Regular | ColumnKind::Static),
+                    || CqlError::invalid(format!("Cannot drop PRIMARY KEY column {name}")),
+                )?;
+                let dropped = table.columns.remove(index);
+                table.dropped_columns.insert(
+                    dropped.name,
+                    crate::schema::DroppedColumn {
+                        cql_type: dropped.cql_type,
+                        dropped_at_micros: shoal_model::WriteTimestamp::now().0,
+                    },
+                );
+            }
+        }
+        AlterTableAction::Rename(renames) => {
+            for (from, to) in renames {
+                ensure(table.column(to).is_none(), || {
+                    CqlError::invalid(format!("Cannot rename column {from} to {to} in table {qualified}; another column of that name already exist"))
+                })?;
+                let index = table.column_index(from).ok_or_else(|| {
+                    CqlError::invalid(format!("Column {from} was not found in table {qualified}"))
+                })?;
+                ensure(
+                    matches!(
+                        table.columns[index].kind,
+                        ColumnKind::PartitionKey | ColumnKind::Clustering
+                    ),
+                    || CqlError::invalid(format!("Cannot rename non PRIMARY KEY column {from}")),
+                )?;
+                table.columns[index].name = to.clone();
+            }
+        }
+        AlterTableAction::AlterType { .. } => {
+            return Err(CqlError::invalid(
+                "Altering column types is no longer supported",
+            ));
+        }
+        AlterTableAction::With(properties) => {
+            apply_table_properties(&mut table.options, properties)?
+        }
+    }
+    table.normalize_column_order();
+    Ok(table)
+}

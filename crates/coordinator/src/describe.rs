@@ -1,0 +1,318 @@
+//! Server-side `DESCRIBE`, as Cassandra 4.0+ answers it (cqlsh 6 sends these statements
+//! to the server and prints the rows).
+//!
+//! Listing forms (`DESCRIBE KEYSPACES`, `TABLES`, ...) return `keyspace_name, type, name`;
+//! element forms (`DESCRIBE KEYSPACE ks`, `TABLE t`, `SCHEMA`) add `create_statement`.
+
+use crate::schema::{ColumnKind, KeyspaceMetadata, TableMetadata};
+use crate::{Coordinator, CqlError, Session};
+use shoal_cql::ast::{DescribeTarget, QualifiedName};
+use shoal_cql::response::{ColumnSpec, ResultBody, Rows, RowsBuffer};
+use shoal_model::{CqlType, Value};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+fn quote_if_needed(name: &str) -> String {
+    let plain = name
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && name.chars().next().is_some_and(|c| c.is_ascii_lowercase());
+    if plain {
+        name.to_string()
+    } else {
+        format!("\"{}\"", name.replace('"', "\"\""))
+    }
+}
+
+fn text_map_literal(map: &BTreeMap<String, String>) -> String {
+    Value::Map(
+        map.iter()
+            .map(|(k, v)| (Value::Text(k.clone()), Value::Text(v.clone())))
+            .collect(),
+    )
+    .to_cql_literal()
+}
+
+/// `CREATE KEYSPACE ...;` as Cassandra prints it.
+pub fn keyspace_statement(keyspace: &KeyspaceMetadata) -> String {
+    let mut replication = keyspace.replication.clone();
+    if let Some(class) = replication.get_mut("class") {
+        if let Some(short) = class.strip_prefix("org.apache.cassandra.locator.") {
+            *class = short.to_string();
+        }
+    }
+    format!(
+        "CREATE KEYSPACE {} WITH replication = {}  AND durable_writes = {};",
+        quote_if_needed(&keyspace.name),
+        text_map_literal(&replication),
+        keyspace.durable_writes
+    )
+}
+
+/// `CREATE TABLE ...;` as Cassandra prints it.
+pub fn table_statement(table: &TableMetadata) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "CREATE TABLE {}.{} (",
+        quote_if_needed(&table.keyspace),
+        quote_if_needed(&table.name)
+    );
+    let partition_key: Vec<String> = table
+        .partition_key()
+        .map(|c| quote_if_needed(&c.name))
+        .collect();
+    let clustering: Vec<String> = table
+        .clustering()
+        .map(|c| quote_if_needed(&c.name))
+        .collect();
+    let inline_key = partition_key.len() == 1 && clustering.is_empty();
+    for column in &table.columns {
+        let _ = write!(
+            out,
+            "    {} {}",
+            quote_if_needed(&column.name),
+            column.cql_type
+        );
+        if column.kind == ColumnKind::Static {
+            out.push_str(" static");
+        }
+        if inline_key && column.kind == ColumnKind::PartitionKey {
+            out.push_str(" PRIMARY KEY");
+        }
+        out.push_str(",\n");
+    }
+    if inline_key {
+        out.truncate(out.len() - 2);
+        out.push('\n');
+    } else {
+        let partition = if partition_key.len() == 1 {
+            partition_key[0].clone()
+        } else {
+            format!("({})", partition_key.join(", "))
+        };
+        let mut key = vec![partition];
+        key.extend(clustering.iter().cloned());
+        let _ = writeln!(out, "    PRIMARY KEY ({})", key.join(", "));
+    }
+    out.push_str(")");
+    let mut options: Vec<String> = Vec::new();
+    if !clustering.is_empty() {
+        let order: Vec<String> = table
+            .clustering()
+            .map(|c| {
+                format!(
+                    "{} {}",
+                    quote_if_needed(&c.name),
+                    if c.descending { "DESC" } else { "ASC" }
+                )
+            })
+            .collect();
+        options.push(format!("CLUSTERING ORDER BY ({})", order.join(", ")));
+    }
+    let o = &table.options;
+    options.extend([
+        format!("additional_write_policy = '{}'", o.additional_write_policy),
+        "allow_auto_snapshot = true".to_string(),
+        format!("bloom_filter_fp_chance = {}", o.bloom_filter_fp_chance),
+        format!("caching = {}", text_map_literal(&o.caching)),
+        "cdc = false".to_string(),
+        format!(
+            "comment = {}",
+            Value::Text(o.comment.clone()).to_cql_literal()
+        ),
+        format!("compaction = {}", text_map_literal(&o.compaction)),
+        format!("compression = {}", text_map_literal(&o.compression)),
+        "memtable = 'default'".to_string(),
+        format!("crc_check_chance = {:?}", o.crc_check_chance),
+        format!("default_time_to_live = {}", o.default_time_to_live),
+        "extensions = {}".to_string(),
+        format!("gc_grace_seconds = {}", o.gc_grace_seconds),
+        "incremental_backups = true".to_string(),
+        format!("max_index_interval = {}", o.max_index_interval),
+        format!(
+            "memtable_flush_period_in_ms = {}",
+            o.memtable_flush_period_in_ms
+        ),
+        format!("min_index_interval = {}", o.min_index_interval),
+        format!("read_repair = '{}'", o.read_repair),
+        format!("speculative_retry = '{}'", o.speculative_retry),
+    ]);
+    let _ = write!(out, " WITH {}", options.join("\n    AND "));
+    out.push(';');
+    out
+}
+
+struct DescribeRows {
+    with_statement: bool,
+    rows: Vec<[String; 4]>,
+}
+
+impl DescribeRows {
+    fn new(with_statement: bool) -> DescribeRows {
+        DescribeRows {
+            with_statement,
+            rows: Vec::new(),
+        }
+    }
+
+    fn keyspace(&mut self, keyspace: &KeyspaceMetadata) {
+        self.rows.push([
+            keyspace.name.clone(),
+            "keyspace".into(),
+            keyspace.name.clone(),
+            keyspace_statement(keyspace),
+        ]);
+    }
+
+    fn table(&mut self, table: &TableMetadata) {
+        self.rows.push([
+            table.keyspace.clone(),
+            "table".into(),
+            table.name.clone(),
+            table_statement(table),
+        ]);
+    }
+
+    fn keyspace_with_tables(&mut self, keyspace: &KeyspaceMetadata, only: bool) {
+        self.keyspace(keyspace);
+        if !only {
+            for table in keyspace.tables.values() {
+                self.table(table);
+            }
+        }
+    }
+
+    fn into_result(self) -> ResultBody {
+        let names: &[&str] = if self.with_statement {
+            &["keyspace_name", "type", "name", "create_statement"]
+        } else {
+            &["keyspace_name", "type", "name"]
+        };
+        let columns: Vec<ColumnSpec> = names
+            .iter()
+            .map(|name| ColumnSpec {
+                keyspace: String::new(),
+                table: String::new(),
+                name: name.to_string(),
+                cql_type: CqlType::Text,
+            })
+            .collect();
+        let mut buffer = RowsBuffer::new(columns.len());
+        for row in &self.rows {
+            buffer.push_row(
+                row[..columns.len()]
+                    .iter()
+                    .map(|cell| Some(cell.as_bytes())),
+            );
+        }
+        ResultBody::Rows(Rows {
+            columns,
+            paging_state: None,
+            skip_metadata: false,
+            rows: buffer,
+        })
+    }
+}
+
+pub(crate) fn execute(
+    coordinator: &Coordinator,
+    session: &Session,
+    target: &DescribeTarget,
+    only: bool,
+) -> Result<ResultBody, CqlError> {
+    let schema = coordinator.schema();
+    let current_keyspace = |named: &Option<String>| coordinator.keyspace_for(session, named);
+    let mut rows;
+    match target {
+        DescribeTarget::Keyspaces => {
+            rows = DescribeRows::new(false);
+            for keyspace in schema.keyspaces.values() {
+                rows.keyspace(keyspace);
+            }
+        }
+        DescribeTarget::Tables => {
+            rows = DescribeRows::new(false);
+            for keyspace in schema.keyspaces.values() {
+                if session
+                    .keyspace
+                    .as_ref()
+                    .is_some_and(|k| *k != keyspace.name)
+                {
+                    continue;
+                }
+                for table in keyspace.tables.values() {
+                    rows.table(table);
+                }
+            }
+        }
+        DescribeTarget::Types | DescribeTarget::Functions | DescribeTarget::Aggregates => {
+            rows = DescribeRows::new(false);
+        }
+        DescribeTarget::Keyspace(name) => {
+            let name = current_keyspace(name)?;
+            rows = DescribeRows::new(true);
+            rows.keyspace_with_tables(schema.keyspace(&name)?, only);
+        }
+        DescribeTarget::Table(table) => {
+            let keyspace = current_keyspace(&table.keyspace)?;
+            rows = DescribeRows::new(true);
+            let metadata = schema.table(&keyspace, &table.name).map_err(|_| {
+                CqlError::invalid(format!(
+                    "Table '{}' not found in keyspace '{keyspace}'",
+                    table.name
+                ))
+            })?;
+            rows.table(metadata);
+        }
+        DescribeTarget::Schema { full } => {
+            rows = DescribeRows::new(true);
+            for keyspace in schema.keyspaces.values().filter(|k| *full || !k.is_system) {
+                rows.keyspace_with_tables(keyspace, false);
+            }
+        }
+        DescribeTarget::Name(QualifiedName {
+            keyspace: None,
+            name,
+        }) if schema.keyspaces.contains_key(name) => {
+            rows = DescribeRows::new(true);
+            rows.keyspace_with_tables(schema.keyspace(name)?, only);
+        }
+        DescribeTarget::Name(table) => {
+            let keyspace = current_keyspace(&table.keyspace)?;
+            rows = DescribeRows::new(true);
+            let metadata = schema.table(&keyspace, &table.name).map_err(|_| {
+                CqlError::invalid(format!(
+                    "'{}' not found in keyspace '{keyspace}'",
+                    table.name
+                ))
+            })?;
+            rows.table(metadata);
+        }
+        DescribeTarget::Cluster => {
+            let columns: Vec<ColumnSpec> = ["cluster", "partitioner", "snitch"]
+                .iter()
+                .map(|name| ColumnSpec {
+                    keyspace: String::new(),
+                    table: String::new(),
+                    name: name.to_string(),
+                    cql_type: CqlType::Text,
+                })
+                .collect();
+            let mut buffer = RowsBuffer::new(3);
+            let info = coordinator.info();
+            buffer.push_row([
+                Some(info.cluster_name.as_bytes()),
+                Some(&b"org.apache.cassandra.dht.Murmur3Partitioner"[..]),
+                Some(&b"org.apache.cassandra.locator.SimpleSnitch"[..]),
+            ]);
+            return Ok(ResultBody::Rows(Rows {
+                columns,
+                paging_state: None,
+                skip_metadata: false,
+                rows: buffer,
+            }));
+        }
+    }
+    Ok(rows.into_result())
+}

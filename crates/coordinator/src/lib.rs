@@ -1,0 +1,285 @@
+//! The coordinator: executes CQL statements against the node's data.
+//!
+//! A request arrives as text (QUERY), as a prepared id (EXECUTE) or as a BATCH, with
+//! [`QueryParameters`]. The [`Coordinator`] parses it (or finds the prepared statement),
+//! checks the consistency level against the keyspace's replication, and runs it:
+//!
+//! - [`ddl`] — CREATE/ALTER/DROP of keyspaces and tables, TRUNCATE, USE, through the
+//!   [`schema::SchemaStore`];
+//! - [`write`] — INSERT, UPDATE, DELETE and BATCH become cell mutations ([`WriteBatch`])
+//!   handed to the [`WriteLog`], which acknowledges them once durable by the node's
+//!   commit policy;
+//! - [`read`] — SELECT becomes partition reads or token-ordered scans over the storage
+//!   engine, filtered, projected and paged ([`paging`]);
+//! - [`system_tables`] and [`describe`] — the virtual `system` / `system_schema` tables
+//!   and the server-side `DESCRIBE` statements, generated from the schema;
+//! - [`prepared`] — prepared statements and the types of their bind markers.
+//!
+//! This crate owns no sockets and no threads: the server layer calls it and performs
+//! the I/O. In a single-node deployment every replica is local; the cluster issue replaces
+//! the local [`WriteLog`]/engine calls with fan-out to replicas behind the same API.
+
+pub mod ddl;
+pub mod describe;
+pub mod paging;
+pub mod prepared;
+pub mod read;
+pub mod restrictions;
+pub mod schema;
+pub mod system_tables;
+pub mod values;
+pub mod write;
+
+pub use shoal_cql::{CqlError, ErrorCode};
+
+use futures::future::BoxFuture;
+use shoal_cql::ast::Statement;
+use shoal_cql::request::{BatchRequest, Consistency, QueryParameters};
+use shoal_cql::response::ResultBody;
+use shoal_storage::{Engine, WriteBatch};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// Returns `error()` unless `condition` holds.
+pub fn ensure(condition: bool, error: impl FnOnce() -> CqlError) -> Result<(), CqlError> {
+    if condition {
+        Ok(())
+    } else {
+        Err(error())
+    }
+}
+
+/// Where acknowledged writes go. The server implements it with its commit policy
+/// (periodic sync or epoch group commit); the future resolves when the batch may be
+/// acknowledged to the client.
+pub trait WriteLog: Send + Sync {
+    fn append(&self, batch: WriteBatch) -> BoxFuture<'_, Result<(), CqlError>>;
+}
+
+/// A [`WriteLog`] that applies writes to the engine and acknowledges at once (tests).
+pub struct ImmediateWriteLog(pub Arc<dyn Engine>);
+
+impl WriteLog for ImmediateWriteLog {
+    fn append(&self, batch: WriteBatch) -> BoxFuture<'_, Result<(), CqlError>> {
+        let result = self
+            .0
+            .write(&batch)
+            .map_err(|e| CqlError::server(e.to_string()));
+        Box::pin(async move { result })
+    }
+}
+
+/// What this node tells clients about itself (`system.local`, `system.peers`).
+#[derive(Debug, Clone)]
+pub struct NodeInfo {
+    pub cluster_name: String,
+    pub address: IpAddr,
+    pub cql_port: u16,
+    pub datacenter: String,
+    pub rack: String,
+    pub host_id: [u8; 16],
+    /// The tokens this node reports (the ring drivers build).
+    pub tokens: Vec<i64>,
+    pub gossip_generation: i32,
+}
+
+/// Per-connection state.
+#[derive(Debug, Clone, Default)]
+pub struct Session {
+    /// The keyspace chosen by `USE`.
+    pub keyspace: Option<String>,
+}
+
+/// Executes statements for one node.
+pub struct Coordinator {
+    pub(crate) engine: Arc<dyn Engine>,
+    pub(crate) schema: schema::SchemaStore,
+    pub(crate) log: Arc<dyn WriteLog>,
+    pub(crate) prepared: prepared::PreparedCache,
+    pub(crate) info: NodeInfo,
+    /// Serializes conditional (IF ...) writes per partition stripe on this node.
+    pub(crate) condition_locks: Vec<tokio::sync::Mutex<()>>,
+}
+
+/// The release version this node reports; cqlsh uses the server-side DESCRIBE of 4.0+.
+pub const RELEASE_VERSION: &str = "5.0.0-shoal";
+pub const CQL_VERSION: &str = "3.4.7";
+
+impl Coordinator {
+    pub fn new(
+        engine: Arc<dyn Engine>,
+        log: Arc<dyn WriteLog>,
+        info: NodeInfo,
+    ) -> Result<Coordinator, CqlError> {
+        let schema = schema::SchemaStore::open(Arc::clone(&engine))?;
+        Ok(Coordinator {
+            engine,
+            schema,
+            log,
+            prepared: prepared::PreparedCache::new(prepared::PREPARED_CACHE_CAPACITY),
+            info,
+            condition_locks: (0..64).map(|_| tokio::sync::Mutex::new(())).collect(),
+        })
+    }
+
+    pub fn info(&self) -> &NodeInfo {
+        &self.info
+    }
+
+    pub fn schema(&self) -> Arc<schema::Schema> {
+        self.schema.current()
+    }
+
+    pub fn engine(&self) -> &Arc<dyn Engine> {
+        &self.engine
+    }
+
+    /// QUERY: parse and run.
+    pub async fn query(
+        &self,
+        session: &mut Session,
+        text: &str,
+        parameters: &QueryParameters,
+    ) -> Result<ResultBody, CqlError> {
+        let statement = shoal_cql::parser::parse_statement(text)?;
+        self.run(session, &statement, parameters).await
+    }
+
+    /// EXECUTE: run a prepared statement.
+    pub async fn execute(
+        &self,
+        session: &mut Session,
+        id: &[u8],
+        parameters: &QueryParameters,
+    ) -> Result<ResultBody, CqlError> {
+        let prepared = self.prepared.get(id).ok_or_else(|| {
+            CqlError::new(
+                ErrorCode::Unprepared { id: id.to_vec() },
+                format!("Prepared query with ID {} not found (either the query was not prepared on this host (maybe the host has been restarted?) or you have prepared too many queries and it has been evicted from the internal cache)", hex(id)),
+            )
+        })?;
+        let mut statement_session = Session {
+            keyspace: prepared
+                .keyspace
+                .clone()
+                .or_else(|| session.keyspace.clone()),
+        };
+        let result = self
+            .run(&mut statement_session, &prepared.statement, parameters)
+            .await;
+        if let Statement::Use(_) = prepared.statement {
+            session.keyspace = statement_session.keyspace;
+        }
+        result
+    }
+
+    /// PREPARE.
+    pub fn prepare(&self, session: &Session, text: &str) -> Result<ResultBody, CqlError> {
+        prepared::prepare(self, session, text)
+    }
+
+    /// BATCH.
+    pub async fn batch(
+        &self,
+        session: &mut Session,
+        batch: &BatchRequest,
+    ) -> Result<ResultBody, CqlError> {
+        write::execute_protocol_batch(self, session, batch).await
+    }
+
+    pub(crate) async fn run(
+        &self,
+        session: &mut Session,
+        statement: &Statement,
+        parameters: &QueryParameters,
+    ) -> Result<ResultBody, CqlError> {
+        let bindings = values::Bindings {
+            values: &parameters.values,
+            names: parameters.names.as_deref(),
+        };
+        match statement {
+            Statement::Select(select) => {
+                read::execute_select(self, session, select, parameters, bindings)
+            }
+            Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
+                write::execute_modification(self, session, statement, parameters, bindings).await
+            }
+            Statement::Batch(batch) => {
+                write::execute_batch_statement(self, session, batch, parameters, bindings).await
+            }
+            Statement::Use(keyspace) => {
+                self.schema().keyspace(keyspace)?;
+                session.keyspace = Some(keyspace.clone());
+                Ok(ResultBody::SetKeyspace(keyspace.clone()))
+            }
+            Statement::Describe { target, only } => describe::execute(self, session, target, *only),
+            Statement::Truncate(_)
+            | Statement::CreateKeyspace { .. }
+            | Statement::AlterKeyspace { .. }
+            | Statement::DropKeyspace { .. }
+            | Statement::CreateTable(_)
+            | Statement::AlterTable { .. }
+            | Statement::DropTable { .. } => ddl::execute(self, session, statement),
+        }
+    }
+
+    /// The keyspace a statement names, or the session's.
+    pub(crate) fn keyspace_for(
+        &self,
+        session: &Session,
+        named: &Option<String>,
+    ) -> Result<String, CqlError> {
+        named.clone().or_else(|| session.keyspace.clone()).ok_or_else(|| {
+            CqlError::invalid("No keyspace has been specified. USE a keyspace, or explicitly specify keyspace.tablename")
+        })
+    }
+
+    /// Checks that enough replicas are alive for `consistency` (one node: one replica).
+    pub(crate) fn check_consistency(
+        &self,
+        keyspace: &schema::KeyspaceMetadata,
+        consistency: Consistency,
+        is_write: bool,
+    ) -> Result<(), CqlError> {
+        if keyspace.is_system {
+            return Ok(());
+        }
+        if !is_write && consistency == Consistency::Any {
+            return Err(CqlError::invalid(
+                "ANY ConsistencyLevel is only supported for writes",
+            ));
+        }
+        if is_write && matches!(consistency, Consistency::Serial | Consistency::LocalSerial) {
+            return Err(CqlError::invalid(
+                "You must use conditional updates for serializable writes",
+            ));
+        }
+        if consistency == Consistency::Any {
+            return Ok(());
+        }
+        let replication_factor = keyspace.replication_factor();
+        let required = consistency.required_replicas(replication_factor);
+        let alive = replication_factor.min(1);
+        if required > alive {
+            return Err(CqlError::new(
+                ErrorCode::Unavailable {
+                    consistency: consistency.code(),
+                    required: required as i32,
+                    alive: alive as i32,
+                },
+                format!(
+                    "Cannot achieve consistency level {}: {required} replicas required but only {alive} alive",
+                    consistency.name()
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,444 @@
+//! Prepared statements: parsed once, identified by a hash of their text and keyspace,
+//! executed many times. Preparing also works out each bind marker's name and type (what
+//! drivers serialize values with) and which markers make up the partition key (what
+//! token-aware drivers route with).
+
+use crate::schema::{ColumnKind, TableMetadata};
+use crate::{Coordinator, CqlError, Session};
+use parking_lot::RwLock;
+use shoal_cql::ast::{
+    Assignment, Conditions, Operator, Relation, RelationTarget, Statement, Term, Using,
+};
+use shoal_cql::response::{ColumnSpec, Prepared, ResultBody};
+use shoal_model::CqlType;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+/// How many prepared statements a node keeps; beyond it, arbitrary entries are evicted and
+/// clients re-prepare on `Unprepared`.
+pub const PREPARED_CACHE_CAPACITY: usize = 10_000;
+
+#[derive(Debug)]
+pub struct PreparedStatement {
+    pub statement: Statement,
+    /// The session keyspace when the statement was prepared.
+    pub keyspace: Option<String>,
+}
+
+impl PreparedStatement {
+    pub fn parse(text: &str, keyspace: Option<String>) -> Result<PreparedStatement, CqlError> {
+        Ok(PreparedStatement {
+            statement: shoal_cql::parser::parse_statement(text)?,
+            keyspace,
+        })
+    }
+}
+
+pub struct PreparedCache {
+    statements: RwLock<HashMap<Vec<u8>, Arc<PreparedStatement>>>,
+    capacity: usize,
+}
+
+impl PreparedCache {
+    pub fn new(capacity: usize) -> PreparedCache {
+        PreparedCache {
+            statements: RwLock::new(HashMap::new()),
+            capacity,
+        }
+    }
+
+    pub fn get(&self, id: &[u8]) -> Option<Arc<PreparedStatement>> {
+        self.statements.read().get(id).cloned()
+    }
+
+    fn insert(&self, id: Vec<u8>, statement: Arc<PreparedStatement>) {
+        let mut statements = self.statements.write();
+        if statements.len() >= self.capacity && !statements.contains_key(&id) {
+            if let Some(victim) = statements.keys().next().cloned() {
+                statements.remove(&victim);
+            }
+        }
+        statements.insert(id, statement);
+    }
+}
+
+fn statement_id(keyspace: Option<&str>, text: &str) -> Vec<u8> {
+    let mut id = Vec::with_capacity(16);
+    for salt in [0x5348_4f41_4cu64, 0x7072_6570_6172_6564] {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        salt.hash(&mut hasher);
+        keyspace.hash(&mut hasher);
+        text.hash(&mut hasher);
+        id.extend_from_slice(&hasher.finish().to_be_bytes());
+    }
+    id
+}
+
+/// Collects `(marker index, name, type)` for every bind marker of a statement.
+struct MarkerTypes<'a> {
+    table: &'a TableMetadata,
+    found: Vec<(usize, String, CqlType)>,
+    /// Marker index per partition key position, from `pk = ?` relations or INSERT values.
+    partition_key_markers: Vec<Option<usize>>,
+}
+
+impl MarkerTypes<'_> {
+    fn term(&mut self, term: &Term, name: &str, cql_type: &CqlType) {
+        match term {
+            Term::Bind(marker) => {
+                let name = marker.name.clone().unwrap_or_else(|| name.to_string());
+                self.found.push((marker.index, name, cql_type.clone()));
+            }
+            Term::List(elements) | Term::Set(elements) => {
+                let element = match cql_type {
+                    CqlType::List { element, .. } | CqlType::Set { element, .. } => {
+                        element.as_ref().clone()
+                    }
+                    other => other.clone(),
+                };
+                for e in elements {
+                    self.term(e, name, &element);
+                }
+            }
+            Term::Tuple(elements) => {
+                for (i, e) in elements.iter().enumerate() {
+                    let element = match cql_type {
+                        CqlType::Tuple(types) => types.get(i).cloned().unwrap_or(CqlType::Blob),
+                        other => other.clone(),
+                    };
+                    self.term(e, name, &element);
+                }
+            }
+            Term::Map(entries) => {
+                if let CqlType::Map { key, value, .. } = cql_type {
+                    for (k, v) in entries {
+                        self.term(k, name, key);
+                        self.term(v, name, value);
+                    }
+                }
+            }
+            Term::Cast { cql_type, term } => self.term(term, name, cql_type),
+            Term::Negative(inner) => self.term(inner, name, cql_type),
+            Term::Function {
+                name: function,
+                arguments,
+            } => {
+                let argument_type = match function.as_str() {
+                    "mintimeuuid" | "maxtimeuuid" => CqlType::Timestamp,
+                    _ => CqlType::Timeuuid,
+                };
+                for argument in arguments {
+                    self.term(argument, function, &argument_type);
+                }
+            }
+            Term::Literal(_) => {}
+        }
+    }
+
+    fn column_type(&self, name: &str) -> CqlType {
+        self.table
+            .column(name)
+            .map(|c| c.cql_type.clone())
+            .unwrap_or(CqlType::Blob)
+    }
+
+    fn relations(&mut self, relations: &[Relation]) {
+        for relation in relations {
+            match &relation.target {
+                RelationTarget::Column(name) => {
+                    let cql_type = self.column_type(name);
+                    match (relation.operator, &relation.value) {
+                        (Operator::In, Term::Bind(_)) => self.term(
+                            &relation.value,
+                            &format!("in({name})"),
+                            &CqlType::List {
+                                element: Box::new(cql_type),
+                                frozen: false,
+                            },
+                        ),
+                        (Operator::In, _) => self.term(&relation.value, name, &cql_type),
+                        (Operator::Contains, _) => {
+                            let element = match &cql_type {
+                                CqlType::List { element, .. } | CqlType::Set { element, .. } => {
+                                    element.as_ref().clone()
+                                }
+                                CqlType::Map { value, .. } => value.as_ref().clone(),
+                                other => other.clone(),
+                            };
+                            self.term(&relation.value, name, &element)
+                        }
+                        (Operator::ContainsKey, _) => {
+                            let key = match &cql_type {
+                                CqlType::Map { key, .. } => key.as_ref().clone(),
+                                other => other.clone(),
+                            };
+                            self.term(&relation.value, name, &key)
+                        }
+                        (operator, value) => {
+                            if let (Operator::Eq, Term::Bind(marker)) = (operator, value) {
+                                if let Some(column) = self
+                                    .table
+                                    .column(name)
+                                    .filter(|c| c.kind == ColumnKind::PartitionKey)
+                                {
+                                    self.partition_key_markers[column.position as usize] =
+                                        Some(marker.index);
+                                }
+                            }
+                            self.term(value, name, &cql_type)
+                        }
+                    }
+                }
+                RelationTarget::Token(columns) => self.term(
+                    &relation.value,
+                    &format!("partition key token({})", columns.join(", ")),
+                    &CqlType::Bigint,
+                ),
+                RelationTarget::Columns(columns) => {
+                    let types: Vec<CqlType> = columns.iter().map(|c| self.column_type(c)).collect();
+                    let tuple = CqlType::Tuple(types);
+                    let shown = format!("({})", columns.join(","));
+                    if relation.operator == Operator::In {
+                        match &relation.value {
+                            Term::Bind(_) => self.term(
+                                &relation.value,
+                                &format!("in{shown}"),
+                                &CqlType::List {
+                                    element: Box::new(tuple),
+                                    frozen: false,
+                                },
+                            ),
+                            Term::Tuple(elements) | Term::List(elements) => {
+                                for e in elements {
+                                    self.term(e, &shown, &tuple);
+                                }
+                            }
+                            other => self.term(other, &shown, &tuple),
+                        }
+                    } else {
+                        self.term(&relation.value, &shown, &tuple);
+                    }
+                }
+                RelationTarget::MapEntry(name, key) => {
+                    if let CqlType::Map {
+                        key: key_type,
+                        value,
+                        ..
+                    } = self.column_type(name)
+                    {
+                        self.term(key, &format!("key({name})"), &key_type);
+                        self.term(&relation.value, &format!("value({name})"), &value);
+                    }
+                }
+            }
+        }
+    }
+
+    fn using(&mut self, using: &Using) {
+        if let Some(ttl) = &using.ttl {
+            self.term(ttl, "[ttl]", &CqlType::Int);
+        }
+        if let Some(timestamp) = &using.timestamp {
+            self.term(timestamp, "[timestamp]", &CqlType::Bigint);
+        }
+    }
+
+    fn conditions(&mut self, conditions: &Option<Conditions>) {
+        if let Some(Conditions::Columns(list)) = conditions {
+            for condition in list {
+                let cql_type = self.column_type(&condition.column);
+                self.term(&condition.value, &condition.column, &cql_type);
+            }
+        }
+    }
+
+    fn statement(&mut self, statement: &Statement) {
+        match statement {
+            Statement::Select(select) => {
+                self.relations(&select.relations);
+                if let Some(limit) = &select.per_partition_limit {
+                    self.term(limit, "[per_partition_limit]", &CqlType::Int);
+                }
+                if let Some(limit) = &select.limit {
+                    self.term(limit, "[limit]", &CqlType::Int);
+                }
+            }
+            Statement::Insert(insert) => {
+                for (name, value) in insert.columns.iter().zip(&insert.values) {
+                    if let (Term::Bind(marker), Some(column)) = (value, self.table.column(name)) {
+                        if column.kind == ColumnKind::PartitionKey {
+                            self.partition_key_markers[column.position as usize] =
+                                Some(marker.index);
+                        }
+                    }
+                    let cql_type = self.column_type(name);
+                    self.term(value, name, &cql_type);
+                }
+                self.using(&insert.using);
+            }
+            Statement::Update(update) => {
+                self.using(&update.using);
+                for assignment in &update.assignments {
+                    let name = assignment.column().to_string();
+                    let cql_type = self.column_type(&name);
+                    match assignment {
+                        Assignment::Set { value, .. }
+                        | Assignment::Add { value, .. }
+                        | Assignment::Prepend { value, .. } => self.term(value, &name, &cql_type),
+                        Assignment::Remove { value, .. } => {
+                            let removed = match &cql_type {
+                                CqlType::Map { key, .. } => CqlType::Set {
+                                    element: key.clone(),
+                                    frozen: false,
+                                },
+                                other => other.clone(),
+                            };
+                            self.term(value, &name, &removed)
+                        }
+                        Assignment::SetElement { key, value, .. } => match &cql_type {
+                            CqlType::List { element, .. } => {
+                                self.term(key, &format!("idx({name})"), &CqlType::Int);
+                                self.term(value, &format!("value({name})"), element);
+                            }
+                            CqlType::Map {
+                                key: key_type,
+                                value: value_type,
+                                ..
+                            } => {
+                                self.term(key, &format!("key({name})"), key_type);
+                                self.term(value, &format!("value({name})"), value_type);
+                            }
+                            _ => {}
+                        },
+                    }
+                }
+                self.relations(&update.relations);
+                self.conditions(&update.conditions);
+            }
+            Statement::Delete(delete) => {
+                for target in &delete.targets {
+                    if let Some(element) = &target.element {
+                        let element_type = match self.column_type(&target.column) {
+                            CqlType::List { .. } => CqlType::Int,
+                            CqlType::Map { key, .. } => *key,
+                            CqlType::Set { element, .. } => *element,
+                            other => other,
+                        };
+                        self.term(element, &target.column, &element_type);
+                    }
+                }
+                self.using(&delete.using);
+                self.relations(&delete.relations);
+                self.conditions(&delete.conditions);
+            }
+            _ => {}
+        }
+    }
+}
+
+fn table_of<'s>(
+    coordinator: &Coordinator,
+    session: &Session,
+    schema: &'s crate::schema::Schema,
+    statement: &Statement,
+) -> Result<Option<&'s Arc<TableMetadata>>, CqlError> {
+    let name = match statement {
+        Statement::Select(s) => &s.table,
+        Statement::Insert(s) => &s.table,
+        Statement::Update(s) => &s.table,
+        Statement::Delete(s) => &s.table,
+        _ => return Ok(None),
+    };
+    let keyspace = coordinator.keyspace_for(session, &name.keyspace)?;
+    Ok(Some(schema.table(&keyspace, &name.name)?))
+}
+
+pub(crate) fn prepare(
+    coordinator: &Coordinator,
+    session: &Session,
+    text: &str,
+) -> Result<ResultBody, CqlError> {
+    let (statement, marker_count) = shoal_cql::parser::parse_with_marker_count(text)?;
+    let schema = coordinator.schema();
+    let mut bind_columns: Vec<Option<ColumnSpec>> = vec![None; marker_count];
+    let mut partition_key_indexes = Vec::new();
+    let mut result_columns = Vec::new();
+    let statements: Vec<&Statement> = match &statement {
+        Statement::Batch(batch) => batch.statements.iter().collect(),
+        other => vec![other],
+    };
+    if let Statement::Batch(batch) = &statement {
+        if let Some(timestamp) = &batch.using.timestamp {
+            if let Term::Bind(marker) = timestamp {
+                bind_columns[marker.index] = Some(ColumnSpec {
+                    keyspace: String::new(),
+                    table: String::new(),
+                    name: "[timestamp]".into(),
+                    cql_type: CqlType::Bigint,
+                });
+            }
+        }
+    }
+    for inner in &statements {
+        let Some(table) = table_of(coordinator, session, &schema, inner)? else {
+            continue;
+        };
+        let mut walker = MarkerTypes {
+            table,
+            found: Vec::new(),
+            partition_key_markers: vec![None; table.partition_key_count()],
+        };
+        walker.statement(inner);
+        for (index, name, cql_type) in walker.found {
+            if let Some(slot) = bind_columns.get_mut(index) {
+                *slot = Some(ColumnSpec {
+                    keyspace: table.keyspace.clone(),
+                    table: table.name.clone(),
+                    name,
+                    cql_type,
+                });
+            }
+        }
+        if statements.len() == 1 && walker.partition_key_markers.iter().all(Option::is_some) {
+            partition_key_indexes = walker
+                .partition_key_markers
+                .iter()
+                .flatten()
+                .map(|i| *i as u16)
+                .collect();
+        }
+        if let Statement::Select(select) = inner {
+            // Validate the query now (unknown columns, filtering) with no values bound.
+            let columns = crate::read::result_columns(table, select)?;
+            result_columns = columns;
+        }
+    }
+    let bind_columns: Vec<ColumnSpec> = bind_columns
+        .into_iter()
+        .enumerate()
+        .map(|(i, spec)| {
+            spec.unwrap_or(ColumnSpec {
+                keyspace: String::new(),
+                table: String::new(),
+                name: format!("marker{i}"),
+                cql_type: CqlType::Blob,
+            })
+        })
+        .collect();
+    let keyspace = session.keyspace.clone();
+    let id = statement_id(keyspace.as_deref(), text);
+    coordinator.prepared.insert(
+        id.clone(),
+        Arc::new(PreparedStatement {
+            statement,
+            keyspace,
+        }),
+    );
+    Ok(ResultBody::Prepared(Prepared {
+        id,
+        bind_columns,
+        partition_key_indexes,
+        result_columns,
+    }))
+}

@@ -1,0 +1,548 @@
+//! The virtual system tables drivers and tools read: `system.local`, `system.peers`,
+//! `system.peers_v2`, the nine `system_schema` tables and `system_virtual_schema`, with
+//! Cassandra 5.0's column names and types. Their rows are generated from the schema and
+//! the node's identity on every read; nothing is stored.
+
+use crate::schema::{
+    ColumnKind, ColumnMetadata, KeyspaceMetadata, Schema, TableMetadata, TableOptions,
+};
+use crate::{Coordinator, CQL_VERSION, RELEASE_VERSION};
+use shoal_model::{CqlType, Value};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub const SYSTEM: &str = "system";
+pub const SYSTEM_SCHEMA: &str = "system_schema";
+pub const SYSTEM_VIRTUAL_SCHEMA: &str = "system_virtual_schema";
+/// The datacenter a node is in unless its configuration says otherwise.
+pub const DEFAULT_DATACENTER: &str = "datacenter1";
+
+type ColumnList<'a> = &'a [(&'a str, &'a str)];
+
+fn virtual_table(
+    keyspace: &str,
+    name: &str,
+    partition_key: ColumnList<'_>,
+    clustering: ColumnList<'_>,
+    regular: ColumnList<'_>,
+) -> Arc<TableMetadata> {
+    let mut columns = Vec::new();
+    let mut add = |list: ColumnList<'_>, kind: ColumnKind| {
+        for (position, (column, type_text)) in list.iter().enumerate() {
+            columns.push(ColumnMetadata {
+                name: column.to_string(),
+                cql_type: CqlType::parse(type_text).unwrap_or(CqlType::Text),
+                kind,
+                position: if kind == ColumnKind::Regular {
+                    -1
+                } else {
+                    position as i32
+                },
+                descending: false,
+            });
+        }
+    };
+    add(partition_key, ColumnKind::PartitionKey);
+    add(clustering, ColumnKind::Clustering);
+    add(regular, ColumnKind::Regular);
+    let mut table = TableMetadata {
+        keyspace: keyspace.to_string(),
+        name: name.to_string(),
+        id: *uuid::Uuid::new_v5(
+            &uuid::Uuid::NAMESPACE_OID,
+            format!("{keyspace}.{name}").as_bytes(),
+        )
+        .as_bytes(),
+        columns,
+        options: TableOptions::default(),
+        dropped_columns: BTreeMap::new(),
+        is_virtual: true,
+    };
+    table.normalize_column_order();
+    Arc::new(table)
+}
+
+fn keyspace(
+    name: &str,
+    replication_class: &str,
+    tables: Vec<Arc<TableMetadata>>,
+) -> KeyspaceMetadata {
+    KeyspaceMetadata {
+        name: name.to_string(),
+        replication: BTreeMap::from([("class".to_string(), replication_class.to_string())]),
+        durable_writes: true,
+        tables: tables.into_iter().map(|t| (t.name.clone(), t)).collect(),
+        is_system: true,
+    }
+}
+
+const TABLE_OPTION_COLUMNS: ColumnList<'static> = &[
+    ("additional_write_policy", "text"),
+    ("allow_auto_snapshot", "boolean"),
+    ("bloom_filter_fp_chance", "double"),
+    ("caching", "frozen<map<text, text>>"),
+    ("cdc", "boolean"),
+    ("comment", "text"),
+    ("compaction", "frozen<map<text, text>>"),
+    ("compression", "frozen<map<text, text>>"),
+    ("crc_check_chance", "double"),
+    ("default_time_to_live", "int"),
+    ("extensions", "frozen<map<text, blob>>"),
+    ("flags", "frozen<set<text>>"),
+    ("gc_grace_seconds", "int"),
+    ("id", "uuid"),
+    ("incremental_backups", "boolean"),
+    ("max_index_interval", "int"),
+    ("memtable", "text"),
+    ("memtable_flush_period_in_ms", "int"),
+    ("min_index_interval", "int"),
+    ("read_repair", "text"),
+    ("speculative_retry", "text"),
+];
+
+/// The system keyspaces and their virtual tables.
+pub fn system_keyspaces() -> Vec<KeyspaceMetadata> {
+    let column_columns: ColumnList<'static> = &[
+        ("clustering_order", "text"),
+        ("column_name_bytes", "blob"),
+        ("kind", "text"),
+        ("position", "int"),
+        ("type", "text"),
+    ];
+    let mut view_columns: Vec<(&str, &str)> = TABLE_OPTION_COLUMNS
+        .iter()
+        .copied()
+        .filter(|(name, _)| {
+            !matches!(
+                *name,
+                "flags" | "allow_auto_snapshot" | "incremental_backups" | "memtable"
+            )
+        })
+        .collect();
+    view_columns.extend([
+        ("base_table_id", "uuid"),
+        ("base_table_name", "text"),
+        ("include_all_columns", "boolean"),
+        ("where_clause", "text"),
+    ]);
+    vec![
+        keyspace(
+            SYSTEM,
+            "org.apache.cassandra.locator.LocalStrategy",
+            vec![
+                virtual_table(
+                    SYSTEM,
+                    "local",
+                    &[("key", "text")],
+                    &[],
+                    &[
+                        ("bootstrapped", "text"),
+                        ("broadcast_address", "inet"),
+                        ("broadcast_port", "int"),
+                        ("cluster_name", "text"),
+                        ("cql_version", "text"),
+                        ("data_center", "text"),
+                        ("gossip_generation", "int"),
+                        ("host_id", "uuid"),
+                        ("listen_address", "inet"),
+                        ("listen_port", "int"),
+                        ("native_protocol_version", "text"),
+                        ("partitioner", "text"),
+                        ("rack", "text"),
+                        ("release_version", "text"),
+                        ("rpc_address", "inet"),
+                        ("rpc_port", "int"),
+                        ("schema_version", "uuid"),
+                        ("tokens", "set<text>"),
+                        ("truncated_at", "map<uuid, blob>"),
+                    ],
+                ),
+                virtual_table(
+                    SYSTEM,
+                    "peers",
+                    &[("peer", "inet")],
+                    &[],
+                    &[
+                        ("data_center", "text"),
+                        ("host_id", "uuid"),
+                        ("preferred_ip", "inet"),
+                        ("rack", "text"),
+                        ("release_version", "text"),
+                        ("rpc_address", "inet"),
+                        ("schema_version", "uuid"),
+                        ("tokens", "set<text>"),
+                    ],
+                ),
+                virtual_table(
+                    SYSTEM,
+                    "peers_v2",
+                    &[("peer", "inet")],
+                    &[("peer_port", "int")],
+                    &[
+                        ("data_center", "text"),
+                        ("host_id", "uuid"),
+                        ("native_address", "inet"),
+                        ("native_port", "int"),
+                        ("preferred_ip", "inet"),
+                        ("preferred_port", "int"),
+                        ("rack", "text"),
+                        ("release_version", "text"),
+                        ("schema_version", "uuid"),
+                        ("tokens", "set<text>"),
+                    ],
+                ),
+            ],
+        ),
+        keyspace(
+            SYSTEM_SCHEMA,
+            "org.apache.cassandra.locator.LocalStrategy",
+            vec![
+                virtual_table(
+                    SYSTEM_SCHEMA,
+                    "keyspaces",
+                    &[("keyspace_name", "text")],
+                    &[],
+                    &[
+                        ("durable_writes", "boolean"),
+                        ("replication", "frozen<map<text, text>>"),
+                    ],
+                ),
+                virtual_table(
+                    SYSTEM_SCHEMA,
+                    "tables",
+                    &[("keyspace_name", "text")],
+                    &[("table_name", "text")],
+                    TABLE_OPTION_COLUMNS,
+                ),
+                virtual_table(
+                    SYSTEM_SCHEMA,
+                    "columns",
+                    &[("keyspace_name", "text")],
+                    &[("table_name", "text"), ("column_name", "text")],
+                    column_columns,
+                ),
+                virtual_table(
+                    SYSTEM_SCHEMA,
+                    "dropped_columns",
+                    &[("keyspace_name", "text")],
+                    &[("table_name", "text"), ("column_name", "text")],
+                    &[
+                        ("dropped_time", "timestamp"),
+                        ("kind", "text"),
+                        ("type", "text"),
+                    ],
+                ),
+                virtual_table(
+                    SYSTEM_SCHEMA,
+                    "triggers",
+                    &[("keyspace_name", "text")],
+                    &[("table_name", "text"), ("trigger_name", "text")],
+                    &[("options", "frozen<map<text, text>>")],
+                ),
+                virtual_table(
+                    SYSTEM_SCHEMA,
+                    "views",
+                    &[("keyspace_name", "text")],
+                    &[("view_name", "text")],
+                    &view_columns,
+                ),
+                virtual_table(
+                    SYSTEM_SCHEMA,
+                    "types",
+                    &[("keyspace_name", "text")],
+                    &[("type_name", "text")],
+                    &[
+                        ("field_names", "frozen<list<text>>"),
+                        ("field_types", "frozen<list<text>>"),
+                    ],
+                ),
+                virtual_table(
+                    SYSTEM_SCHEMA,
+                    "functions",
+                    &[("keyspace_name", "text")],
+                    &[
+                        ("function_name", "text"),
+                        ("argument_types", "frozen<list<text>>"),
+                    ],
+                    &[
+                        ("argument_names", "frozen<list<text>>"),
+                        ("body", "text"),
+                        ("called_on_null_input", "boolean"),
+                        ("language", "text"),
+                        ("return_type", "text"),
+                    ],
+                ),
+                virtual_table(
+                    SYSTEM_SCHEMA,
+                    "aggregates",
+                    &[("keyspace_name", "text")],
+                    &[
+                        ("aggregate_name", "text"),
+                        ("argument_types", "frozen<list<text>>"),
+                    ],
+                    &[
+                        ("final_func", "text"),
+                        ("initcond", "text"),
+                        ("return_type", "text"),
+                        ("state_func", "text"),
+                        ("state_type", "text"),
+                    ],
+                ),
+                virtual_table(
+                    SYSTEM_SCHEMA,
+                    "indexes",
+                    &[("keyspace_name", "text")],
+                    &[("table_name", "text"), ("index_name", "text")],
+                    &[("kind", "text"), ("options", "frozen<map<text, text>>")],
+                ),
+            ],
+        ),
+        keyspace(
+            SYSTEM_VIRTUAL_SCHEMA,
+            "org.apache.cassandra.locator.LocalStrategy",
+            vec![
+                virtual_table(
+                    SYSTEM_VIRTUAL_SCHEMA,
+                    "keyspaces",
+                    &[("keyspace_name", "text")],
+                    &[],
+                    &[],
+                ),
+                virtual_table(
+                    SYSTEM_VIRTUAL_SCHEMA,
+                    "tables",
+                    &[("keyspace_name", "text")],
+                    &[("table_name", "text")],
+                    &[("comment", "text")],
+                ),
+                virtual_table(
+                    SYSTEM_VIRTUAL_SCHEMA,
+                    "columns",
+                    &[("keyspace_name", "text")],
+                    &[("table_name", "text"), ("column_name", "text")],
+                    column_columns,
+                ),
+            ],
+        ),
+    ]
+}
+
+fn text(value: &str) -> Option<Value> {
+    Some(Value::Text(value.to_string()))
+}
+
+fn text_map(map: &BTreeMap<String, String>) -> Option<Value> {
+    Some(Value::Map(
+        map.iter()
+            .map(|(k, v)| (Value::Text(k.clone()), Value::Text(v.clone())))
+            .collect(),
+    ))
+}
+
+fn text_set(values: impl IntoIterator<Item = String>) -> Option<Value> {
+    let mut elements: Vec<Value> = values.into_iter().map(Value::Text).collect();
+    elements.sort_by(|a, b| a.compare(b));
+    Some(Value::Set(elements))
+}
+
+/// Builds a row in the table's column order from `(column, value)` pairs.
+fn row(table: &TableMetadata, values: Vec<(&str, Option<Value>)>) -> Vec<Option<Value>> {
+    let mut row = vec![None; table.columns.len()];
+    for (name, value) in values {
+        if let Some(index) = table.column_index(name) {
+            row[index] = value;
+        }
+    }
+    row
+}
+
+/// Keyspaces listed in `system_schema` (every keyspace but the virtual one).
+fn schema_keyspaces(schema: &Schema) -> impl Iterator<Item = &KeyspaceMetadata> {
+    schema
+        .keyspaces
+        .values()
+        .filter(|k| k.name != SYSTEM_VIRTUAL_SCHEMA)
+}
+
+fn column_rows(table: &TableMetadata, target: &TableMetadata) -> Vec<Vec<Option<Value>>> {
+    target
+        .columns
+        .iter()
+        .map(|column| {
+            let clustering_order = match column.kind {
+                ColumnKind::Clustering if column.descending => "desc",
+                ColumnKind::Clustering => "asc",
+                _ => "none",
+            };
+            row(
+                table,
+                vec![
+                    ("keyspace_name", text(&target.keyspace)),
+                    ("table_name", text(&target.name)),
+                    ("column_name", text(&column.name)),
+                    ("clustering_order", text(clustering_order)),
+                    (
+                        "column_name_bytes",
+                        Some(Value::Blob(column.name.as_bytes().to_vec())),
+                    ),
+                    ("kind", text(column.kind.schema_name())),
+                    ("position", Some(Value::Int(column.position))),
+                    ("type", text(&column.cql_type.to_string())),
+                ],
+            )
+        })
+        .collect()
+}
+
+/// All rows of a virtual table, in its column order.
+pub fn rows(
+    coordinator: &Coordinator,
+    schema: &Schema,
+    table: &TableMetadata,
+) -> Vec<Vec<Option<Value>>> {
+    let info = coordinator.info();
+    let schema_version = Some(Value::Uuid(schema.version));
+    match (table.keyspace.as_str(), table.name.as_str()) {
+        (SYSTEM, "local") => vec![row(
+            table,
+            vec![
+                ("key", text("local")),
+                ("bootstrapped", text("COMPLETED")),
+                ("broadcast_address", Some(Value::Inet(info.address))),
+                ("broadcast_port", Some(Value::Int(7000))),
+                ("cluster_name", text(&info.cluster_name)),
+                ("cql_version", text(CQL_VERSION)),
+                ("data_center", text(&info.datacenter)),
+                (
+                    "gossip_generation",
+                    Some(Value::Int(info.gossip_generation)),
+                ),
+                ("host_id", Some(Value::Uuid(info.host_id))),
+                ("listen_address", Some(Value::Inet(info.address))),
+                ("listen_port", Some(Value::Int(7000))),
+                ("native_protocol_version", text("4")),
+                (
+                    "partitioner",
+                    text("org.apache.cassandra.dht.Murmur3Partitioner"),
+                ),
+                ("rack", text(&info.rack)),
+                ("release_version", text(RELEASE_VERSION)),
+                ("rpc_address", Some(Value::Inet(info.address))),
+                ("rpc_port", Some(Value::Int(info.cql_port as i32))),
+                ("schema_version", schema_version),
+                ("tokens", text_set(info.tokens.iter().map(i64::to_string))),
+            ],
+        )],
+        (SYSTEM, "peers") | (SYSTEM, "peers_v2") => Vec::new(),
+        (SYSTEM_SCHEMA, "keyspaces") => schema_keyspaces(schema)
+            .map(|k| {
+                row(
+                    table,
+                    vec![
+                        ("keyspace_name", text(&k.name)),
+                        ("durable_writes", Some(Value::Boolean(k.durable_writes))),
+                        ("replication", text_map(&k.replication)),
+                    ],
+                )
+            })
+            .collect(),
+        (SYSTEM_SCHEMA, "tables") => schema_keyspaces(schema)
+            .flat_map(|k| k.tables.values())
+            .map(|t| {
+                let o = &t.options;
+                row(
+                    table,
+                    vec![
+                        ("keyspace_name", text(&t.keyspace)),
+                        ("table_name", text(&t.name)),
+                        ("additional_write_policy", text(&o.additional_write_policy)),
+                        ("allow_auto_snapshot", Some(Value::Boolean(true))),
+                        (
+                            "bloom_filter_fp_chance",
+                            Some(Value::Double(o.bloom_filter_fp_chance)),
+                        ),
+                        ("caching", text_map(&o.caching)),
+                        ("cdc", Some(Value::Boolean(false))),
+                        ("comment", text(&o.comment)),
+                        ("compaction", text_map(&o.compaction)),
+                        ("compression", text_map(&o.compression)),
+                        ("crc_check_chance", Some(Value::Double(o.crc_check_chance))),
+                        (
+                            "default_time_to_live",
+                            Some(Value::Int(o.default_time_to_live)),
+                        ),
+                        ("extensions", Some(Value::Map(Vec::new()))),
+                        ("flags", text_set(["compound".to_string()])),
+                        ("gc_grace_seconds", Some(Value::Int(o.gc_grace_seconds))),
+                        ("id", Some(Value::Uuid(t.id))),
+                        ("incremental_backups", Some(Value::Boolean(true))),
+                        ("max_index_interval", Some(Value::Int(o.max_index_interval))),
+                        ("memtable", text("default")),
+                        (
+                            "memtable_flush_period_in_ms",
+                            Some(Value::Int(o.memtable_flush_period_in_ms)),
+                        ),
+                        ("min_index_interval", Some(Value::Int(o.min_index_interval))),
+                        ("read_repair", text(&o.read_repair)),
+                        ("speculative_retry", text(&o.speculative_retry)),
+                    ],
+                )
+            })
+            .collect(),
+        (SYSTEM_SCHEMA, "columns") => schema_keyspaces(schema)
+            .flat_map(|k| k.tables.values())
+            .flat_map(|t| column_rows(table, t))
+            .collect(),
+        (SYSTEM_SCHEMA, "dropped_columns") => schema_keyspaces(schema)
+            .flat_map(|k| k.tables.values())
+            .flat_map(|t| {
+                t.dropped_columns.iter().map(|(name, dropped)| {
+                    row(
+                        table,
+                        vec![
+                            ("keyspace_name", text(&t.keyspace)),
+                            ("table_name", text(&t.name)),
+                            ("column_name", text(name)),
+                            (
+                                "dropped_time",
+                                Some(Value::Timestamp(dropped.dropped_at_micros / 1000)),
+                            ),
+                            ("kind", text("regular")),
+                            ("type", text(&dropped.cql_type.to_string())),
+                        ],
+                    )
+                })
+            })
+            .collect(),
+        (SYSTEM_VIRTUAL_SCHEMA, "keyspaces") => schema
+            .keyspaces
+            .values()
+            .filter(|k| k.name == SYSTEM_VIRTUAL_SCHEMA)
+            .map(|k| row(table, vec![("keyspace_name", text(&k.name))]))
+            .collect(),
+        (SYSTEM_VIRTUAL_SCHEMA, "tables") => schema
+            .keyspaces
+            .values()
+            .filter(|k| k.name == SYSTEM_VIRTUAL_SCHEMA)
+            .flat_map(|k| k.tables.values())
+            .map(|t| {
+                row(
+                    table,
+                    vec![
+                        ("keyspace_name", text(&t.keyspace)),
+                        ("table_name", text(&t.name)),
+                        ("comment", text("")),
+                    ],
+                )
+            })
+            .collect(),
+        (SYSTEM_VIRTUAL_SCHEMA, "columns") => schema
+            .keyspaces
+            .values()
+            .filter(|k| k.name == SYSTEM_VIRTUAL_SCHEMA)
+            .flat_map(|k| k.tables.values())
+            .flat_map(|t| column_rows(table, t))
+            .collect(),
+        _ => Vec::new(),
+    }
+}

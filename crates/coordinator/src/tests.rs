@@ -1,0 +1,1 @@
+//! End-to-end statement tests against the in-memory engine.

@@ -1,0 +1,324 @@
+//! The parsed form of CQL statements. Names are already case-folded (unquoted names
+//! lowercased); values are still untyped [`Term`]s, typed later against the schema.
+
+use shoal_model::CqlType;
+
+/// `keyspace.name` or just `name` (the session's keyspace is filled in later).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QualifiedName {
+    pub keyspace: Option<String>,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Literal {
+    String(String),
+    /// Integer text (may exceed 64 bits for varint).
+    Integer(String),
+    Float(String),
+    Boolean(bool),
+    Null,
+    Uuid(String),
+    Blob(Vec<u8>),
+    Duration(String),
+    NaN,
+    Infinity,
+}
+
+/// A bind marker; `index` is its position among all markers of the statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindMarker {
+    pub index: usize,
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Term {
+    Literal(Literal),
+    Negative(Box<Term>),
+    Bind(BindMarker),
+    List(Vec<Term>),
+    Set(Vec<Term>),
+    Map(Vec<(Term, Term)>),
+    /// `(a, b, c)`: a tuple value, or the list of an `IN (...)`.
+    Tuple(Vec<Term>),
+    Function {
+        name: String,
+        arguments: Vec<Term>,
+    },
+    Cast {
+        cql_type: CqlType,
+        term: Box<Term>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Selector {
+    Column(String),
+    WriteTime(String),
+    Ttl(String),
+    /// `count(*)` or `count(1)`.
+    CountAll,
+    Token(Vec<String>),
+    Function {
+        name: String,
+        arguments: Vec<Selector>,
+    },
+    Cast {
+        selector: Box<Selector>,
+        cql_type: CqlType,
+    },
+    Literal(Term),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SelectItem {
+    pub selector: Selector,
+    pub alias: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operator {
+    Eq,
+    NotEq,
+    Lt,
+    Lte,
+    Gt,
+    Gte,
+    In,
+    Contains,
+    ContainsKey,
+    Like,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum RelationTarget {
+    Column(String),
+    /// `(c1, c2) > (1, 2)`: a multi-column relation on clustering columns.
+    Columns(Vec<String>),
+    Token(Vec<String>),
+    /// `m['key'] = value` on a map column (filtering).
+    MapEntry(String, Term),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Relation {
+    pub target: RelationTarget,
+    pub operator: Operator,
+    pub value: Term,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Select {
+    pub table: QualifiedName,
+    pub json: bool,
+    pub distinct: bool,
+    /// Empty means `*`.
+    pub items: Vec<SelectItem>,
+    pub relations: Vec<Relation>,
+    pub group_by: Vec<String>,
+    /// `(column, descending)`.
+    pub order_by: Vec<(String, bool)>,
+    pub per_partition_limit: Option<Term>,
+    pub limit: Option<Term>,
+    pub allow_filtering: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Using {
+    pub ttl: Option<Term>,
+    pub timestamp: Option<Term>,
+}
+
+/// A lightweight-transaction condition.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Conditions {
+    NotExists,
+    Exists,
+    Columns(Vec<ColumnCondition>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ColumnCondition {
+    pub column: String,
+    pub element: Option<Term>,
+    pub operator: Operator,
+    pub value: Term,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Insert {
+    pub table: QualifiedName,
+    pub columns: Vec<String>,
+    pub values: Vec<Term>,
+    /// `INSERT ... JSON '...'`: the JSON text term.
+    pub json: Option<Term>,
+    pub if_not_exists: bool,
+    pub using: Using,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Assignment {
+    /// `c = value`
+    Set { column: String, value: Term },
+    /// `c = c + value` (append, union, counter increment)
+    Add { column: String, value: Term },
+    /// `c = value + c` (list prepend)
+    Prepend { column: String, value: Term },
+    /// `c = c - value`
+    Remove { column: String, value: Term },
+    /// `c[key] = value`
+    SetElement {
+        column: String,
+        key: Term,
+        value: Term,
+    },
+}
+
+impl Assignment {
+    pub fn column(&self) -> &str {
+        match self {
+            Assignment::Set { column, .. }
+            | Assignment::Add { column, .. }
+            | Assignment::Prepend { column, .. }
+            | Assignment::Remove { column, .. }
+            | Assignment::SetElement { column, .. } => column,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Update {
+    pub table: QualifiedName,
+    pub using: Using,
+    pub assignments: Vec<Assignment>,
+    pub relations: Vec<Relation>,
+    pub conditions: Option<Conditions>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeleteTarget {
+    pub column: String,
+    /// `DELETE m['k']` / `DELETE l[2]`.
+    pub element: Option<Term>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Delete {
+    pub table: QualifiedName,
+    pub targets: Vec<DeleteTarget>,
+    pub using: Using,
+    pub relations: Vec<Relation>,
+    pub conditions: Option<Conditions>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchType {
+    Logged,
+    Unlogged,
+    Counter,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    pub batch_type: BatchType,
+    pub using: Using,
+    pub statements: Vec<Statement>,
+}
+
+/// `WITH name = value AND ...` options; values are terms (maps, strings, numbers).
+pub type Properties = Vec<(String, Term)>;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ColumnDefinition {
+    pub name: String,
+    pub cql_type: CqlType,
+    pub is_static: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreateTable {
+    pub table: QualifiedName,
+    pub if_not_exists: bool,
+    pub columns: Vec<ColumnDefinition>,
+    pub partition_key: Vec<String>,
+    pub clustering_key: Vec<String>,
+    /// `(column, descending)` from `CLUSTERING ORDER BY`.
+    pub clustering_order: Vec<(String, bool)>,
+    pub properties: Properties,
+    pub compact_storage: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum AlterTableAction {
+    Add(Vec<ColumnDefinition>),
+    Drop(Vec<String>),
+    Rename(Vec<(String, String)>),
+    AlterType { column: String, cql_type: CqlType },
+    With(Properties),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum DescribeTarget {
+    Cluster,
+    Keyspaces,
+    /// `None`: the current keyspace.
+    Keyspace(Option<String>),
+    Tables,
+    Table(QualifiedName),
+    Schema {
+        full: bool,
+    },
+    Types,
+    Functions,
+    Aggregates,
+    /// `DESCRIBE name`: a keyspace or a table, whichever exists.
+    Name(QualifiedName),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Statement {
+    Select(Box<Select>),
+    Insert(Box<Insert>),
+    Update(Box<Update>),
+    Delete(Box<Delete>),
+    Batch(Box<Batch>),
+    CreateKeyspace {
+        name: String,
+        if_not_exists: bool,
+        properties: Properties,
+    },
+    AlterKeyspace {
+        name: String,
+        properties: Properties,
+    },
+    DropKeyspace {
+        name: String,
+        if_exists: bool,
+    },
+    CreateTable(Box<CreateTable>),
+    AlterTable {
+        table: QualifiedName,
+        action: AlterTableAction,
+    },
+    DropTable {
+        table: QualifiedName,
+        if_exists: bool,
+    },
+    Truncate(QualifiedName),
+    Use(String),
+    Describe {
+        target: DescribeTarget,
+        only: bool,
+    },
+}
+
+impl Statement {
+    /// True for statements that change data (allowed inside BATCH).
+    pub fn is_modification(&self) -> bool {
+        matches!(
+            self,
+            Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)
+        )
+    }
+}

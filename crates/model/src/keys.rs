@@ -1,0 +1,293 @@
+//! The storage key layout. One table's data is ordered by
+//! `(table id, token, partition key, section, clustering, column)`:
+//!
+//! ```text
+//! table id (16) | token (8, sortable) | partition key length (u16) | partition key
+//!   | 0x10                                   partition deletion
+//!   | 0x20 | start bound | end bound         range tombstone
+//!   | 0x30 | column part | L (u16)           static row
+//!   | 0x40 | clustering | column part | L    clustered row
+//! column part (L is its length, stored last so that it never affects ordering):
+//!   0x00                                     row marker (liveness from INSERT)
+//!   0x01                                     row deletion
+//!   0x02 | name length (u16) | name | path   cell (path: element key of a collection)
+//!   0x03 | name length (u16) | name          whole-collection deletion
+//! ```
+//!
+//! Because the token comes first, a token range of a table — a tablet — is one contiguous
+//! key range: scans walk it in token order, truncation and streaming take it whole. Within
+//! a partition, deletions sort before the rows they may shadow, so a forward scan meets
+//! them first.
+
+use crate::Token;
+
+/// Length of the table id prefix.
+pub const TABLE_ID_LENGTH: usize = 16;
+/// Length of `table id | token`: the prefix that bloom filters are built on.
+pub const TOKEN_PREFIX_LENGTH: usize = TABLE_ID_LENGTH + 8;
+
+pub const SECTION_PARTITION_DELETION: u8 = 0x10;
+pub const SECTION_RANGE_TOMBSTONE: u8 = 0x20;
+pub const SECTION_STATIC_ROW: u8 = 0x30;
+pub const SECTION_ROW: u8 = 0x40;
+
+pub const COLUMN_ROW_MARKER: u8 = 0x00;
+pub const COLUMN_ROW_DELETION: u8 = 0x01;
+pub const COLUMN_CELL: u8 = 0x02;
+pub const COLUMN_COLLECTION_DELETION: u8 = 0x03;
+
+/// Kinds of clustering bound in a range tombstone key.
+pub const BOUND_INCLUSIVE: u8 = 1;
+pub const BOUND_EXCLUSIVE: u8 = 0;
+
+/// `table id` — all of a table's keys start with it.
+pub fn table_prefix(table_id: &[u8; 16]) -> Vec<u8> {
+    table_id.to_vec()
+}
+
+/// The first key after every key of the table.
+pub fn table_end(table_id: &[u8; 16]) -> Vec<u8> {
+    increment_prefix(table_id).unwrap_or_else(|| vec![0xff; TABLE_ID_LENGTH + 1])
+}
+
+/// `table id | token`: the start of a token's keys.
+pub fn token_prefix(table_id: &[u8; 16], token: Token) -> Vec<u8> {
+    let mut key = Vec::with_capacity(TOKEN_PREFIX_LENGTH);
+    key.extend_from_slice(table_id);
+    key.extend_from_slice(&token.to_sortable_bytes());
+    key
+}
+
+/// `table id | token | partition key`: the prefix of every key of one partition.
+pub fn partition_prefix(table_id: &[u8; 16], token: Token, partition_key: &[u8]) -> Vec<u8> {
+    let mut key = Vec::with_capacity(TOKEN_PREFIX_LENGTH + 2 + partition_key.len() + 64);
+    key.extend_from_slice(table_id);
+    key.extend_from_slice(&token.to_sortable_bytes());
+    key.extend_from_slice(&(partition_key.len() as u16).to_be_bytes());
+    key.extend_from_slice(partition_key);
+    key
+}
+
+/// Splits a storage key into `(token, partition key, rest after the partition key)`.
+pub fn split_partition(key: &[u8]) -> Option<(Token, &[u8], &[u8])> {
+    let token_bytes: [u8; 8] = key
+        .get(TABLE_ID_LENGTH..TOKEN_PREFIX_LENGTH)?
+        .try_into()
+        .ok()?;
+    let length_bytes = key.get(TOKEN_PREFIX_LENGTH..TOKEN_PREFIX_LENGTH + 2)?;
+    let length = u16::from_be_bytes([length_bytes[0], length_bytes[1]]) as usize;
+    let start = TOKEN_PREFIX_LENGTH + 2;
+    let partition_key = key.get(start..start + length)?;
+    Some((
+        Token::from_sortable_bytes(token_bytes),
+        partition_key,
+        &key[start + length..],
+    ))
+}
+
+/// Appends a column part and its trailing length to a row key that already holds
+/// `partition prefix | section [| clustering]`.
+pub fn push_column_part(key: &mut Vec<u8>, part: impl FnOnce(&mut Vec<u8>)) {
+    let start = key.len();
+    part(key);
+    let length = (key.len() - start) as u16;
+    key.extend_from_slice(&length.to_be_bytes());
+}
+
+/// Splits the part of a row key after the partition key (`section | clustering | column
+/// part | L`) into `(section, clustering, column part)`.
+pub fn split_row_key(rest: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&section, body) = rest.split_first()?;
+    if body.len() < 2 {
+        return None;
+    }
+    let length = u16::from_be_bytes([body[body.len() - 2], body[body.len() - 1]]) as usize;
+    let column_end = body.len() - 2;
+    let column_start = column_end.checked_sub(length)?;
+    Some((
+        section,
+        &body[..column_start],
+        &body[column_start..column_end],
+    ))
+}
+
+/// Appends a regular column's cell part: `0x02 | len | name | path`.
+pub fn push_cell_column(key: &mut Vec<u8>, column: &str, path: &[u8]) {
+    key.push(COLUMN_CELL);
+    key.extend_from_slice(&(column.len() as u16).to_be_bytes());
+    key.extend_from_slice(column.as_bytes());
+    key.extend_from_slice(path);
+}
+
+/// Appends a whole-collection deletion part: `0x03 | len | name`.
+pub fn push_collection_deletion(key: &mut Vec<u8>, column: &str) {
+    key.push(COLUMN_COLLECTION_DELETION);
+    key.extend_from_slice(&(column.len() as u16).to_be_bytes());
+    key.extend_from_slice(column.as_bytes());
+}
+
+/// A parsed column part.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ColumnPart<'a> {
+    RowMarker,
+    RowDeletion,
+    Cell { column: &'a [u8], path: &'a [u8] },
+    CollectionDeletion { column: &'a [u8] },
+}
+
+pub fn parse_column_part(bytes: &[u8]) -> Option<ColumnPart<'_>> {
+    let (&tag, rest) = bytes.split_first()?;
+    match tag {
+        COLUMN_ROW_MARKER => Some(ColumnPart::RowMarker),
+        COLUMN_ROW_DELETION => Some(ColumnPart::RowDeletion),
+        COLUMN_CELL | COLUMN_COLLECTION_DELETION => {
+            let length = u16::from_be_bytes([*rest.first()?, *rest.get(1)?]) as usize;
+            let column = rest.get(2..2 + length)?;
+            if tag == COLUMN_CELL {
+                Some(ColumnPart::Cell {
+                    column,
+                    path: &rest[2 + length..],
+                })
+            } else {
+                Some(ColumnPart::CollectionDeletion { column })
+            }
+        }
+        _ => None,
+    }
+}
+
+/// The smallest byte string greater than every string starting with `prefix`, or `None`
+/// when the prefix is all `0xff`.
+pub fn increment_prefix(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut bytes = prefix.to_vec();
+    while let Some(last) = bytes.pop() {
+        if last < 0xff {
+            bytes.push(last + 1);
+            return Some(bytes);
+        }
+    }
+    None
+}
+
+/// Serializes a partition key as Cassandra does: a single component is its bytes; a
+/// composite key is, per component, `u16 length | bytes | 0x00`. The token hashes this.
+pub fn serialize_partition_key(components: &[Vec<u8>]) -> Vec<u8> {
+    if components.len() == 1 {
+        return components[0].clone();
+    }
+    let mut out = Vec::new();
+    for component in components {
+        out.extend_from_slice(&(component.len() as u16).to_be_bytes());
+        out.extend_from_slice(component);
+        out.push(0);
+    }
+    out
+}
+
+/// Splits a serialized partition key back into `count` components.
+pub fn split_partition_key(serialized: &[u8], count: usize) -> Option<Vec<&[u8]>> {
+    if count == 1 {
+        return Some(vec![serialized]);
+    }
+    let mut components = Vec::with_capacity(count);
+    let mut position = 0;
+    for _ in 0..count {
+        let length_bytes = serialized.get(position..position + 2)?;
+        let length = u16::from_be_bytes([length_bytes[0], length_bytes[1]]) as usize;
+        components.push(serialized.get(position + 2..position + 2 + length)?);
+        position += 3 + length;
+    }
+    (position == serialized.len()).then_some(components)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_keys_split_back() {
+        let table = [7u8; 16];
+        let key = partition_prefix(&table, Token(-5), b"pk");
+        let mut full = key.clone();
+        full.push(SECTION_ROW);
+        full.extend_from_slice(b"ck");
+        push_column_part(&mut full, |k| push_cell_column(k, "v", b"p"));
+        let (token, partition_key, rest) = split_partition(&full).unwrap();
+        assert_eq!((token, partition_key), (Token(-5), &b"pk"[..]));
+        let (section, clustering, column) = split_row_key(rest).unwrap();
+        assert_eq!((section, clustering), (SECTION_ROW, &b"ck"[..]));
+        assert_eq!(
+            parse_column_part(column),
+            Some(ColumnPart::Cell {
+                column: b"v",
+                path: b"p"
+            })
+        );
+        assert!(split_partition(&key[..10]).is_none());
+    }
+
+    #[test]
+    fn composite_partition_keys_round_trip() {
+        let components = vec![b"a".to_vec(), vec![0, 0, 0, 1]];
+        let serialized = serialize_partition_key(&components);
+        let split = split_partition_key(&serialized, 2).unwrap();
+        assert_eq!(split, vec![&b"a"[..], &[0, 0, 0, 1][..]]);
+        assert!(split_partition_key(&serialized, 3).is_none());
+    }
+
+    #[test]
+    fn column_parts_parse() {
+        let mut key = Vec::new();
+        push_cell_column(&mut key, "tags", b"path");
+        assert_eq!(
+            parse_column_part(&key),
+            Some(ColumnPart::Cell {
+                column: b"tags",
+                path: b"path"
+            })
+        );
+        assert_eq!(increment_prefix(&[1, 0xff]), Some(vec![2]));
+        assert_eq!(increment_prefix(&[0xff]), None);
+    }
+}
+
+/// Appends a range tombstone's key part to a partition prefix:
+/// `0x20 | start length (u16) | start | start inclusive | end length | end | end inclusive`.
+/// Bounds are clustering prefixes in their byte-comparable encoding; an empty inclusive
+/// bound is unbounded.
+pub fn push_range_tombstone(
+    key: &mut Vec<u8>,
+    start: &[u8],
+    start_inclusive: bool,
+    end: &[u8],
+    end_inclusive: bool,
+) {
+    key.push(SECTION_RANGE_TOMBSTONE);
+    for (bound, inclusive) in [(start, start_inclusive), (end, end_inclusive)] {
+        key.extend_from_slice(&(bound.len() as u16).to_be_bytes());
+        key.extend_from_slice(bound);
+        key.push(if inclusive {
+            BOUND_INCLUSIVE
+        } else {
+            BOUND_EXCLUSIVE
+        });
+    }
+}
+
+/// Parses the part after the partition key of a range tombstone key into
+/// `(start, start inclusive, end, end inclusive)`.
+pub fn parse_range_tombstone(rest: &[u8]) -> Option<(&[u8], bool, &[u8], bool)> {
+    let (&section, mut body) = rest.split_first()?;
+    if section != SECTION_RANGE_TOMBSTONE {
+        return None;
+    }
+    let mut bounds = Vec::with_capacity(2);
+    for _ in 0..2 {
+        let length = u16::from_be_bytes([*body.first()?, *body.get(1)?]) as usize;
+        let bound = body.get(2..2 + length)?;
+        let inclusive = *body.get(2 + length)? == BOUND_INCLUSIVE;
+        bounds.push((bound, inclusive));
+        body = &body[3 + length..];
+    }
+    Some((bounds[0].0, bounds[0].1, bounds[1].0, bounds[1].1))
+}

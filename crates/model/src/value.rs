@@ -1,0 +1,637 @@
+//! Typed CQL values and their native-protocol serialization.
+//!
+//! The serialized form ([`Value::serialize`]) is exactly what the CQL v4 protocol puts in
+//! a `[bytes]` value, and it is also what a cell stores on disk: a read returns stored bytes
+//! to the client without decoding them. [`Value::deserialize`] checks every length, so a
+//! malformed value from a client is an error, never a panic.
+
+use crate::{CqlType, DecodeError};
+use num_bigint::BigInt;
+use std::cmp::Ordering;
+use std::fmt::Write as _;
+use std::net::IpAddr;
+
+/// A non-null CQL value. Null is `Option<Value>::None` wherever a value may be absent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Ascii(String),
+    Bigint(i64),
+    Blob(Vec<u8>),
+    Boolean(bool),
+    Counter(i64),
+    Decimal {
+        unscaled: BigInt,
+        scale: i32,
+    },
+    Double(f64),
+    Duration {
+        months: i32,
+        days: i32,
+        nanoseconds: i64,
+    },
+    Float(f32),
+    Inet(IpAddr),
+    Int(i32),
+    Smallint(i16),
+    Text(String),
+    /// Nanoseconds since midnight.
+    Time(i64),
+    /// Milliseconds since the epoch.
+    Timestamp(i64),
+    Timeuuid([u8; 16]),
+    Tinyint(i8),
+    Uuid([u8; 16]),
+    Varint(BigInt),
+    /// Days since the epoch, offset by 2^31 (the protocol's unsigned form).
+    Date(u32),
+    List(Vec<Value>),
+    Set(Vec<Value>),
+    Map(Vec<(Value, Value)>),
+    Tuple(Vec<Option<Value>>),
+}
+
+/// The epoch day in [`Value::Date`]'s unsigned representation.
+pub const DATE_EPOCH_OFFSET: u32 = 1 << 31;
+
+fn need(bytes: &[u8], length: usize, what: &str) -> Result<(), DecodeError> {
+    if bytes.len() != length {
+        return Err(DecodeError(format!(
+            "Expected {length} bytes for a {what} value, got {}",
+            bytes.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Reads a signed variable-length integer (zig-zag vint, as Cassandra's duration uses).
+fn read_signed_vint(bytes: &[u8], position: &mut usize) -> Result<i64, DecodeError> {
+    let first = *bytes
+        .get(*position)
+        .ok_or_else(|| DecodeError::new("Truncated duration"))?;
+    *position += 1;
+    let extra = first.leading_ones() as usize;
+    let mut value: u64 = if extra >= 8 {
+        0
+    } else {
+        (first & (0xff >> extra)) as u64
+    };
+    for _ in 0..extra {
+        let byte = *bytes
+            .get(*position)
+            .ok_or_else(|| DecodeError::new("Truncated duration"))?;
+        *position += 1;
+        value = (value << 8) | byte as u64;
+    }
+    Ok(((value >> 1) as i64) ^ -((value & 1) as i64))
+}
+
+fn write_signed_vint(out: &mut Vec<u8>, value: i64) {
+    let zigzag = ((value << 1) ^ (value >> 63)) as u64;
+    let significant_bits = 64 - zigzag.leading_zeros() as usize;
+    let mut extra = if significant_bits <= 7 {
+        0
+    } else {
+        (significant_bits - 1) / 7
+    };
+    if extra > 8 {
+        extra = 8;
+    }
+    let total = extra + 1;
+    let mut buffer = [0u8; 9];
+    let mut remaining = zigzag;
+    for i in (0..total).rev() {
+        buffer[i] = (remaining & 0xff) as u8;
+        remaining >>= 8;
+    }
+    if extra < 8 {
+        buffer[0] |= !(0xffu8 >> extra);
+    } else {
+        buffer[0] = 0xff;
+    }
+    out.extend_from_slice(&buffer[..total]);
+}
+
+fn read_length_prefixed<'a>(
+    bytes: &'a [u8],
+    position: &mut usize,
+) -> Result<Option<&'a [u8]>, DecodeError> {
+    let header = bytes
+        .get(*position..*position + 4)
+        .ok_or_else(|| DecodeError::new("Truncated collection element length"))?;
+    let length = i32::from_be_bytes([header[0], header[1], header[2], header[3]]);
+    *position += 4;
+    if length < 0 {
+        return Ok(None);
+    }
+    let end = position
+        .checked_add(length as usize)
+        .filter(|end| *end <= bytes.len())
+        .ok_or_else(|| DecodeError::new("Truncated collection element"))?;
+    let slice = &bytes[*position..end];
+    *position = end;
+    Ok(Some(slice))
+}
+
+fn read_count(bytes: &[u8], position: &mut usize) -> Result<usize, DecodeError> {
+    let header = bytes
+        .get(*position..*position + 4)
+        .ok_or_else(|| DecodeError::new("Truncated collection size"))?;
+    *position += 4;
+    let count = i32::from_be_bytes([header[0], header[1], header[2], header[3]]);
+    if count < 0 || count as usize > bytes.len() {
+        return Err(DecodeError::new("Invalid collection size"));
+    }
+    Ok(count as usize)
+}
+
+fn write_length_prefixed(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as i32).to_be_bytes());
+    out.extend_from_slice(bytes);
+}
+
+impl Value {
+    /// The native protocol serialization of this value.
+    pub fn serialize(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.serialize_into(&mut out);
+        out
+    }
+
+    pub fn serialize_into(&self, out: &mut Vec<u8>) {
+        match self {
+            Value::Ascii(s) | Value::Text(s) => out.extend_from_slice(s.as_bytes()),
+            Value::Bigint(v) | Value::Counter(v) | Value::Timestamp(v) | Value::Time(v) => {
+                out.extend_from_slice(&v.to_be_bytes())
+            }
+            Value::Blob(b) => out.extend_from_slice(b),
+            Value::Boolean(b) => out.push(*b as u8),
+            Value::Decimal { unscaled, scale } => {
+                out.extend_from_slice(&scale.to_be_bytes());
+                out.extend_from_slice(&unscaled.to_signed_bytes_be());
+            }
+            Value::Double(v) => out.extend_from_slice(&v.to_be_bytes()),
+            Value::Duration {
+                months,
+                days,
+                nanoseconds,
+            } => {
+                write_signed_vint(out, *months as i64);
+                write_signed_vint(out, *days as i64);
+                write_signed_vint(out, *nanoseconds);
+            }
+            Value::Float(v) => out.extend_from_slice(&v.to_be_bytes()),
+            Value::Inet(IpAddr::V4(a)) => out.extend_from_slice(&a.octets()),
+            Value::Inet(IpAddr::V6(a)) => out.extend_from_slice(&a.octets()),
+            Value::Int(v) => out.extend_from_slice(&v.to_be_bytes()),
+            Value::Smallint(v) => out.extend_from_slice(&v.to_be_bytes()),
+            Value::Tinyint(v) => out.extend_from_slice(&v.to_be_bytes()),
+            Value::Timeuuid(u) | Value::Uuid(u) => out.extend_from_slice(u),
+            Value::Varint(v) => out.extend_from_slice(&v.to_signed_bytes_be()),
+            Value::Date(d) => out.extend_from_slice(&d.to_be_bytes()),
+            Value::List(elements) | Value::Set(elements) => {
+                out.extend_from_slice(&(elements.len() as i32).to_be_bytes());
+                for element in elements {
+                    write_length_prefixed(out, &element.serialize());
+                }
+            }
+            Value::Map(entries) => {
+                out.extend_from_slice(&(entries.len() as i32).to_be_bytes());
+                for (key, value) in entries {
+                    write_length_prefixed(out, &key.serialize());
+                    write_length_prefixed(out, &value.serialize());
+                }
+            }
+            Value::Tuple(elements) => {
+                for element in elements {
+                    match element {
+                        Some(value) => write_length_prefixed(out, &value.serialize()),
+                        None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Decodes a serialized value of type `cql_type`, validating it as Cassandra does.
+    pub fn deserialize(cql_type: &CqlType, bytes: &[u8]) -> Result<Value, DecodeError> {
+        Ok(match cql_type {
+            CqlType::Ascii => {
+                if !bytes.is_ascii() {
+                    return Err(DecodeError::new(
+                        "Invalid ASCII character in string literal",
+                    ));
+                }
+                Value::Ascii(String::from_utf8_lossy(bytes).into_owned())
+            }
+            CqlType::Text => Value::Text(
+                String::from_utf8(bytes.to_vec())
+                    .map_err(|_| DecodeError::new("Invalid UTF-8 bytes"))?,
+            ),
+            CqlType::Bigint | CqlType::Counter | CqlType::Timestamp | CqlType::Time => {
+                need(bytes, 8, "64-bit")?;
+                let v = i64::from_be_bytes(bytes.try_into().unwrap_or([0; 8]));
+                match cql_type {
+                    CqlType::Bigint => Value::Bigint(v),
+                    CqlType::Counter => Value::Counter(v),
+                    CqlType::Timestamp => Value::Timestamp(v),
+                    _ => {
+                        if !(0..86_400_000_000_000).contains(&v) {
+                            return Err(DecodeError::new("Time value out of range"));
+                        }
+                        Value::Time(v)
+                    }
+                }
+            }
+            CqlType::Blob => Value::Blob(bytes.to_vec()),
+            CqlType::Boolean => {
+                need(bytes, 1, "boolean")?;
+                Value::Boolean(bytes[0] != 0)
+            }
+            CqlType::Decimal => {
+                if bytes.len() < 4 {
+                    return Err(DecodeError::new("Decimal value too short"));
+                }
+                Value::Decimal {
+                    scale: i32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]),
+                    unscaled: BigInt::from_signed_bytes_be(&bytes[4..]),
+                }
+            }
+            CqlType::Double => {
+                need(bytes, 8, "double")?;
+                Value::Double(f64::from_be_bytes(bytes.try_into().unwrap_or([0; 8])))
+            }
+            CqlType::Duration => {
+                let mut position = 0;
+                let months = read_signed_vint(bytes, &mut position)?;
+                let days = read_signed_vint(bytes, &mut position)?;
+                let nanoseconds = read_signed_vint(bytes, &mut position)?;
+                if position != bytes.len() {
+                    return Err(DecodeError::new("Trailing bytes in duration"));
+                }
+                Value::Duration {
+                    months: months as i32,
+                    days: days as i32,
+                    nanoseconds,
+                }
+            }
+            CqlType::Float => {
+                need(bytes, 4, "float")?;
+                Value::Float(f32::from_be_bytes(bytes.try_into().unwrap_or([0; 4])))
+            }
+            CqlType::Inet => match bytes.len() {
+                4 => Value::Inet(IpAddr::from(<[u8; 4]>::try_from(bytes).unwrap_or([0; 4]))),
+                16 => Value::Inet(IpAddr::from(<[u8; 16]>::try_from(bytes).unwrap_or([0; 16]))),
+                n => {
+                    return Err(DecodeError(format!(
+                        "Invalid inet value: expected 4 or 16 bytes, got {n}"
+                    )))
+                }
+            },
+            CqlType::Int => {
+                need(bytes, 4, "int")?;
+                Value::Int(i32::from_be_bytes(bytes.try_into().unwrap_or([0; 4])))
+            }
+            CqlType::Smallint => {
+                need(bytes, 2, "smallint")?;
+                Value::Smallint(i16::from_be_bytes([bytes[0], bytes[1]]))
+            }
+            CqlType::Tinyint => {
+                need(bytes, 1, "tinyint")?;
+                Value::Tinyint(bytes[0] as i8)
+            }
+            CqlType::Uuid | CqlType::Timeuuid => {
+                need(bytes, 16, "uuid")?;
+                let array: [u8; 16] = bytes.try_into().unwrap_or([0; 16]);
+                if *cql_type == CqlType::Timeuuid {
+                    if array[6] >> 4 != 1 {
+                        return Err(DecodeError::new(
+                            "Unsupported UUID version for timeuuid: only version 1 is allowed",
+                        ));
+                    }
+                    Value::Timeuuid(array)
+                } else {
+                    Value::Uuid(array)
+                }
+            }
+            CqlType::Varint => {
+                if bytes.is_empty() {
+                    return Err(DecodeError::new("Empty varint"));
+                }
+                Value::Varint(BigInt::from_signed_bytes_be(bytes))
+            }
+            CqlType::Date => {
+                need(bytes, 4, "date")?;
+                Value::Date(u32::from_be_bytes(bytes.try_into().unwrap_or([0; 4])))
+            }
+            CqlType::List { element, .. } | CqlType::Set { element, .. } => {
+                let mut position = 0;
+                let count = read_count(bytes, &mut position)?;
+                let mut elements = Vec::with_capacity(count);
+                for _ in 0..count {
+                    let element_bytes =
+                        read_length_prefixed(bytes, &mut position)?.ok_or_else(|| {
+                            DecodeError::new("null is not supported inside collections")
+                        })?;
+                    elements.push(Value::deserialize(element, element_bytes)?);
+                }
+                if position != bytes.len() {
+                    return Err(DecodeError::new("Trailing bytes in collection"));
+                }
+                if matches!(cql_type, CqlType::List { .. }) {
+                    Value::List(elements)
+                } else {
+                    elements.sort_by(|a, b| a.compare(b));
+                    elements.dedup_by(|a, b| a.compare(b) == Ordering::Equal);
+                    Value::Set(elements)
+                }
+            }
+            CqlType::Map { key, value, .. } => {
+                let mut position = 0;
+                let count = read_count(bytes, &mut position)?;
+                let mut entries = Vec::with_capacity(count);
+                for _ in 0..count {
+                    let key_bytes =
+                        read_length_prefixed(bytes, &mut position)?.ok_or_else(|| {
+                            DecodeError::new("null is not supported inside collections")
+                        })?;
+                    let value_bytes =
+                        read_length_prefixed(bytes, &mut position)?.ok_or_else(|| {
+                            DecodeError::new("null is not supported inside collections")
+                        })?;
+                    entries.push((
+                        Value::deserialize(key, key_bytes)?,
+                        Value::deserialize(value, value_bytes)?,
+                    ));
+                }
+                if position != bytes.len() {
+                    return Err(DecodeError::new("Trailing bytes in map"));
+                }
+                entries.sort_by(|a, b| a.0.compare(&b.0));
+                entries.dedup_by(|a, b| a.0.compare(&b.0) == Ordering::Equal);
+                Value::Map(entries)
+            }
+            CqlType::Tuple(types) => {
+                let mut position = 0;
+                let mut elements = Vec::with_capacity(types.len());
+                for element_type in types {
+                    if position == bytes.len() {
+                        elements.push(None);
+                        continue;
+                    }
+                    match read_length_prefixed(bytes, &mut position)? {
+                        Some(element) => {
+                            elements.push(Some(Value::deserialize(element_type, element)?))
+                        }
+                        None => elements.push(None),
+                    }
+                }
+                if position != bytes.len() {
+                    return Err(DecodeError::new("Trailing bytes in tuple"));
+                }
+                Value::Tuple(elements)
+            }
+        })
+    }
+
+    /// Cassandra's comparator order for two values of the same type.
+    pub fn compare(&self, other: &Value) -> Ordering {
+        use Value::*;
+        match (self, other) {
+            (Ascii(a), Ascii(b)) | (Text(a), Text(b)) => a.as_bytes().cmp(b.as_bytes()),
+            (Bigint(a), Bigint(b))
+            | (Counter(a), Counter(b))
+            | (Timestamp(a), Timestamp(b))
+            | (Time(a), Time(b)) => a.cmp(b),
+            (Blob(a), Blob(b)) => a.cmp(b),
+            (Boolean(a), Boolean(b)) => a.cmp(b),
+            (
+                Decimal {
+                    unscaled: ua,
+                    scale: sa,
+                },
+                Decimal {
+                    unscaled: ub,
+                    scale: sb,
+                },
+            ) => {
+                // Compare a·10^-sa with b·10^-sb exactly by bringing both to the larger scale.
+                let max_scale = (*sa).max(*sb);
+                let scale_up =
+                    |u: &BigInt, s: i32| u * BigInt::from(10).pow((max_scale - s) as u32);
+                scale_up(ua, *sa).cmp(&scale_up(ub, *sb))
+            }
+            (Double(a), Double(b)) => a.total_cmp(b),
+            (Float(a), Float(b)) => a.total_cmp(b),
+            (Inet(a), Inet(b)) => inet_bytes(a).cmp(&inet_bytes(b)),
+            (Int(a), Int(b)) => a.cmp(b),
+            (Smallint(a), Smallint(b)) => a.cmp(b),
+            (Tinyint(a), Tinyint(b)) => a.cmp(b),
+            (Timeuuid(a), Timeuuid(b)) => timeuuid_order_key(a).cmp(&timeuuid_order_key(b)),
+            (Uuid(a), Uuid(b)) => uuid_order_key(a).cmp(&uuid_order_key(b)),
+            (Varint(a), Varint(b)) => a.cmp(b),
+            (Date(a), Date(b)) => a.cmp(b),
+            (List(a), List(b)) | (Set(a), Set(b)) => compare_sequences(a, b),
+            (Map(a), Map(b)) => {
+                for ((ka, va), (kb, vb)) in a.iter().zip(b.iter()) {
+                    let order = ka.compare(kb).then_with(|| va.compare(vb));
+                    if order != Ordering::Equal {
+                        return order;
+                    }
+                }
+                a.len().cmp(&b.len())
+            }
+            (Tuple(a), Tuple(b)) => {
+                for (x, y) in a.iter().zip(b.iter()) {
+                    let order = match (x, y) {
+                        (None, None) => Ordering::Equal,
+                        (None, Some(_)) => Ordering::Less,
+                        (Some(_), None) => Ordering::Greater,
+                        (Some(x), Some(y)) => x.compare(y),
+                    };
+                    if order != Ordering::Equal {
+                        return order;
+                    }
+                }
+                a.len().cmp(&b.len())
+            }
+            (Duration { .. }, Duration { .. }) => self.serialize().cmp(&other.serialize()),
+            // Different types never meet in a well-typed comparison; order them stably.
+            _ => self.serialize().cmp(&other.serialize()),
+        }
+    }
+
+    /// The value as a CQL literal, as `DESCRIBE` prints it.
+    pub fn to_cql_literal(&self) -> String {
+        match self {
+            Value::Ascii(s) | Value::Text(s) => format!("'{}'", s.replace('\'', "''")),
+            Value::Blob(b) => {
+                let mut text = String::from("0x");
+                for byte in b {
+                    let _ = write!(text, "{byte:02x}");
+                }
+                text
+            }
+            Value::Map(entries) => {
+                let inner: Vec<String> = entries
+                    .iter()
+                    .map(|(k, v)| format!("{}: {}", k.to_cql_literal(), v.to_cql_literal()))
+                    .collect();
+                format!("{{{}}}", inner.join(", "))
+            }
+            Value::List(elements) => format!(
+                "[{}]",
+                elements
+                    .iter()
+                    .map(Value::to_cql_literal)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Value::Set(elements) => format!(
+                "{{{}}}",
+                elements
+                    .iter()
+                    .map(Value::to_cql_literal)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Value::Bigint(v) | Value::Counter(v) | Value::Timestamp(v) | Value::Time(v) => {
+                v.to_string()
+            }
+            Value::Int(v) => v.to_string(),
+            Value::Smallint(v) => v.to_string(),
+            Value::Tinyint(v) => v.to_string(),
+            Value::Boolean(b) => b.to_string(),
+            Value::Double(v) => v.to_string(),
+            Value::Float(v) => v.to_string(),
+            Value::Varint(v) => v.to_string(),
+            Value::Uuid(u) | Value::Timeuuid(u) => uuid::Uuid::from_bytes(*u).to_string(),
+            Value::Inet(a) => format!("'{a}'"),
+            Value::Date(d) => (*d as i64 - DATE_EPOCH_OFFSET as i64).to_string(),
+            Value::Decimal { unscaled, scale } => format!("{unscaled}E{}", -scale),
+            Value::Duration {
+                months,
+                days,
+                nanoseconds,
+            } => format!("{months}mo{days}d{nanoseconds}ns"),
+            Value::Tuple(elements) => format!(
+                "({})",
+                elements
+                    .iter()
+                    .map(|e| e.as_ref().map_or("null".to_string(), Value::to_cql_literal))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+}
+
+fn compare_sequences(a: &[Value], b: &[Value]) -> Ordering {
+    for (x, y) in a.iter().zip(b.iter()) {
+        let order = x.compare(y);
+        if order != Ordering::Equal {
+            return order;
+        }
+    }
+    a.len().cmp(&b.len())
+}
+
+pub(crate) fn inet_bytes(address: &IpAddr) -> Vec<u8> {
+    match address {
+        IpAddr::V4(a) => a.octets().to_vec(),
+        IpAddr::V6(a) => a.octets().to_vec(),
+    }
+}
+
+/// The 60-bit timestamp of a version-1 UUID.
+pub fn uuid_timestamp(bytes: &[u8; 16]) -> u64 {
+    let time_low = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as u64;
+    let time_mid = u16::from_be_bytes([bytes[4], bytes[5]]) as u64;
+    let time_high = (u16::from_be_bytes([bytes[6], bytes[7]]) & 0x0fff) as u64;
+    (time_high << 48) | (time_mid << 32) | time_low
+}
+
+/// TimeUUIDType order: by embedded timestamp, then by the remaining bytes (signed).
+pub(crate) fn timeuuid_order_key(bytes: &[u8; 16]) -> (u64, [u8; 8]) {
+    let mut rest = [0u8; 8];
+    for (i, byte) in bytes[8..].iter().enumerate() {
+        rest[i] = byte ^ 0x80;
+    }
+    (uuid_timestamp(bytes), rest)
+}
+
+/// UUIDType order: by version, then time-based UUIDs by timestamp, then by bytes.
+pub(crate) fn uuid_order_key(bytes: &[u8; 16]) -> (u8, u64, [u8; 16]) {
+    let version = bytes[6] >> 4;
+    let time = if version == 1 {
+        uuid_timestamp(bytes)
+    } else {
+        0
+    };
+    (version, time, *bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(cql_type: &str, value: Value) {
+        let cql_type = CqlType::parse(cql_type).unwrap();
+        let bytes = value.serialize();
+        assert_eq!(Value::deserialize(&cql_type, &bytes).unwrap(), value);
+    }
+
+    #[test]
+    fn values_round_trip() {
+        round_trip("int", Value::Int(-7));
+        round_trip("text", Value::Text("héllo".into()));
+        round_trip(
+            "varint",
+            Value::Varint(BigInt::from(-123456789012345678i64) * 1000),
+        );
+        round_trip(
+            "decimal",
+            Value::Decimal {
+                unscaled: BigInt::from(31415),
+                scale: 4,
+            },
+        );
+        round_trip(
+            "duration",
+            Value::Duration {
+                months: 14,
+                days: -3,
+                nanoseconds: 3_600_000_000_001,
+            },
+        );
+        round_trip("list<int>", Value::List(vec![Value::Int(3), Value::Int(1)]));
+        round_trip(
+            "map<text, int>",
+            Value::Map(vec![(Value::Text("a".into()), Value::Int(1))]),
+        );
+        round_trip(
+            "frozen<tuple<int, text>>",
+            Value::Tuple(vec![Some(Value::Int(1)), None]),
+        );
+    }
+
+    #[test]
+    fn malformed_values_are_errors() {
+        assert!(Value::deserialize(&CqlType::Int, &[1, 2, 3]).is_err());
+        assert!(Value::deserialize(&CqlType::Text, &[0xff, 0xfe]).is_err());
+        assert!(Value::deserialize(&CqlType::parse("list<int>").unwrap(), &[0, 0, 0, 9]).is_err());
+        assert!(Value::deserialize(&CqlType::Duration, &[0xff]).is_err());
+    }
+
+    #[test]
+    fn decimals_compare_by_magnitude() {
+        let one_point_five = Value::Decimal {
+            unscaled: BigInt::from(15),
+            scale: 1,
+        };
+        let one_point_twenty = Value::Decimal {
+            unscaled: BigInt::from(120),
+            scale: 2,
+        };
+        assert_eq!(one_point_five.compare(&one_point_twenty), Ordering::Greater);
+    }
+}

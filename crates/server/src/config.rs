@@ -1,0 +1,141 @@
+//! Node configuration: one typed [`Config`], defaults in one place ([`Config::default`]),
+//! loaded from a TOML file (`conf/shoal.toml` documents every field), overridden from the
+//! command line, then checked by [`Config::validate`].
+
+use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+/// How writes become durable (Cassandra's `commitlog_sync`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CommitLogSync {
+    /// Acknowledge at once; sync the log every `commitlog_sync_period_ms`. A crash loses at
+    /// most that window of acknowledged writes.
+    Periodic,
+    /// Acknowledge a write only after the log sync that covers it; one sync serves every
+    /// write of its epoch (group commit). Acknowledged writes survive `kill -9`.
+    Group,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Name reported in `system.local.cluster_name`.
+    pub cluster_name: String,
+    /// Directory for data and metadata; created if missing.
+    pub data_dir: PathBuf,
+    /// Address to listen on for CQL clients (and, later, other nodes).
+    pub listen_address: IpAddr,
+    /// CQL native protocol port.
+    pub cql_port: u16,
+    /// Datacenter and rack this node reports.
+    pub datacenter: String,
+    pub rack: String,
+    /// `periodic` (default) or `group`.
+    pub commitlog_sync: CommitLogSync,
+    /// Periodic mode: how often the write-ahead log is synced.
+    pub commitlog_sync_period_ms: u64,
+    /// Largest accepted frame body (Cassandra's `native_transport_max_frame_size`).
+    pub max_frame_bytes: usize,
+    /// Requests one connection may have in flight; beyond it requests get `Overloaded`.
+    pub max_requests_in_flight_per_connection: usize,
+    /// Client connections accepted at once; beyond it new connections are closed.
+    pub max_connections: usize,
+    /// RocksDB block cache, in MiB.
+    pub block_cache_mib: usize,
+    /// RocksDB memtable size, in MiB.
+    pub memtable_mib: usize,
+    /// Log filter, e.g. `info` or `shoal=debug` (overridden by RUST_LOG).
+    pub log_level: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            cluster_name: "Shoal Cluster".into(),
+            data_dir: PathBuf::from("data"),
+            listen_address: IpAddr::from([127, 0, 0, 1]),
+            cql_port: 9042,
+            datacenter: "datacenter1".into(),
+            rack: "rack1".into(),
+            commitlog_sync: CommitLogSync::Periodic,
+            commitlog_sync_period_ms: 10_000,
+            max_frame_bytes: shoal_cql::frame::DEFAULT_MAX_FRAME_BYTES,
+            max_requests_in_flight_per_connection: 2048,
+            max_connections: 1024,
+            block_cache_mib: 256,
+            memtable_mib: 64,
+            log_level: "info".into(),
+        }
+    }
+}
+
+impl Config {
+    /// Reads a TOML file; missing fields keep their defaults.
+    pub fn load(path: &Path) -> anyhow::Result<Config> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("cannot read config file {}: {e}", path.display()))?;
+        toml::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))
+    }
+
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(self.cql_port != 0, "cql_port must not be 0");
+        anyhow::ensure!(
+            self.commitlog_sync_period_ms >= 1 && self.commitlog_sync_period_ms <= 600_000,
+            "commitlog_sync_period_ms must be between 1 and 600000 (got {})",
+            self.commitlog_sync_period_ms
+        );
+        anyhow::ensure!(
+            (1024..=256 * 1024 * 1024).contains(&self.max_frame_bytes),
+            "max_frame_bytes must be between 1 KiB and 256 MiB (got {})",
+            self.max_frame_bytes
+        );
+        anyhow::ensure!(
+            (1..=32_768).contains(&self.max_requests_in_flight_per_connection),
+            "max_requests_in_flight_per_connection must be between 1 and 32768"
+        );
+        anyhow::ensure!(
+            self.max_connections >= 1,
+            "max_connections must be at least 1"
+        );
+        anyhow::ensure!(
+            self.block_cache_mib >= 8,
+            "block_cache_mib must be at least 8"
+        );
+        anyhow::ensure!(self.memtable_mib >= 1, "memtable_mib must be at least 1");
+        anyhow::ensure!(
+            !self.cluster_name.is_empty(),
+            "cluster_name must not be empty"
+        );
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shipped_config_file_is_valid_and_matches_the_defaults() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../conf/shoal.toml");
+        let config = Config::load(&path).unwrap();
+        config.validate().unwrap();
+        assert_eq!(config, Config::default());
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_a_message() {
+        let config = Config {
+            commitlog_sync_period_ms: 0,
+            ..Config::default()
+        };
+        assert!(config
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("commitlog_sync_period_ms"));
+        assert!(toml::from_str::<Config>("no_such_field = 1").is_err());
+    }
+}

@@ -1,0 +1,171 @@
+//! The server layer: the only place that owns sockets, threads, timers and files.
+//!
+//! - [`config`] — the node's typed configuration.
+//! - [`durability`] — the commit log policy (periodic sync or epoch group commit) behind
+//!   the coordinator's `WriteLog`.
+//! - [`connection`] — one CQL client connection: frames in, requests run concurrently,
+//!   coalesced frames out.
+//! - [`events`] — pushing SCHEMA_CHANGE (and later topology/status) events.
+//! - [`Node`] — opens storage, builds the coordinator, listens for clients, and shuts
+//!   everything down cleanly.
+
+pub mod config;
+pub mod connection;
+pub mod durability;
+pub mod events;
+
+use anyhow::Context;
+use config::Config;
+use durability::CommitLog;
+use shoal_coordinator::{Coordinator, NodeInfo};
+use shoal_storage::{Engine, RocksEngine, RocksOptions};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+
+/// How many tokens a single node reports (like Cassandra's default `num_tokens: 16`).
+const REPORTED_TOKEN_COUNT: i64 = 16;
+
+/// Evenly spaced tokens over the ring.
+fn evenly_spaced_tokens(count: i64) -> Vec<i64> {
+    let step = (u64::MAX / count as u64) as i128;
+    (1..=count)
+        .map(|i| (i64::MIN as i128 + step * i as i128).min(i64::MAX as i128) as i64)
+        .collect()
+}
+
+/// This node's identity, created on first start and kept in the engine's metadata.
+fn load_host_id(engine: &dyn Engine) -> anyhow::Result<[u8; 16]> {
+    const KEY: &[u8] = b"local/host_id";
+    if let Some((_, value)) = engine
+        .metadata_with_prefix(KEY)?
+        .into_iter()
+        .find(|(k, _)| k == KEY)
+    {
+        if let Ok(id) = <[u8; 16]>::try_from(value.as_slice()) {
+            return Ok(id);
+        }
+    }
+    let id = *uuid::Uuid::new_v4().as_bytes();
+    engine.put_metadata(KEY, &id)?;
+    Ok(id)
+}
+
+/// A running node.
+pub struct Node {
+    pub coordinator: Arc<Coordinator>,
+    commit_log: Arc<CommitLog>,
+    cql_address: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    listener_task: tokio::task::JoinHandle<()>,
+}
+
+impl Node {
+    /// Opens storage and starts serving CQL. Must be called inside a Tokio runtime.
+    pub async fn start(config: Config) -> anyhow::Result<Node> {
+        config.validate()?;
+        std::fs::create_dir_all(&config.data_dir).with_context(|| {
+            format!("cannot create data directory {}", config.data_dir.display())
+        })?;
+        let rocks_options = RocksOptions {
+            block_cache_mib: config.block_cache_mib,
+            memtable_mib: config.memtable_mib,
+            ..RocksOptions::default()
+        };
+        let engine: Arc<dyn Engine> = Arc::new(
+            RocksEngine::open(&config.data_dir.join("rocksdb"), &rocks_options)
+                .with_context(|| format!("cannot open storage in {}", config.data_dir.display()))?,
+        );
+        let commit_log = CommitLog::start(
+            Arc::clone(&engine),
+            config.commitlog_sync,
+            config.commitlog_sync_period_ms,
+        )?;
+        let info = NodeInfo {
+            cluster_name: config.cluster_name.clone(),
+            address: config.listen_address,
+            cql_port: config.cql_port,
+            datacenter: config.datacenter.clone(),
+            rack: config.rack.clone(),
+            host_id: load_host_id(engine.as_ref())?,
+            tokens: evenly_spaced_tokens(REPORTED_TOKEN_COUNT),
+            gossip_generation: shoal_model::timestamp::now_seconds(),
+        };
+        let coordinator = Arc::new(
+            Coordinator::new(Arc::clone(&engine), commit_log.clone(), info)
+                .map_err(|e| anyhow::anyhow!("cannot load the schema: {}", e.message))?,
+        );
+        let address = SocketAddr::new(config.listen_address, config.cql_port);
+        let listener = TcpListener::bind(address)
+            .await
+            .with_context(|| format!("cannot listen for CQL clients on {address}"))?;
+        let cql_address = listener.local_addr()?;
+        let (shutdown, mut shutdown_rx) = watch::channel(false);
+        let events = Arc::new(events::EventBus::default());
+        let limits = connection::ConnectionLimits {
+            max_frame_bytes: config.max_frame_bytes,
+            max_in_flight: config.max_requests_in_flight_per_connection,
+        };
+        let connections = Arc::new(Semaphore::new(config.max_connections));
+        let accept_coordinator = Arc::clone(&coordinator);
+        let listener_task = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = shutdown_rx.changed() => break,
+                    accepted = listener.accept() => {
+                        let Ok((socket, peer)) = accepted else { continue };
+                        let Ok(permit) = Arc::clone(&connections).try_acquire_owned() else {
+                            tracing::warn!(%peer, "refusing connection: max_connections reached");
+                            continue;
+                        };
+                        let coordinator = Arc::clone(&accept_coordinator);
+                        let events = Arc::clone(&events);
+                        let mut connection_shutdown = shutdown_rx.clone();
+                        tokio::spawn(async move {
+                            tokio::select! {
+                                _ = connection::serve(socket, coordinator, events, limits) => {}
+                                _ = connection_shutdown.changed() => {}
+                            }
+                            drop(permit);
+                        });
+                    }
+                }
+            }
+        });
+        tracing::info!(%cql_address, data_dir = %config.data_dir.display(), commitlog_sync = ?config.commitlog_sync, "Shoal node listening for CQL clients");
+        Ok(Node {
+            coordinator,
+            commit_log,
+            cql_address,
+            shutdown,
+            listener_task,
+        })
+    }
+
+    pub fn cql_address(&self) -> SocketAddr {
+        self.cql_address
+    }
+
+    /// Stops accepting clients, closes connections and makes every acknowledged write
+    /// durable.
+    pub async fn stop(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.listener_task.await;
+        let commit_log = Arc::clone(&self.commit_log);
+        let _ = tokio::task::spawn_blocking(move || commit_log.stop()).await;
+        tracing::info!("Shoal node stopped");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reported_tokens_are_sorted_and_distinct() {
+        let tokens = evenly_spaced_tokens(16);
+        assert_eq!(tokens.len(), 16);
+        assert!(tokens.windows(2).all(|w| w[0] < w[1]));
+    }
+}

@@ -1,0 +1,135 @@
+//! `shoal`: the server, local clusters, administration and benchmarks in one binary.
+//!
+//! The main function stays thin: it parses the command line and hands over to
+//! [`shoal_server::Node`] (`shoal server`) or to [`bench`] (`shoal bench`).
+
+mod bench;
+
+use clap::{Parser, Subcommand};
+use shoal_server::config::{CommitLogSync, Config};
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "shoal",
+    version,
+    about = "Shoal: an elastic wide-column store that speaks CQL"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a node.
+    Server(ServerArgs),
+    /// Drive a CQL cluster (Shoal or Cassandra) with a point read/write load.
+    Bench(bench::BenchArgs),
+}
+
+#[derive(clap::Args)]
+struct ServerArgs {
+    /// A TOML configuration file (see conf/shoal.toml).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Data directory (overrides the file).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Address to listen on (overrides the file).
+    #[arg(long)]
+    listen_address: Option<IpAddr>,
+    /// CQL port (overrides the file; default 9042).
+    #[arg(long)]
+    cql_port: Option<u16>,
+    /// Commit log sync mode: periodic or group (overrides the file).
+    #[arg(long, value_parser = parse_sync_mode)]
+    commitlog_sync: Option<CommitLogSync>,
+}
+
+fn parse_sync_mode(text: &str) -> Result<CommitLogSync, String> {
+    match text {
+        "periodic" => Ok(CommitLogSync::Periodic),
+        "group" => Ok(CommitLogSync::Group),
+        other => Err(format!(
+            "unknown commit log sync mode '{other}' (expected periodic or group)"
+        )),
+    }
+}
+
+fn init_logging(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .init();
+}
+
+async fn wait_for_shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(signal) => signal,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+fn run_server(args: ServerArgs) -> anyhow::Result<()> {
+    let mut config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    if let Some(data_dir) = args.data_dir {
+        config.data_dir = data_dir;
+    }
+    if let Some(address) = args.listen_address {
+        config.listen_address = address;
+    }
+    if let Some(port) = args.cql_port {
+        config.cql_port = port;
+    }
+    if let Some(mode) = args.commitlog_sync {
+        config.commitlog_sync = mode;
+    }
+    config.validate()?;
+    init_logging(&config.log_level);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("shoal-worker")
+        .build()?;
+    runtime.block_on(async move {
+        let node = shoal_server::Node::start(config).await?;
+        wait_for_shutdown_signal().await;
+        tracing::info!("shutting down");
+        node.stop().await;
+        anyhow::Ok(())
+    })
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Server(args) => run_server(args),
+        Command::Bench(args) => bench::run(args),
+    };
+    if let Err(error) = result {
+        eprintln!("error: {error:#}");
+        std::process::exit(1);
+    }
+}

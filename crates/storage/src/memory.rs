@@ -1,0 +1,157 @@
+//! An in-memory [`Engine`] for tests: a sorted map under a lock. Cursors iterate a copy of
+//! their range taken when they are created, which is simple and, for tests, fast enough.
+
+use crate::{Cursor, Engine, GcGraceTable, Result, WriteBatch};
+use parking_lot::RwLock;
+use shoal_model::Cell;
+use std::collections::BTreeMap;
+
+#[derive(Default)]
+pub struct MemoryEngine {
+    data: RwLock<BTreeMap<Vec<u8>, Vec<u8>>>,
+    metadata: RwLock<BTreeMap<Vec<u8>, Vec<u8>>>,
+    gc_grace: GcGraceTable,
+}
+
+impl MemoryEngine {
+    pub fn new() -> MemoryEngine {
+        MemoryEngine::default()
+    }
+
+    /// Drops purgeable cells as compaction would, as of `now_seconds`.
+    pub fn compact(&self, now_seconds: i32) {
+        let mut data = self.data.write();
+        data.retain(|key, value| !crate::purgeable(key, value, &self.gc_grace, now_seconds));
+    }
+
+    /// Number of stored keys, live or not.
+    pub fn stored_key_count(&self) -> usize {
+        self.data.read().len()
+    }
+}
+
+struct SnapshotCursor {
+    entries: Vec<(Vec<u8>, Vec<u8>)>,
+    position: usize,
+    reverse: bool,
+}
+
+impl Cursor for SnapshotCursor {
+    fn current(&self) -> Option<(&[u8], &[u8])> {
+        self.entries
+            .get(self.position)
+            .map(|(k, v)| (k.as_slice(), v.as_slice()))
+    }
+
+    fn advance(&mut self) {
+        self.position += 1;
+    }
+
+    fn skip_to(&mut self, key: &[u8]) {
+        while let Some((current, _)) = self.entries.get(self.position) {
+            let before_target = if self.reverse {
+                current.as_slice() >= key
+            } else {
+                current.as_slice() < key
+            };
+            if !before_target {
+                break;
+            }
+            self.position += 1;
+        }
+    }
+
+    fn status(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+impl Engine for MemoryEngine {
+    fn write(&self, batch: &WriteBatch) -> Result<()> {
+        let mut data = self.data.write();
+        for (key, cell) in batch.entries() {
+            match data.get_mut(key) {
+                Some(existing) => {
+                    let winner = Cell::reconcile_encoded(existing, cell).to_vec();
+                    *existing = winner;
+                }
+                None => {
+                    data.insert(key.clone(), cell.clone());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn scan<'a>(
+        &'a self,
+        lower: &[u8],
+        upper: &[u8],
+        reverse: bool,
+    ) -> Result<Box<dyn Cursor + 'a>> {
+        let data = self.data.read();
+        let mut entries: Vec<(Vec<u8>, Vec<u8>)> = if lower < upper {
+            data.range(lower.to_vec()..upper.to_vec())
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if reverse {
+            entries.reverse();
+        }
+        Ok(Box::new(SnapshotCursor {
+            entries,
+            position: 0,
+            reverse,
+        }))
+    }
+
+    fn delete_range(&self, lower: &[u8], upper: &[u8]) -> Result<()> {
+        let mut data = self.data.write();
+        let doomed: Vec<Vec<u8>> = data
+            .range(lower.to_vec()..upper.to_vec())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in doomed {
+            data.remove(&key);
+        }
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn put_metadata(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.metadata.write().insert(key.to_vec(), value.to_vec());
+        Ok(())
+    }
+
+    fn delete_metadata(&self, key: &[u8]) -> Result<()> {
+        self.metadata.write().remove(key);
+        Ok(())
+    }
+
+    fn metadata_with_prefix(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        Ok(self
+            .metadata
+            .read()
+            .range(prefix.to_vec()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
+    }
+
+    fn set_gc_grace_seconds(&self, table_id: [u8; 16], seconds: i32) {
+        self.gc_grace.set(table_id, seconds);
+    }
+
+    fn approximate_size_bytes(&self) -> u64 {
+        self.data
+            .read()
+            .iter()
+            .map(|(k, v)| (k.len() + v.len()) as u64)
+            .sum()
+    }
+}
