@@ -678,7 +678,7 @@ fn build_delete(
                     Cell::tombstone(ctx.timestamp, ctx.now_seconds).encode(),
                 );
             } else if restrictions.names_full_rows(table) {
-                for (row_prefix, _) in
+                for (row_prefix, clustering) in
                     row_prefixes(table, token, &partition_key, &restrictions, false)
                 {
                     let mut writer = RowWriter {
@@ -689,7 +689,9 @@ fn build_delete(
                         now_seconds: ctx.now_seconds,
                     };
                     writer.row_deletion();
+                    touched.push((token, partition_key.clone(), clustering));
                 }
+                continue;
             } else {
                 for slice in restrictions.slices() {
                     let mut key = prefix.clone();

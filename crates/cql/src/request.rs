@@ -251,9 +251,11 @@ impl Request {
                     let query = match reader.byte()? {
                         0 => BatchQuery::Text(reader.long_string()?),
                         1 => BatchQuery::Prepared(reader.short_bytes()?),
-                        other => return Err(CqlError::protocol(format!(
+                        other => {
+                            return Err(CqlError::protocol(format!(
                             "Invalid query kind in BATCH messages. Must be 0 or 1 but got {other}"
-                        ))),
+                        )))
+                        }
                     };
                     let value_count = reader.short()?;
                     let mut values = Vec::with_capacity(value_count as usize);
