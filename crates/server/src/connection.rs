@@ -1,13 +1,22 @@
 //! One client connection: the CQL v4 conversation.
 //!
-//! A reader task decodes frames and starts each request as its own task, so that many
-//! requests (stream ids) are in flight per connection; each answer is encoded into a frame
-//! and queued for the writer task, which coalesces every queued frame into one socket
-//! write. In-flight requests per connection are bounded: past the bound a request is
-//! answered `Overloaded` at once instead of queueing without limit.
+//! Each connection is one task. It reads whatever bytes the socket has into a buffer,
+//! cuts complete frames out of it, and starts every request as a future in the
+//! connection's own [`FuturesUnordered`] — so many requests (stream ids) are in flight at
+//! once without spawning a task per request or waking another thread. Requests that finish
+//! at once (a point read, a write in periodic mode) answer in the same pass; requests that
+//! wait (a group-commit write) finish later. All answers of a pass go to the writer task as
+//! one buffer, i.e. one socket write.
+//!
+//! Limits: a frame body beyond `max_frame_bytes` is skipped and refused with a protocol
+//! error; requests beyond `max_in_flight` are answered `Overloaded` at once.
 
 use crate::events::EventBus;
-use futures::FutureExt;
+use bytes::{Buf, BytesMut};
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use parking_lot::Mutex;
 use shoal_coordinator::{Coordinator, Session};
 use shoal_cql::frame::{self, opcode, FrameHeader, HEADER_LENGTH};
 use shoal_cql::request::Request;
@@ -15,9 +24,9 @@ use shoal_cql::response::{Event, Response, ResultBody};
 use shoal_cql::CqlError;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, Mutex, Semaphore};
+use tokio::sync::mpsc;
 
 /// Limits for one connection.
 #[derive(Debug, Clone, Copy)]
@@ -26,20 +35,27 @@ pub struct ConnectionLimits {
     pub max_in_flight: usize,
 }
 
-/// Per-connection protocol state shared by its request tasks.
+/// Per-connection protocol state shared by its requests.
 struct ConnectionState {
     session: Mutex<Session>,
     started: AtomicBool,
     compression: AtomicBool,
 }
 
-/// Largest number of bytes the writer gathers into one socket write.
-const MAX_COALESCED_BYTES: usize = 256 * 1024;
+/// Output buffers queued for the writer task (each is many frames).
+const WRITER_QUEUE_CAPACITY: usize = 64;
+/// Bytes read from the socket per read call, at least.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
 
 fn encode_frame(out: &mut Vec<u8>, stream: i16, response: &Response, compress: bool) {
     let (op, body) = response.encode();
-    // READY and the STARTUP error are never compressed; everything after is, if agreed.
     frame::write_frame(out, stream, op, &body, compress);
+}
+
+fn error_frame(stream: i16, error: CqlError, compress: bool) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_frame(&mut out, stream, &Response::Error(error), compress);
+    out
 }
 
 pub async fn serve(
@@ -50,19 +66,13 @@ pub async fn serve(
 ) {
     let peer = socket.peer_addr().ok();
     let _ = socket.set_nodelay(true);
-    let (read_half, mut write_half) = socket.into_split();
-    let (frames_tx, mut frames_rx) = mpsc::channel::<Vec<u8>>(limits.max_in_flight + 16);
+    let (mut read_half, mut write_half) = socket.into_split();
+    let (output_tx, mut output_rx) = mpsc::channel::<Vec<u8>>(WRITER_QUEUE_CAPACITY);
 
     let writer = tokio::spawn(async move {
-        let mut buffer = Vec::with_capacity(64 * 1024);
-        while let Some(frame) = frames_rx.recv().await {
-            buffer.clear();
-            buffer.extend_from_slice(&frame);
-            while buffer.len() < MAX_COALESCED_BYTES {
-                match frames_rx.try_recv() {
-                    Ok(more) => buffer.extend_from_slice(&more),
-                    Err(_) => break,
-                }
+        while let Some(mut buffer) = output_rx.recv().await {
+            while let Ok(more) = output_rx.try_recv() {
+                buffer.extend_from_slice(&more);
             }
             if write_half.write_all(&buffer).await.is_err() {
                 break;
@@ -76,103 +86,106 @@ pub async fn serve(
         started: AtomicBool::new(false),
         compression: AtomicBool::new(false),
     });
-    let in_flight = Arc::new(Semaphore::new(limits.max_in_flight));
-    let mut reader = BufReader::with_capacity(64 * 1024, read_half);
-    let mut header_bytes = [0u8; HEADER_LENGTH];
+    let mut input = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    let mut in_flight: FuturesUnordered<BoxFuture<'static, Vec<u8>>> = FuturesUnordered::new();
+    let mut output: Vec<u8> = Vec::new();
+    // Bytes of an oversized frame body still to be discarded.
+    let mut skipping: usize = 0;
+    let mut closing = false;
     loop {
-        if reader.read_exact(&mut header_bytes).await.is_err() {
-            break;
-        }
-        let header = FrameHeader::parse(&header_bytes);
-        let compress = state.compression.load(Ordering::Relaxed);
-        if let Err(error) = header.check_version() {
-            // Answer in v4 and close, as Cassandra does; the driver retries with v4.
-            let mut out = Vec::new();
-            encode_frame(&mut out, header.stream, &Response::Error(error), false);
-            let _ = frames_tx.send(out).await;
-            break;
-        }
-        let length = header.length as usize;
-        if length > limits.max_frame_bytes {
-            // Skip the body without buffering it, then refuse the request.
-            let mut remaining = length as u64;
-            let mut sink = [0u8; 8192];
-            while remaining > 0 {
-                let chunk = remaining.min(sink.len() as u64) as usize;
-                if reader.read_exact(&mut sink[..chunk]).await.is_err() {
-                    remaining = u64::MAX;
-                    break;
+        tokio::select! {
+            Some(frame) = in_flight.next(), if !in_flight.is_empty() => output.extend_from_slice(&frame),
+            read = read_half.read_buf(&mut input), if !closing => {
+                match read {
+                    Ok(0) | Err(_) => closing = true,
+                    Ok(_) => {}
                 }
-                remaining -= chunk as u64;
+                // Cut every complete frame out of the buffer.
+                loop {
+                    if skipping > 0 {
+                        let dropped = skipping.min(input.len());
+                        input.advance(dropped);
+                        skipping -= dropped;
+                        if skipping > 0 {
+                            break;
+                        }
+                    }
+                    if input.len() < HEADER_LENGTH {
+                        break;
+                    }
+                    let mut header_bytes = [0u8; HEADER_LENGTH];
+                    header_bytes.copy_from_slice(&input[..HEADER_LENGTH]);
+                    let header = FrameHeader::parse(&header_bytes);
+                    let compress = state.compression.load(Ordering::Relaxed);
+                    if let Err(error) = header.check_version() {
+                        // Answer in v4 and close, as Cassandra does; the driver retries with v4.
+                        output.extend_from_slice(&error_frame(header.stream, error, false));
+                        closing = true;
+                        input.clear();
+                        break;
+                    }
+                    let length = header.length as usize;
+                    if length > limits.max_frame_bytes {
+                        input.advance(HEADER_LENGTH);
+                        skipping = length;
+                        let error = CqlError::protocol(format!(
+                            "Request is too big: length {length} exceeds maximum allowed length {}",
+                            limits.max_frame_bytes
+                        ));
+                        output.extend_from_slice(&error_frame(header.stream, error, compress));
+                        continue;
+                    }
+                    if input.len() < HEADER_LENGTH + length {
+                        input.reserve(HEADER_LENGTH + length - input.len());
+                        break;
+                    }
+                    input.advance(HEADER_LENGTH);
+                    let body = input.split_to(length).to_vec();
+                    if in_flight.len() >= limits.max_in_flight {
+                        let error = CqlError::overloaded(format!(
+                            "Too many requests in flight on this connection (limit {})",
+                            limits.max_in_flight
+                        ));
+                        output.extend_from_slice(&error_frame(header.stream, error, compress));
+                        continue;
+                    }
+                    let request = handle_frame(header, body, Arc::clone(&state), Arc::clone(&coordinator), Arc::clone(&events), output_tx.clone(), limits);
+                    // STARTUP, OPTIONS and REGISTER change connection state: finish them in order.
+                    if matches!(header.opcode, opcode::STARTUP | opcode::OPTIONS | opcode::REGISTER) {
+                        output.extend_from_slice(&request.await);
+                    } else {
+                        in_flight.push(request.boxed());
+                    }
+                }
             }
-            if remaining == u64::MAX {
-                break;
-            }
-            let error = CqlError::protocol(format!(
-                "Request is too big: length {length} exceeds maximum allowed length {}",
-                limits.max_frame_bytes
-            ));
-            let mut out = Vec::new();
-            encode_frame(&mut out, header.stream, &Response::Error(error), compress);
-            if frames_tx.send(out).await.is_err() {
-                break;
-            }
-            continue;
+            else => break,
         }
-        let mut body = vec![0u8; length];
-        if reader.read_exact(&mut body).await.is_err() {
+        // Collect every answer that is ready now, then hand them over in one piece.
+        while let Some(Some(frame)) = in_flight.next().now_or_never() {
+            output.extend_from_slice(&frame);
+        }
+        if !output.is_empty() && output_tx.send(std::mem::take(&mut output)).await.is_err() {
             break;
         }
-        let Ok(permit) = Arc::clone(&in_flight).try_acquire_owned() else {
-            let error = CqlError::overloaded(format!(
-                "Too many requests in flight on this connection (limit {})",
-                limits.max_in_flight
-            ));
-            let mut out = Vec::new();
-            encode_frame(&mut out, header.stream, &Response::Error(error), compress);
-            if frames_tx.send(out).await.is_err() {
-                break;
-            }
-            continue;
-        };
-        // STARTUP, OPTIONS and REGISTER change connection state: handle them in order.
-        let ordered = matches!(
-            header.opcode,
-            opcode::STARTUP | opcode::OPTIONS | opcode::REGISTER
-        );
-        let task = handle_frame(
-            header,
-            body,
-            Arc::clone(&state),
-            Arc::clone(&coordinator),
-            Arc::clone(&events),
-            frames_tx.clone(),
-            limits,
-        );
-        if ordered {
-            task.await;
-            drop(permit);
-        } else {
-            tokio::spawn(async move {
-                task.await;
-                drop(permit);
-            });
+        if closing && in_flight.is_empty() {
+            break;
         }
     }
-    drop(frames_tx);
+    drop(output_tx);
     let _ = writer.await;
     tracing::debug!(?peer, "connection closed");
 }
 
+/// Runs one request and returns its encoded response frame.
 async fn handle_frame(
     header: FrameHeader,
     body: Vec<u8>,
     state: Arc<ConnectionState>,
     coordinator: Arc<Coordinator>,
     events: Arc<EventBus>,
-    frames: mpsc::Sender<Vec<u8>>,
+    output: mpsc::Sender<Vec<u8>>,
     limits: ConnectionLimits,
-) {
+) -> Vec<u8> {
     let compressed_connection = state.compression.load(Ordering::Relaxed);
     let outcome = std::panic::AssertUnwindSafe(respond(
         header,
@@ -180,7 +193,7 @@ async fn handle_frame(
         &state,
         &coordinator,
         &events,
-        &frames,
+        &output,
         limits,
     ))
     .catch_unwind()
@@ -195,10 +208,11 @@ async fn handle_frame(
             ))
         }
     };
+    // The answer to STARTUP is never compressed; everything after it is, if agreed.
     let compress = compressed_connection && header.opcode != opcode::STARTUP;
     let mut out = Vec::new();
     encode_frame(&mut out, header.stream, &response, compress);
-    let _ = frames.send(out).await;
+    out
 }
 
 async fn respond(
@@ -207,7 +221,7 @@ async fn respond(
     state: &Arc<ConnectionState>,
     coordinator: &Arc<Coordinator>,
     events: &Arc<EventBus>,
-    frames: &mpsc::Sender<Vec<u8>>,
+    output: &mpsc::Sender<Vec<u8>>,
     limits: ConnectionLimits,
 ) -> Result<Response, CqlError> {
     let body = if header.flags & frame::flags::COMPRESSION != 0 {
@@ -237,14 +251,18 @@ async fn respond(
                     "Unexpected message STARTUP, the connection is already initialized",
                 ));
             }
+            // Like Cassandra, any well-formed CQL_VERSION is accepted (drivers send 3.0.0,
+            // 3.4.x or 4.0.0); it must be present.
+            if !options
+                .iter()
+                .any(|(key, _)| key.eq_ignore_ascii_case("CQL_VERSION"))
+            {
+                return Err(CqlError::protocol(
+                    "Missing value CQL_VERSION in STARTUP message",
+                ));
+            }
             for (key, value) in &options {
                 match key.to_ascii_uppercase().as_str() {
-                    "CQL_VERSION" if !value.starts_with('3') => {
-                        return Err(CqlError::protocol(format!(
-                            "Invalid or unsupported CQL version {value}; supported is {}",
-                            shoal_coordinator::CQL_VERSION
-                        )));
-                    }
                     "COMPRESSION" => match value.to_ascii_lowercase().as_str() {
                         "lz4" => state.compression.store(true, Ordering::Relaxed),
                         "" => {}
@@ -267,7 +285,7 @@ async fn respond(
         Request::Register(kinds) => {
             events.subscribe(
                 &kinds,
-                frames.clone(),
+                output.clone(),
                 state.compression.load(Ordering::Relaxed),
             )?;
             Ok(Response::Ready)
@@ -276,21 +294,21 @@ async fn respond(
             "Authentication is not enabled on this node",
         )),
         Request::Query { query, parameters } => {
-            let mut session = state.session.lock().await.clone();
+            let mut session = state.session.lock().clone();
             let result = coordinator.query(&mut session, &query, &parameters).await?;
             finish_result(state, events, &mut session, result).await
         }
         Request::Prepare { query } => {
-            let session = state.session.lock().await.clone();
+            let session = state.session.lock().clone();
             Ok(Response::Result(coordinator.prepare(&session, &query)?))
         }
         Request::Execute { id, parameters } => {
-            let mut session = state.session.lock().await.clone();
+            let mut session = state.session.lock().clone();
             let result = coordinator.execute(&mut session, &id, &parameters).await?;
             finish_result(state, events, &mut session, result).await
         }
         Request::Batch(batch) => {
-            let mut session = state.session.lock().await.clone();
+            let mut session = state.session.lock().clone();
             let result = coordinator.batch(&mut session, &batch).await?;
             finish_result(state, events, &mut session, result).await
         }
@@ -306,7 +324,7 @@ async fn finish_result(
 ) -> Result<Response, CqlError> {
     match &result {
         ResultBody::SetKeyspace(keyspace) => {
-            state.session.lock().await.keyspace = Some(keyspace.clone());
+            state.session.lock().keyspace = Some(keyspace.clone());
         }
         ResultBody::SchemaChange(change) => {
             events.publish(Event::SchemaChange(change.clone()));

@@ -1,6 +1,275 @@
-//! `shoal bench`: placeholder replaced below.
-#[derive(clap::Args)]
-pub struct BenchArgs {}
-pub fn run(_args: BenchArgs) -> anyhow::Result<()> {
-    anyhow::bail!("not yet")
+//! `shoal bench`: a point read/write load generator for any CQL cluster (Shoal or Apache
+//! Cassandra), through the Rust `scylla` driver with prepared statements and token-aware
+//! routing.
+//!
+//! It keeps `--concurrency` requests in flight, measures every request's latency into an
+//! HDR histogram, and prints throughput and percentiles. Benchmarks are never tests: the
+//! figures are printed, not asserted.
+
+use anyhow::Context;
+use futures::future::join_all;
+use hdrhistogram::Histogram;
+use rand::Rng;
+use scylla::client::session::Session;
+use scylla::client::session_builder::SessionBuilder;
+use scylla::statement::Consistency;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operation {
+    /// Insert random keys.
+    Write,
+    /// Read random keys (load them first with `--load`).
+    Read,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// Contact point, host:port.
+    #[arg(long, default_value = "127.0.0.1:9042")]
+    pub contact: String,
+    /// Keyspace to create and use.
+    #[arg(long, default_value = "shoal_bench")]
+    pub keyspace: String,
+    /// Replication factor of the keyspace.
+    #[arg(long, default_value_t = 1)]
+    pub replication_factor: u32,
+    /// Number of distinct keys.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub records: u64,
+    /// Bytes per value.
+    #[arg(long, default_value_t = 100)]
+    pub value_bytes: usize,
+    /// Requests kept in flight.
+    #[arg(long, default_value_t = 64)]
+    pub concurrency: usize,
+    /// Length of the measured phase, in seconds.
+    #[arg(long, default_value_t = 30)]
+    pub duration_seconds: u64,
+    /// Seconds of load before measuring starts.
+    #[arg(long, default_value_t = 5)]
+    pub warmup_seconds: u64,
+    /// What the measured phase does.
+    #[arg(long, value_enum, default_value_t = Operation::Write)]
+    pub operation: Operation,
+    /// Insert every record (0..records) before the measured phase.
+    #[arg(long)]
+    pub load: bool,
+    /// Consistency level: one, quorum, all, ...
+    #[arg(long, default_value = "one")]
+    pub consistency: String,
+}
+
+fn consistency(name: &str) -> anyhow::Result<Consistency> {
+    Ok(match name.to_ascii_lowercase().as_str() {
+        "any" => Consistency::Any,
+        "one" => Consistency::One,
+        "two" => Consistency::Two,
+        "three" => Consistency::Three,
+        "quorum" => Consistency::Quorum,
+        "all" => Consistency::All,
+        "local_quorum" => Consistency::LocalQuorum,
+        "local_one" => Consistency::LocalOne,
+        other => anyhow::bail!("unknown consistency level {other}"),
+    })
+}
+
+/// Results of one phase.
+struct PhaseResult {
+    operations: u64,
+    errors: u64,
+    elapsed: Duration,
+    latency_micros: Histogram<u64>,
+}
+
+impl PhaseResult {
+    fn print(&self, name: &str) {
+        let seconds = self.elapsed.as_secs_f64();
+        let quantile = |q: f64| self.latency_micros.value_at_quantile(q) as f64 / 1000.0;
+        println!(
+            "{name:>6}: {:>10.0} ops/s  ({} ops in {:.1}s, {} errors)  latency ms: p50 {:.3}  p90 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}",
+            self.operations as f64 / seconds,
+            self.operations,
+            seconds,
+            self.errors,
+            quantile(0.50),
+            quantile(0.90),
+            quantile(0.99),
+            quantile(0.999),
+            self.latency_micros.max() as f64 / 1000.0,
+        );
+    }
+}
+
+async fn setup(session: &Session, args: &BenchArgs) -> anyhow::Result<()> {
+    session
+        .query_unpaged(
+            format!(
+                "CREATE KEYSPACE IF NOT EXISTS {} WITH replication = {{'class': 'SimpleStrategy', 'replication_factor': {}}}",
+                args.keyspace, args.replication_factor
+            ),
+            &[],
+        )
+        .await?;
+    session
+        .query_unpaged(
+            format!(
+                "CREATE TABLE IF NOT EXISTS {}.kv (k bigint PRIMARY KEY, v blob)",
+                args.keyspace
+            ),
+            &[],
+        )
+        .await?;
+    session.await_schema_agreement().await?;
+    Ok(())
+}
+
+/// Runs `concurrency` workers issuing `operation` until `deadline`; the first
+/// `warmup` is not measured. With `sequential_keys`, writes walk 0..records once.
+async fn run_phase(
+    session: Arc<Session>,
+    args: &BenchArgs,
+    operation: Operation,
+    warmup: Duration,
+    duration: Duration,
+    sequential_keys: bool,
+) -> anyhow::Result<PhaseResult> {
+    let mut insert = session
+        .prepare(format!(
+            "INSERT INTO {}.kv (k, v) VALUES (?, ?)",
+            args.keyspace
+        ))
+        .await?;
+    let mut select = session
+        .prepare(format!("SELECT v FROM {}.kv WHERE k = ?", args.keyspace))
+        .await?;
+    let level = consistency(&args.consistency)?;
+    insert.set_consistency(level);
+    select.set_consistency(level);
+    let next_key = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let start = Instant::now();
+    let measure_from = start + warmup;
+    let end = measure_from + duration;
+    let workers = (0..args.concurrency).map(|_| {
+        let session = Arc::clone(&session);
+        let insert = insert.clone();
+        let select = select.clone();
+        let next_key = Arc::clone(&next_key);
+        let done = Arc::clone(&done);
+        let records = args.records;
+        let value = vec![0x5au8; args.value_bytes];
+        async move {
+            let mut histogram =
+                Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds");
+            let mut operations = 0u64;
+            let mut errors = 0u64;
+            let mut rng = rand::rng();
+            loop {
+                if done.load(Ordering::Relaxed) {
+                    break;
+                }
+                let key = if sequential_keys {
+                    let key = next_key.fetch_add(1, Ordering::Relaxed);
+                    if key >= records {
+                        break;
+                    }
+                    key as i64
+                } else {
+                    rng.random_range(0..records) as i64
+                };
+                let began = Instant::now();
+                let outcome = match operation {
+                    Operation::Write => session
+                        .execute_unpaged(&insert, (key, &value))
+                        .await
+                        .map(|_| ()),
+                    Operation::Read => session.execute_unpaged(&select, (key,)).await.map(|_| ()),
+                };
+                let finished = Instant::now();
+                if !sequential_keys && finished >= end {
+                    break;
+                }
+                if began >= measure_from || sequential_keys {
+                    match outcome {
+                        Ok(()) => {
+                            operations += 1;
+                            let _ = histogram.record((finished - began).as_micros().max(1) as u64);
+                        }
+                        Err(_) => errors += 1,
+                    }
+                }
+            }
+            (histogram, operations, errors)
+        }
+    });
+    let results = join_all(workers).await;
+    done.store(true, Ordering::Relaxed);
+    let elapsed = if sequential_keys {
+        start.elapsed()
+    } else {
+        Instant::now().min(end) - measure_from
+    };
+    let mut latency_micros = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    let (mut operations, mut errors) = (0, 0);
+    for (histogram, ops, errs) in results {
+        latency_micros.add(&histogram)?;
+        operations += ops;
+        errors += errs;
+    }
+    Ok(PhaseResult {
+        operations,
+        errors,
+        elapsed,
+        latency_micros,
+    })
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.concurrency >= 1, "--concurrency must be at least 1");
+    anyhow::ensure!(args.records >= 1, "--records must be at least 1");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let session = SessionBuilder::new()
+            .known_node(&args.contact)
+            .build()
+            .await
+            .with_context(|| format!("cannot connect to {}", args.contact))?;
+        let session = Arc::new(session);
+        setup(&session, &args).await?;
+        println!(
+            "shoal bench: {} keys, {}-byte values, {} in flight, consistency {}, against {}",
+            args.records, args.value_bytes, args.concurrency, args.consistency, args.contact
+        );
+        if args.load {
+            let loaded = run_phase(
+                Arc::clone(&session),
+                &args,
+                Operation::Write,
+                Duration::ZERO,
+                Duration::from_secs(86_400),
+                true,
+            )
+            .await?;
+            loaded.print("load");
+        }
+        let measured = run_phase(
+            Arc::clone(&session),
+            &args,
+            args.operation,
+            Duration::from_secs(args.warmup_seconds),
+            Duration::from_secs(args.duration_seconds),
+            false,
+        )
+        .await?;
+        measured.print(match args.operation {
+            Operation::Write => "write",
+            Operation::Read => "read",
+        });
+        anyhow::Ok(())
+    })
 }

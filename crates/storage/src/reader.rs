@@ -219,12 +219,21 @@ fn assemble_row(raw: RawRow, floor: Option<WriteTimestamp>, now_seconds: i32) ->
 }
 
 /// Reads the next raw row at the cursor, if the cursor is on a row of the partition whose
-/// storage keys start with `partition_prefix`.
-fn next_raw_row(cursor: &mut dyn Cursor, partition_prefix: &[u8]) -> Result<Option<RawRow>> {
+/// storage keys start with `partition_prefix` and, when given, inside `[lower, upper)`.
+fn next_raw_row(
+    cursor: &mut dyn Cursor,
+    partition_prefix: &[u8],
+    bounds: Option<(&[u8], &[u8])>,
+) -> Result<Option<RawRow>> {
     let mut row: Option<RawRow> = None;
     while let Some((key, value)) = cursor.current() {
         if !key.starts_with(partition_prefix) {
             break;
+        }
+        if let Some((lower, upper)) = bounds {
+            if key < lower || key >= upper {
+                break;
+            }
         }
         let Some((_, clustering, part)) = keys::split_row_key(&key[partition_prefix.len()..])
         else {
@@ -326,14 +335,13 @@ pub fn read_partition(
     let prefix = keys::partition_prefix(table_id, token, key);
     let mut header_lower = prefix.clone();
     header_lower.push(keys::SECTION_PARTITION_DELETION);
-    let mut header_upper = prefix.clone();
-    header_upper.push(keys::SECTION_ROW);
-    let header = {
-        let mut cursor = engine.scan(&header_lower, &header_upper, false)?;
-        let header = read_header(cursor.as_mut(), token, key, prefix.clone(), now_seconds)?;
-        cursor.status()?;
-        header
-    };
+    let partition_end =
+        keys::increment_prefix(&prefix).unwrap_or_else(|| vec![0xff; prefix.len() + 1]);
+    // Forward reads use one cursor for the header and every slice (one iterator per
+    // partition read); reversed reads need a second, descending cursor for the rows.
+    let mut cursor = engine.scan(&header_lower, &partition_end, false)?;
+    let header = read_header(cursor.as_mut(), token, key, prefix.clone(), now_seconds)?;
+    cursor.status()?;
     match visitor.partition(&header) {
         Flow::Continue => {}
         Flow::NextPartition => return Ok(Flow::Continue),
@@ -350,13 +358,18 @@ pub fn read_partition(
                 bound.extend_from_slice(upper);
                 bound
             }
-            None => keys::increment_prefix(&rows_prefix).unwrap_or_else(|| vec![0xff; 64]),
+            None => partition_end.clone(),
         };
         if lower >= upper {
             continue;
         }
-        let mut cursor = engine.scan(&lower, &upper, reversed)?;
-        while let Some(raw) = next_raw_row(cursor.as_mut(), &header.prefix)? {
+        if reversed {
+            cursor = engine.scan(&lower, &upper, true)?;
+        } else if cursor.current().is_some_and(|(k, _)| k < lower.as_slice()) {
+            cursor.skip_to(&lower);
+        }
+        while let Some(raw) = next_raw_row(cursor.as_mut(), &header.prefix, Some((&lower, &upper)))?
+        {
             let floor = header.deletion_floor(&raw.clustering);
             if let Some(row) = assemble_row(raw, floor, now_seconds) {
                 match visitor.row(&header, row) {
@@ -400,7 +413,7 @@ pub fn scan_partitions(
                 flow = visitor.partition_end(&header);
                 break;
             }
-            let Some(raw) = next_raw_row(cursor.as_mut(), &header.prefix)? else {
+            let Some(raw) = next_raw_row(cursor.as_mut(), &header.prefix, None)? else {
                 flow = visitor.partition_end(&header);
                 break;
             };

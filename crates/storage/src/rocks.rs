@@ -79,6 +79,9 @@ impl RocksEngine {
         db_options.create_missing_column_families(true);
         db_options.set_max_background_jobs(options.background_jobs);
         db_options.set_bytes_per_sync(1 << 20);
+        // Memtable inserts happen outside the write group: writers no longer wait for each
+        // other. Shoal never reads from snapshots, which is what this relaxes.
+        db_options.set_unordered_write(true);
 
         let cache = Cache::new_lru_cache(options.block_cache_mib << 20);
         let mut table_options = BlockBasedOptions::default();
