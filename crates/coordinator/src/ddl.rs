@@ -246,7 +246,7 @@ fn keyspace_properties(
     current: Option<&KeyspaceMetadata>,
 ) -> Result<(BTreeMap<String, String>, bool), CqlError> {
     let mut replication = current.map(|k| k.replication.clone());
-    let mut durable_writes = current.map_or(true, |k| k.durable_writes);
+    let mut durable_writes = current.is_none_or(|k| k.durable_writes);
     for (name, value) in properties {
         match name.as_str() {
             "replication" => replication = Some(validate_replication(property_map(value, name)?)?),
@@ -561,22 +561,16 @@ fn alter_table(
                 ensure(
                     !definition.is_static || table.clustering_count() > 0,
                     || {
-                        CqlError::invalid(format!("Static columns are only useful (and thus allowed) if the table has at least one clustering column"))
+                        CqlError::invalid("Static columns are only useful (and thus allowed) if the table has at least one clustering column".to_string())
                     },
                 )?;
                 if let Some(dropped) = table.dropped_columns.get(&definition.name) {
-                    ensure(
-                        dropped.cql_type == definition.cql_type
-                            || !definition.cql_type.is_multi_cell()
-                                && !dropped.cql_type.is_multi_cell()
-                                && dropped.cql_type == definition.cql_type,
-                        || {
-                            CqlError::invalid(format!(
+                    ensure(dropped.cql_type == definition.cql_type, || {
+                        CqlError::invalid(format!(
                             "Cannot re-add previously dropped column '{}' of type {}, incompatible with previous type {}",
                             definition.name, definition.cql_type, dropped.cql_type
                         ))
-                        },
-                    )?;
+                    })?;
                 }
                 check_column_type(definition, ColumnKind::Regular)?;
                 table.columns.push(ColumnMetadata {

@@ -95,7 +95,7 @@ pub fn table_statement(table: &TableMetadata) -> String {
         key.extend(clustering.iter().cloned());
         let _ = writeln!(out, "    PRIMARY KEY ({})", key.join(", "));
     }
-    out.push_str(")");
+    out.push(')');
     let mut options: Vec<String> = Vec::new();
     if !clustering.is_empty() {
         let order: Vec<String> = table

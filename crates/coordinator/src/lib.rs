@@ -19,6 +19,8 @@
 //! the I/O. In a single-node deployment every replica is local; the cluster issue replaces
 //! the local [`WriteLog`]/engine calls with fan-out to replicas behind the same API.
 
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
 pub mod ddl;
 pub mod describe;
 pub mod paging;

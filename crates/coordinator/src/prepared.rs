@@ -65,7 +65,7 @@ impl PreparedCache {
 
 fn statement_id(keyspace: Option<&str>, text: &str) -> Vec<u8> {
     let mut id = Vec::with_capacity(16);
-    for salt in [0x5348_4f41_4cu64, 0x7072_6570_6172_6564] {
+    for salt in [0x0053_484f_414c_u64, 0x7072_6570_6172_6564] {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         salt.hash(&mut hasher);
         keyspace.hash(&mut hasher);
@@ -369,15 +369,13 @@ pub(crate) fn prepare(
         other => vec![other],
     };
     if let Statement::Batch(batch) = &statement {
-        if let Some(timestamp) = &batch.using.timestamp {
-            if let Term::Bind(marker) = timestamp {
-                bind_columns[marker.index] = Some(ColumnSpec {
-                    keyspace: String::new(),
-                    table: String::new(),
-                    name: "[timestamp]".into(),
-                    cql_type: CqlType::Bigint,
-                });
-            }
+        if let Some(Term::Bind(marker)) = &batch.using.timestamp {
+            bind_columns[marker.index] = Some(ColumnSpec {
+                keyspace: String::new(),
+                table: String::new(),
+                name: "[timestamp]".into(),
+                cql_type: CqlType::Bigint,
+            });
         }
     }
     for inner in &statements {

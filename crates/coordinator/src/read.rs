@@ -432,6 +432,9 @@ struct Accumulator {
     first_bytes: Option<Option<Vec<u8>>>,
 }
 
+/// A row kept for sorting across partitions: its clustering and its output cells.
+type SortableRow = (Vec<u8>, Vec<Option<Vec<u8>>>);
+
 struct SelectVisitor<'a> {
     table: &'a TableMetadata,
     selection: &'a Selection,
@@ -455,7 +458,7 @@ struct SelectVisitor<'a> {
     last_position: Option<(Token, Vec<u8>, Option<Vec<u8>>)>,
     has_more: bool,
     accumulators: Vec<Accumulator>,
-    sort_rows: Option<Vec<(Vec<u8>, Vec<Option<Vec<u8>>>)>>,
+    sort_rows: Option<Vec<SortableRow>>,
     error: Option<CqlError>,
 }
 
@@ -610,10 +613,8 @@ impl SelectVisitor<'_> {
             };
             match output {
                 Output::Count(None) => accumulator.count += 1,
-                Output::Count(Some(index)) => {
-                    if values[*index].bytes.is_some() {
-                        accumulator.count += 1;
-                    }
+                Output::Count(Some(index)) if values[*index].bytes.is_some() => {
+                    accumulator.count += 1;
                 }
                 Output::Min(index) | Output::Max(index) => {
                     if let Some(value) = typed(*index)? {

@@ -1,1 +1,244 @@
-//! End-to-end statement tests against the in-memory engine.
+//! Statement execution against the in-memory engine: behaviour that is easier to pin down
+//! here than through a driver (paging states, bind-marker metadata, schema persistence).
+
+use crate::{Coordinator, ImmediateWriteLog, NodeInfo, Session};
+use shoal_cql::request::{BoundValue, QueryParameters};
+use shoal_cql::response::ResultBody;
+use shoal_cql::ErrorCode;
+use shoal_model::{CqlType, Value};
+use shoal_storage::{Engine, MemoryEngine};
+use std::sync::Arc;
+
+fn info() -> NodeInfo {
+    NodeInfo {
+        cluster_name: "test".into(),
+        address: "127.0.0.1".parse().unwrap(),
+        cql_port: 9042,
+        datacenter: "datacenter1".into(),
+        rack: "rack1".into(),
+        host_id: [1; 16],
+        tokens: vec![0],
+        gossip_generation: 1,
+    }
+}
+
+fn coordinator(engine: Arc<dyn Engine>) -> Coordinator {
+    Coordinator::new(
+        Arc::clone(&engine),
+        Arc::new(ImmediateWriteLog(engine)),
+        info(),
+    )
+    .unwrap()
+}
+
+fn run(
+    coordinator: &Coordinator,
+    session: &mut Session,
+    text: &str,
+    parameters: &QueryParameters,
+) -> Result<ResultBody, shoal_cql::CqlError> {
+    futures::executor::block_on(coordinator.query(session, text, parameters))
+}
+
+fn ok(coordinator: &Coordinator, session: &mut Session, text: &str) -> ResultBody {
+    run(coordinator, session, text, &QueryParameters::default())
+        .unwrap_or_else(|e| panic!("{text}: {e}"))
+}
+
+fn setup(coordinator: &Coordinator) -> Session {
+    let mut session = Session::default();
+    ok(coordinator, &mut session, "CREATE KEYSPACE ks WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}");
+    ok(coordinator, &mut session, "USE ks");
+    session
+}
+
+/// The first column of every row, as i32.
+fn ints(result: &ResultBody) -> (Vec<i32>, Option<Vec<u8>>) {
+    let ResultBody::Rows(rows) = result else {
+        panic!("not rows: {result:?}")
+    };
+    let columns = rows.columns.len();
+    let mut values = Vec::new();
+    let mut position = 0;
+    let content = &rows.rows.content;
+    for _ in 0..rows.rows.row_count {
+        for column in 0..columns {
+            let length = i32::from_be_bytes(content[position..position + 4].try_into().unwrap());
+            position += 4;
+            if length >= 0 {
+                if column == 0 {
+                    let Value::Int(v) = Value::deserialize(
+                        &CqlType::Int,
+                        &content[position..position + length as usize],
+                    )
+                    .unwrap() else {
+                        panic!()
+                    };
+                    values.push(v);
+                }
+                position += length as usize;
+            }
+        }
+    }
+    (values, rows.paging_state.clone())
+}
+
+#[test]
+fn reversed_partition_pages_resume_after_the_last_row() {
+    let c = coordinator(Arc::new(MemoryEngine::new()));
+    let mut session = setup(&c);
+    ok(
+        &c,
+        &mut session,
+        "CREATE TABLE t (k int, c int, PRIMARY KEY (k, c))",
+    );
+    for i in 0..10 {
+        ok(
+            &c,
+            &mut session,
+            &format!("INSERT INTO t (k, c) VALUES (1, {i})"),
+        );
+    }
+    let mut parameters = QueryParameters {
+        page_size: Some(4),
+        ..QueryParameters::default()
+    };
+    let mut seen = Vec::new();
+    loop {
+        let result = run(
+            &c,
+            &mut session,
+            "SELECT c FROM t WHERE k = 1 ORDER BY c DESC",
+            &parameters,
+        )
+        .unwrap();
+        let (page, state) = ints(&result);
+        assert!(page.len() <= 4);
+        seen.extend(page);
+        match state {
+            Some(state) => parameters.paging_state = Some(state),
+            None => break,
+        }
+    }
+    assert_eq!(seen, (0..10).rev().collect::<Vec<_>>());
+}
+
+#[test]
+fn a_garbled_paging_state_is_a_protocol_error() {
+    let c = coordinator(Arc::new(MemoryEngine::new()));
+    let mut session = setup(&c);
+    ok(&c, &mut session, "CREATE TABLE t (k int PRIMARY KEY)");
+    let parameters = QueryParameters {
+        page_size: Some(2),
+        paging_state: Some(vec![9, 9, 9]),
+        ..QueryParameters::default()
+    };
+    let error = run(&c, &mut session, "SELECT k FROM t", &parameters).unwrap_err();
+    assert_eq!(error.code, ErrorCode::Protocol);
+}
+
+#[test]
+fn prepared_statements_describe_their_markers() {
+    let c = coordinator(Arc::new(MemoryEngine::new()));
+    let session = setup(&c);
+    let mut session = session;
+    ok(
+        &c,
+        &mut session,
+        "CREATE TABLE t (a int, b text, c int, m map<text, int>, PRIMARY KEY ((a, b), c))",
+    );
+    let ResultBody::Prepared(prepared) = c
+        .prepare(
+            &session,
+            "UPDATE t USING TTL ? SET m[?] = ? WHERE b = ? AND a = ? AND c IN ?",
+        )
+        .unwrap()
+    else {
+        panic!("not prepared")
+    };
+    let described: Vec<(String, String)> = prepared
+        .bind_columns
+        .iter()
+        .map(|c| (c.name.clone(), c.cql_type.to_string()))
+        .collect();
+    assert_eq!(
+        described,
+        vec![
+            ("[ttl]".into(), "int".into()),
+            ("key(m)".into(), "text".into()),
+            ("value(m)".into(), "int".into()),
+            ("b".into(), "text".into()),
+            ("a".into(), "int".into()),
+            ("in(c)".into(), "list<int>".into()),
+        ]
+    );
+    assert_eq!(prepared.partition_key_indexes, vec![4, 3]);
+    // Executing it binds by those types.
+    let parameters = QueryParameters {
+        values: vec![
+            BoundValue::Bytes(60i32.to_be_bytes().to_vec()),
+            BoundValue::Bytes(b"x".to_vec()),
+            BoundValue::Bytes(7i32.to_be_bytes().to_vec()),
+            BoundValue::Bytes(b"b".to_vec()),
+            BoundValue::Bytes(1i32.to_be_bytes().to_vec()),
+            BoundValue::Bytes(Value::List(vec![Value::Int(3)]).serialize()),
+        ],
+        ..QueryParameters::default()
+    };
+    futures::executor::block_on(c.execute(&mut session, &prepared.id, &parameters)).unwrap();
+    let (values, _) = ints(&ok(
+        &c,
+        &mut session,
+        "SELECT c FROM t WHERE a = 1 AND b = 'b'",
+    ));
+    assert_eq!(values, vec![3]);
+}
+
+#[test]
+fn the_schema_survives_a_restart_and_unknown_ids_are_unprepared() {
+    let engine: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
+    {
+        let c = coordinator(Arc::clone(&engine));
+        let mut session = setup(&c);
+        ok(
+            &c,
+            &mut session,
+            "CREATE TABLE t (k int PRIMARY KEY, v int)",
+        );
+        ok(&c, &mut session, "INSERT INTO t (k, v) VALUES (5, 6)");
+    }
+    let c = coordinator(engine);
+    let mut session = Session::default();
+    let (values, _) = ints(&ok(&c, &mut session, "SELECT k FROM ks.t"));
+    assert_eq!(values, vec![5]);
+    let error = futures::executor::block_on(c.execute(
+        &mut session,
+        &[1, 2, 3],
+        &QueryParameters::default(),
+    ))
+    .unwrap_err();
+    assert!(matches!(error.code, ErrorCode::Unprepared { .. }));
+}
+
+#[test]
+fn a_dropped_and_re_added_column_does_not_resurrect_old_values() {
+    let c = coordinator(Arc::new(MemoryEngine::new()));
+    let mut session = setup(&c);
+    ok(
+        &c,
+        &mut session,
+        "CREATE TABLE t (k int PRIMARY KEY, v int, w int)",
+    );
+    ok(
+        &c,
+        &mut session,
+        "INSERT INTO t (k, v, w) VALUES (1, 10, 20)",
+    );
+    ok(&c, &mut session, "ALTER TABLE t DROP v");
+    ok(&c, &mut session, "ALTER TABLE t ADD v int");
+    let (values, _) = ints(&ok(&c, &mut session, "SELECT v FROM t WHERE k = 1"));
+    assert!(
+        values.is_empty(),
+        "the old value of v must stay dropped, got {values:?}"
+    );
+}

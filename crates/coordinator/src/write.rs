@@ -27,6 +27,13 @@ use std::sync::Arc;
 /// Cassandra's maximum TTL (20 years).
 pub const MAX_TTL_SECONDS: i32 = 630_720_000;
 
+/// A row a statement wrote (`clustering: None` for a static row or a whole partition).
+pub(crate) struct RowAddress {
+    token: Token,
+    partition_key: Vec<u8>,
+    clustering: Option<Vec<u8>>,
+}
+
 /// Where and how one statement writes.
 struct WriteContext<'a> {
     table: &'a TableMetadata,
@@ -246,7 +253,7 @@ fn build_insert(
     insert: &Insert,
     bindings: Bindings<'_>,
     batch: &mut WriteBatch,
-) -> Result<Vec<(Token, Vec<u8>, Option<Vec<u8>>)>, CqlError> {
+) -> Result<Vec<RowAddress>, CqlError> {
     let table = ctx.table;
     ensure(insert.json.is_none(), || {
         CqlError::invalid("INSERT JSON is not supported by Shoal yet")
@@ -313,9 +320,9 @@ fn build_insert(
         .iter()
         .zip(&values)
         .all(|(column, value)| value.is_none() || column.kind == ColumnKind::Static);
-    if !clustering_complete
-        && !(only_static && table.clustering_count() > 0 && values.iter().any(Option::is_some))
-    {
+    let static_only_insert =
+        only_static && table.clustering_count() > 0 && values.iter().any(Option::is_some);
+    if !(clustering_complete || static_only_insert) {
         let missing: Vec<&str> = table
             .clustering()
             .filter(|c| !insert.columns.contains(&c.name))
@@ -367,11 +374,11 @@ fn build_insert(
             }
         }
     }
-    Ok(vec![(
+    Ok(vec![RowAddress {
         token,
         partition_key,
-        clustering_complete.then_some(clustering),
-    )])
+        clustering: clustering_complete.then_some(clustering),
+    }])
 }
 
 /// Reads the current cells of one column of one row (for list operations).
@@ -579,7 +586,7 @@ fn build_update(
     update: &Update,
     bindings: Bindings<'_>,
     batch: &mut WriteBatch,
-) -> Result<Vec<(Token, Vec<u8>, Option<Vec<u8>>)>, CqlError> {
+) -> Result<Vec<RowAddress>, CqlError> {
     let table = ctx.table;
     let restrictions = Restrictions::analyse(table, &update.relations, bindings)?;
     check_no_filters(table, &restrictions)?;
@@ -645,7 +652,11 @@ fn build_update(
                     apply_assignment(&mut writer, &target, table, assignment, bindings)?;
                 }
             }
-            touched.push((token, partition_key.clone(), clustering));
+            touched.push(RowAddress {
+                token,
+                partition_key: partition_key.clone(),
+                clustering,
+            });
         }
     }
     Ok(touched)
@@ -657,7 +668,7 @@ fn build_delete(
     delete: &Delete,
     bindings: Bindings<'_>,
     batch: &mut WriteBatch,
-) -> Result<Vec<(Token, Vec<u8>, Option<Vec<u8>>)>, CqlError> {
+) -> Result<Vec<RowAddress>, CqlError> {
     let table = ctx.table;
     ensure(delete.using.ttl.is_none(), || {
         CqlError::invalid("Cannot set TTL on DELETE")
@@ -689,7 +700,11 @@ fn build_delete(
                         now_seconds: ctx.now_seconds,
                     };
                     writer.row_deletion();
-                    touched.push((token, partition_key.clone(), clustering));
+                    touched.push(RowAddress {
+                        token,
+                        partition_key: partition_key.clone(),
+                        clustering,
+                    });
                 }
                 continue;
             } else {
@@ -706,7 +721,11 @@ fn build_delete(
                     );
                 }
             }
-            touched.push((token, partition_key.clone(), None));
+            touched.push(RowAddress {
+                token,
+                partition_key: partition_key.clone(),
+                clustering: None,
+            });
             continue;
         }
         let static_only = delete.targets.iter().all(|t| {
@@ -803,7 +822,11 @@ fn build_delete(
                     }
                 }
             }
-            touched.push((token, partition_key.clone(), clustering));
+            touched.push(RowAddress {
+                token,
+                partition_key: partition_key.clone(),
+                clustering,
+            });
         }
     }
     Ok(touched)
@@ -817,7 +840,7 @@ fn build_statement(
     bindings: Bindings<'_>,
     default_timestamp: Option<i64>,
     batch: &mut WriteBatch,
-) -> Result<Vec<(Token, Vec<u8>, Option<Vec<u8>>)>, CqlError> {
+) -> Result<Vec<RowAddress>, CqlError> {
     let using = match statement {
         Statement::Insert(insert) => &insert.using,
         Statement::Update(update) => &update.using,
@@ -846,7 +869,7 @@ fn build_statement(
     }
 }
 
-fn unreachable_modification() -> Result<Vec<(Token, Vec<u8>, Option<Vec<u8>>)>, CqlError> {
+fn unreachable_modification() -> Result<Vec<RowAddress>, CqlError> {
     Err(CqlError::server("not a modification statement"))
 }
 
@@ -956,7 +979,12 @@ async fn execute_conditional(
         parameters.default_timestamp,
         &mut scratch,
     )?;
-    let [(token, partition_key, clustering)] = touched.as_slice() else {
+    let [RowAddress {
+        token,
+        partition_key,
+        clustering,
+    }] = touched.as_slice()
+    else {
         return Err(CqlError::invalid("IN on the partition key or the clustering key is not supported with conditional updates"));
     };
     let stripe = (token.0 as u64 % coordinator.condition_locks.len() as u64) as usize;

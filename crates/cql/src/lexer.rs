@@ -203,7 +203,7 @@ pub fn tokenize(text: &str) -> Result<Vec<Token>, CqlError> {
                 at += 1;
             }
             let hex = &text[start..at];
-            if hex.len() % 2 != 0 {
+            if !hex.len().is_multiple_of(2) {
                 return Err(CqlError::syntax(format!(
                     "Invalid blob literal 0x{hex}: odd number of digits"
                 )));

@@ -13,6 +13,8 @@
 //! Everything that decodes client bytes checks lengths and returns a protocol error
 //! instead of panicking.
 
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
 pub mod ast;
 pub mod error;
 pub mod frame;

@@ -624,10 +624,8 @@ impl Parser {
         let mut json = None;
         if self.eat_word("json") {
             json = Some(self.term()?);
-            if self.eat_word("default") {
-                if !self.eat_word("null") {
-                    self.expect_word("unset")?;
-                }
+            if self.eat_word("default") && !self.eat_word("null") {
+                self.expect_word("unset")?;
             }
         } else {
             self.expect_symbol("(")?;

@@ -200,6 +200,47 @@ pub fn split_partition_key(serialized: &[u8], count: usize) -> Option<Vec<&[u8]>
     (position == serialized.len()).then_some(components)
 }
 
+/// Appends a range tombstone's key part to a partition prefix:
+/// `0x20 | start length (u16) | start | start inclusive | end length | end | end inclusive`.
+/// Bounds are clustering prefixes in their byte-comparable encoding; an empty inclusive
+/// bound is unbounded.
+pub fn push_range_tombstone(
+    key: &mut Vec<u8>,
+    start: &[u8],
+    start_inclusive: bool,
+    end: &[u8],
+    end_inclusive: bool,
+) {
+    key.push(SECTION_RANGE_TOMBSTONE);
+    for (bound, inclusive) in [(start, start_inclusive), (end, end_inclusive)] {
+        key.extend_from_slice(&(bound.len() as u16).to_be_bytes());
+        key.extend_from_slice(bound);
+        key.push(if inclusive {
+            BOUND_INCLUSIVE
+        } else {
+            BOUND_EXCLUSIVE
+        });
+    }
+}
+
+/// Parses the part after the partition key of a range tombstone key into
+/// `(start, start inclusive, end, end inclusive)`.
+pub fn parse_range_tombstone(rest: &[u8]) -> Option<(&[u8], bool, &[u8], bool)> {
+    let (&section, mut body) = rest.split_first()?;
+    if section != SECTION_RANGE_TOMBSTONE {
+        return None;
+    }
+    let mut bounds = Vec::with_capacity(2);
+    for _ in 0..2 {
+        let length = u16::from_be_bytes([*body.first()?, *body.get(1)?]) as usize;
+        let bound = body.get(2..2 + length)?;
+        let inclusive = *body.get(2 + length)? == BOUND_INCLUSIVE;
+        bounds.push((bound, inclusive));
+        body = &body[3 + length..];
+    }
+    Some((bounds[0].0, bounds[0].1, bounds[1].0, bounds[1].1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,45 +290,4 @@ mod tests {
         assert_eq!(increment_prefix(&[1, 0xff]), Some(vec![2]));
         assert_eq!(increment_prefix(&[0xff]), None);
     }
-}
-
-/// Appends a range tombstone's key part to a partition prefix:
-/// `0x20 | start length (u16) | start | start inclusive | end length | end | end inclusive`.
-/// Bounds are clustering prefixes in their byte-comparable encoding; an empty inclusive
-/// bound is unbounded.
-pub fn push_range_tombstone(
-    key: &mut Vec<u8>,
-    start: &[u8],
-    start_inclusive: bool,
-    end: &[u8],
-    end_inclusive: bool,
-) {
-    key.push(SECTION_RANGE_TOMBSTONE);
-    for (bound, inclusive) in [(start, start_inclusive), (end, end_inclusive)] {
-        key.extend_from_slice(&(bound.len() as u16).to_be_bytes());
-        key.extend_from_slice(bound);
-        key.push(if inclusive {
-            BOUND_INCLUSIVE
-        } else {
-            BOUND_EXCLUSIVE
-        });
-    }
-}
-
-/// Parses the part after the partition key of a range tombstone key into
-/// `(start, start inclusive, end, end inclusive)`.
-pub fn parse_range_tombstone(rest: &[u8]) -> Option<(&[u8], bool, &[u8], bool)> {
-    let (&section, mut body) = rest.split_first()?;
-    if section != SECTION_RANGE_TOMBSTONE {
-        return None;
-    }
-    let mut bounds = Vec::with_capacity(2);
-    for _ in 0..2 {
-        let length = u16::from_be_bytes([*body.first()?, *body.get(1)?]) as usize;
-        let bound = body.get(2..2 + length)?;
-        let inclusive = *body.get(2 + length)? == BOUND_INCLUSIVE;
-        bounds.push((bound, inclusive));
-        body = &body[3 + length..];
-    }
-    Some((bounds[0].0, bounds[0].1, bounds[1].0, bounds[1].1))
 }

@@ -18,6 +18,8 @@
 //!   clustering, column)` that keeps a token range one contiguous key range.
 //! - [`WriteTimestamp`] — microseconds since the epoch, the clock of last-write-wins.
 
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
 pub mod cell;
 pub mod clustering;
 pub mod keys;

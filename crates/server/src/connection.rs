@@ -262,8 +262,8 @@ async fn respond(
                 ));
             }
             for (key, value) in &options {
-                match key.to_ascii_uppercase().as_str() {
-                    "COMPRESSION" => match value.to_ascii_lowercase().as_str() {
+                if key.to_ascii_uppercase().as_str() == "COMPRESSION" {
+                    match value.to_ascii_lowercase().as_str() {
                         "lz4" => state.compression.store(true, Ordering::Relaxed),
                         "" => {}
                         other => {
@@ -271,8 +271,7 @@ async fn respond(
                                 "Unknown compression algorithm: {other}"
                             )))
                         }
-                    },
-                    _ => {}
+                    }
                 }
             }
             state.started.store(true, Ordering::Release);

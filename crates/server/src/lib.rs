@@ -9,6 +9,8 @@
 //! - [`Node`] — opens storage, builds the coordinator, listens for clients, and shuts
 //!   everything down cleanly.
 
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
 pub mod config;
 pub mod connection;
 pub mod durability;

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)]
 //! The core of the single-node scope through the Rust `scylla` driver (default settings):
 //! connect, DDL, prepared statements with token-aware routing, batches, paging, types,
 //! errors, LZ4 compression. The node runs in-process on a free loopback port.

@@ -13,6 +13,8 @@
 //! - Durability policy (periodic sync or epoch group commit) is the server's: it calls
 //!   [`Engine::sync`] and decides when a write may be acknowledged.
 
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
 pub mod memory;
 pub mod reader;
 pub mod rocks;

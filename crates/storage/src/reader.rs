@@ -173,10 +173,10 @@ fn assemble_row(raw: RawRow, floor: Option<WriteTimestamp>, now_seconds: i32) ->
     let mut columns: Vec<Column> = Vec::new();
     for (part, cell) in raw.parts {
         match keys::parse_column_part(&part) {
-            Some(ColumnPart::RowMarker) => {
-                if cell.is_live(now_seconds) && !shadowed(&cell, row_floor) {
-                    marker = Some(cell);
-                }
+            Some(ColumnPart::RowMarker)
+                if cell.is_live(now_seconds) && !shadowed(&cell, row_floor) =>
+            {
+                marker = Some(cell);
             }
             Some(ColumnPart::Cell { column, path }) => {
                 if !cell.is_live(now_seconds) {

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what the tests need and runs the whole suite: formatting, clippy (warnings
+# denied), Rust unit and integration tests (including the scylla driver), the Java driver
+# tests (Maven), then the Python suite (cassandra-driver, cqlsh) against real shoal
+# processes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/shoal/target}
+venv=${SHOAL_VENV:-$HOME/.cache/shoal/venv}
+
+scripts/build-deps.sh
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+fi
+"$venv/bin/pip" install -q --disable-pip-version-check -r tests/python/requirements.txt
+
+echo "== cargo fmt"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --release --all-targets -- -D warnings
+echo "== cargo test"
+cargo test --release
+cargo build --release --bin shoal
+echo "== java driver tests"
+mvn -q -B -f tests/java/pom.xml test -Dshoal.bin="$CARGO_TARGET_DIR/release/shoal"
+echo "== python tests"
+PATH="$venv/bin:$PATH" "$venv/bin/python" -m pytest -q tests/python

@@ -1,0 +1,139 @@
+package shoal;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import com.datastax.oss.driver.api.core.CqlSession;
+import com.datastax.oss.driver.api.core.ProtocolVersion;
+import com.datastax.oss.driver.api.core.cql.BatchStatement;
+import com.datastax.oss.driver.api.core.cql.DefaultBatchType;
+import com.datastax.oss.driver.api.core.cql.PreparedStatement;
+import com.datastax.oss.driver.api.core.cql.ResultSet;
+import com.datastax.oss.driver.api.core.cql.Row;
+import com.datastax.oss.driver.api.core.cql.SimpleStatement;
+import com.datastax.oss.driver.api.core.servererrors.InvalidQueryException;
+import java.net.InetSocketAddress;
+import java.net.ServerSocket;
+import java.net.Socket;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+/** The Java driver with default settings against a real shoal process. */
+class JavaDriverTest {
+  static Process shoal;
+  static int port;
+
+  @BeforeAll
+  static void startShoal() throws Exception {
+    String binary = System.getProperty("shoal.bin");
+    try (ServerSocket probe = new ServerSocket(0)) {
+      port = probe.getLocalPort();
+    }
+    Path data = Files.createTempDirectory("shoal-java");
+    shoal = new ProcessBuilder(binary, "server", "--data-dir", data.toString(),
+            "--listen-address", "127.0.0.1", "--cql-port", Integer.toString(port))
+        .redirectErrorStream(true)
+        .redirectOutput(data.resolveSibling(data.getFileName() + ".log").toFile())
+        .start();
+    long deadline = System.currentTimeMillis() + 30_000;
+    while (true) {
+      try (Socket socket = new Socket("127.0.0.1", port)) {
+        return;
+      } catch (Exception notYet) {
+        if (System.currentTimeMillis() > deadline || !shoal.isAlive()) {
+          throw new IllegalStateException("shoal did not start");
+        }
+        Thread.sleep(50);
+      }
+    }
+  }
+
+  @AfterAll
+  static void stopShoal() throws Exception {
+    if (shoal != null) {
+      shoal.destroy();
+      if (!shoal.waitFor(30, TimeUnit.SECONDS)) {
+        shoal.destroyForcibly();
+      }
+    }
+  }
+
+  static CqlSession connect() {
+    return CqlSession.builder()
+        .addContactPoint(new InetSocketAddress("127.0.0.1", port))
+        .withLocalDatacenter("datacenter1")
+        .build();
+  }
+
+  @Test
+  void connectsNegotiatesV4AndReadsMetadata() {
+    try (CqlSession session = connect()) {
+      assertEquals(ProtocolVersion.V4, session.getContext().getProtocolVersion());
+      Row local = session.execute("SELECT release_version, partitioner FROM system.local").one();
+      assertEquals("org.apache.cassandra.dht.Murmur3Partitioner", local.getString("partitioner"));
+      session.execute("CREATE KEYSPACE IF NOT EXISTS java_meta WITH replication = "
+          + "{'class': 'SimpleStrategy', 'replication_factor': 1}");
+      session.execute("CREATE TABLE IF NOT EXISTS java_meta.t (k int PRIMARY KEY, v text)");
+      assertTrue(session.checkSchemaAgreement());
+      assertTrue(session.getMetadata().getKeyspace("java_meta").flatMap(k -> k.getTable("t")).isPresent());
+      assertEquals(1, session.getMetadata().getNodes().size());
+    }
+  }
+
+  @Test
+  void ddlPreparedStatementsBatchesAndPaging() {
+    try (CqlSession session = connect()) {
+      session.execute("CREATE KEYSPACE IF NOT EXISTS java_ks WITH replication = "
+          + "{'class': 'SimpleStrategy', 'replication_factor': 1}");
+      session.execute("CREATE TABLE IF NOT EXISTS java_ks.items "
+          + "(k int, c int, v text, tags set<text>, attrs map<text, int>, PRIMARY KEY (k, c))");
+      assertTrue(session.checkSchemaAgreement());
+      PreparedStatement insert =
+          session.prepare("INSERT INTO java_ks.items (k, c, v, tags, attrs) VALUES (?, ?, ?, ?, ?)");
+      for (int i = 0; i < 120; i++) {
+        session.execute(insert.bind(i % 4, i, "v" + i, Set.of("t" + i), Map.of("a", i)));
+      }
+      PreparedStatement select = session.prepare("SELECT v, tags, attrs FROM java_ks.items WHERE k = ? AND c = ?");
+      Row row = session.execute(select.bind(1, 5)).one();
+      assertEquals("v5", row.getString("v"));
+      assertEquals(Set.of("t5"), row.getSet("tags", String.class));
+      assertEquals(Map.of("a", 5), row.getMap("attrs", String.class, Integer.class));
+
+      BatchStatement batch = BatchStatement.newInstance(DefaultBatchType.LOGGED,
+          insert.bind(9, 1, "b1", Set.of(), Map.of()),
+          SimpleStatement.newInstance("INSERT INTO java_ks.items (k, c, v) VALUES (9, 2, 'b2')"));
+      session.execute(batch);
+      assertEquals(2, session.execute("SELECT * FROM java_ks.items WHERE k = 9").all().size());
+
+      ResultSet paged = session.execute(
+          SimpleStatement.newInstance("SELECT k, c FROM java_ks.items").setPageSize(7));
+      List<Integer> seen = new ArrayList<>();
+      for (Row r : paged) {
+        seen.add(r.getInt("c"));
+      }
+      assertEquals(122, seen.size());
+      // c runs 0..119; the batch added c = 1 and 2 again under k = 9.
+      assertEquals(120, seen.stream().distinct().count());
+    }
+  }
+
+  @Test
+  void errorsAreReported() {
+    try (CqlSession session = connect()) {
+      InvalidQueryException error = assertThrows(InvalidQueryException.class,
+          () -> session.execute("SELECT * FROM no_such_keyspace.t"));
+      assertTrue(error.getMessage().contains("does not exist"));
+      assertFalse(session.execute("SELECT key FROM system.local").all().isEmpty());
+    }
+  }
+}
