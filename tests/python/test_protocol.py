@@ -151,3 +151,39 @@ def test_concurrent_async_requests(session):
     for future in futures:
         future.result()
     assert session.execute("SELECT count(*) FROM t").one().count == 2000
+
+
+def test_requests_beyond_the_in_flight_limit_get_overloaded(tmp_path):
+    from shoal_process import ShoalNode
+
+    config = tmp_path / "tight.toml"
+    config.write_text('commitlog_sync = "group"\nmax_requests_in_flight_per_connection = 2\n')
+    node = ShoalNode(tmp_path / "node", config=config)
+    with node:
+        sock = socket.create_connection((node.address, node.port), timeout=10)
+        try:
+            started(sock)
+            setup = [
+                "CREATE KEYSPACE o WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}",
+                "CREATE TABLE o.t (k int PRIMARY KEY)",
+            ]
+            for i, statement in enumerate(setup):
+                sock.sendall(frame(4, i + 1, QUERY, query_body(statement)))
+                assert read_frame(sock)[3] == RESULT
+            count = 300
+            sock.sendall(b"".join(frame(4, 100 + i, QUERY, query_body(f"INSERT INTO o.t (k) VALUES ({i})")) for i in range(count)))
+            overloaded = succeeded = 0
+            for _ in range(count):
+                _, _, _, opcode, body = read_frame(sock)
+                if opcode == RESULT:
+                    succeeded += 1
+                else:
+                    code, message = error_of(body)
+                    assert code == 0x1001 and "Too many requests in flight" in message
+                    overloaded += 1
+            assert succeeded >= 2 and overloaded > 0
+            # The connection keeps working once the burst is over.
+            sock.sendall(frame(4, 5, QUERY, query_body("SELECT k FROM o.t LIMIT 1")))
+            assert read_frame(sock)[3] == RESULT
+        finally:
+            sock.close()

@@ -289,3 +289,39 @@ fn compaction_purges_old_tombstones_only_after_grace() {
     engine.compact(NOW + 100);
     assert_eq!(engine.stored_key_count(), 0);
 }
+
+#[test]
+fn rocksdb_compaction_purges_deletions_past_their_grace_period() {
+    let directory = tempfile::tempdir().expect("temporary directory");
+    let engine = RocksEngine::open(directory.path(), &RocksOptions::default()).expect("open");
+    engine.set_gc_grace_seconds(TABLE, 0);
+    let now = shoal_model::timestamp::now_seconds();
+    write(
+        &engine,
+        row_key(b"p", b"a", "v"),
+        Cell::tombstone(WriteTimestamp(1), now - 10),
+    );
+    write(
+        &engine,
+        row_key(b"p", b"b", "v"),
+        Cell::live(WriteTimestamp(1), b"kept".to_vec()),
+    );
+    let count = |engine: &RocksEngine| {
+        let mut cursor = engine
+            .scan(&keys::table_prefix(&TABLE), &keys::table_end(&TABLE), false)
+            .expect("scan");
+        let mut keys = 0;
+        while cursor.current().is_some() {
+            keys += 1;
+            cursor.advance();
+        }
+        keys
+    };
+    assert_eq!(count(&engine), 2);
+    engine.compact_all().expect("compact");
+    assert_eq!(
+        count(&engine),
+        1,
+        "the old tombstone is purged, the live cell stays"
+    );
+}
