@@ -35,7 +35,7 @@ for _ in $(seq 1 100); do
 done
 
 echo "machine: $(nproc) cores, $(uname -sr), commitlog_sync=$sync"
-"$shoal" bench --contact "127.0.0.1:$port" --records "$records" --value-bytes 100 --concurrency 64 \
+"$shoal" bench point --contact "127.0.0.1:$port" --records "$records" --value-bytes 100 --concurrency 64 \
   --load --operation write --duration-seconds "$duration" --warmup-seconds 5
-"$shoal" bench --contact "127.0.0.1:$port" --records "$records" --value-bytes 100 --concurrency 64 \
+"$shoal" bench point --contact "127.0.0.1:$port" --records "$records" --value-bytes 100 --concurrency 64 \
   --operation read --duration-seconds "$duration" --warmup-seconds 5

@@ -220,3 +220,13 @@ def test_lightweight_transactions_on_one_node(session):
     assert not session.execute("UPDATE t SET v = 4 WHERE k = 1 IF v = 1").one().applied
     assert session.execute("DELETE FROM t WHERE k = 1 IF EXISTS").one().applied
     assert session.execute("SELECT * FROM t WHERE k = 1").one() is None
+
+
+def test_token_of_a_bound_key_on_the_right_of_a_relation(session):
+    session.execute("CREATE TABLE t (k text PRIMARY KEY, v int)")
+    for i in range(30):
+        session.execute("INSERT INTO t (k, v) VALUES (%s, %s)", (f"key{i}", i))
+    by_token = [(r.t, r.k) for r in session.execute("SELECT k, token(k) AS t FROM t")]
+    start_token, start = by_token[10]
+    scan = session.prepare("SELECT k FROM t WHERE token(k) >= token(?) LIMIT 5")
+    assert [r.k for r in session.execute(scan, (start,))] == [k for _, k in by_token[10:15]]

@@ -190,11 +190,19 @@ impl MarkerTypes<'_> {
                         }
                     }
                 }
-                RelationTarget::Token(columns) => self.term(
-                    &relation.value,
-                    &format!("partition key token({})", columns.join(", ")),
-                    &CqlType::Bigint,
-                ),
+                RelationTarget::Token(columns) => match &relation.value {
+                    Term::Function { name, arguments } if name == "token" => {
+                        for (argument, column) in arguments.iter().zip(columns) {
+                            let cql_type = self.column_type(column);
+                            self.term(argument, column, &cql_type);
+                        }
+                    }
+                    value => self.term(
+                        value,
+                        &format!("partition key token({})", columns.join(", ")),
+                        &CqlType::Bigint,
+                    ),
+                },
                 RelationTarget::Columns(columns) => {
                     let types: Vec<CqlType> = columns.iter().map(|c| self.column_type(c)).collect();
                     let tuple = CqlType::Tuple(types);

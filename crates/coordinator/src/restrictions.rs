@@ -183,14 +183,35 @@ impl Restrictions {
                         ))
                         },
                     )?;
-                    let token = match eval_value(
-                        &relation.value,
-                        &CqlType::Bigint,
-                        bindings,
-                        "partition key token",
-                    )? {
-                        Value::Bigint(t) => t,
-                        _ => return Err(CqlError::invalid("Invalid token value")),
+                    let token = match &relation.value {
+                        // `token(k) >= token(?)`: the token of the given key.
+                        Term::Function { name, arguments } if name == "token" => {
+                            let key_columns: Vec<_> = table.partition_key().collect();
+                            ensure(arguments.len() == key_columns.len(), || {
+                                CqlError::invalid(format!(
+                                    "token() on the right of a relation takes the {} partition key columns",
+                                    key_columns.len()
+                                ))
+                            })?;
+                            let mut components = Vec::with_capacity(arguments.len());
+                            for (argument, column) in arguments.iter().zip(key_columns) {
+                                components.push(
+                                    eval_value(argument, &column.cql_type, bindings, &column.name)?
+                                        .serialize(),
+                                );
+                            }
+                            shoal_model::token::murmur3_token(&serialize_partition_key(&components))
+                                .0
+                        }
+                        value => match eval_value(
+                            value,
+                            &CqlType::Bigint,
+                            bindings,
+                            "partition key token",
+                        )? {
+                            Value::Bigint(t) => t,
+                            _ => return Err(CqlError::invalid("Invalid token value")),
+                        },
                     };
                     match relation.operator {
                         Operator::Gt => restrictions.token_lower = Some((token, false)),

@@ -1,9 +1,7 @@
 //! `shoal`: the server, local clusters, administration and benchmarks in one binary.
 //!
 //! The main function stays thin: it parses the command line and hands over to
-//! [`shoal_server::Node`] (`shoal server`) or to [`bench`] (`shoal bench`).
-
-mod bench;
+//! [`shoal_server::Node`] (`shoal server`) or to [`shoal_bench`] (`shoal bench`).
 
 /// jemalloc for the whole process: with unprefixed symbols it also serves RocksDB's C++
 /// allocations, which glibc malloc made a quarter of a point read's CPU time.
@@ -31,8 +29,9 @@ struct Cli {
 enum Command {
     /// Run a node.
     Server(ServerArgs),
-    /// Drive a CQL cluster (Shoal or Cassandra) with a point read/write load.
-    Bench(bench::BenchArgs),
+    /// Drive a CQL cluster (Shoal or Cassandra) with a benchmark workload.
+    #[command(subcommand)]
+    Bench(shoal_bench::BenchCommand),
 }
 
 #[derive(clap::Args)]
@@ -132,7 +131,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Server(args) => run_server(args),
-        Command::Bench(args) => bench::run(args),
+        Command::Bench(command) => shoal_bench::run(command),
     };
     if let Err(error) = result {
         eprintln!("error: {error:#}");

@@ -1,6 +1,6 @@
-//! `shoal bench`: a point read/write load generator for any CQL cluster (Shoal or Apache
-//! Cassandra), through the Rust `scylla` driver with prepared statements and token-aware
-//! routing.
+//! `shoal bench point`: a point read/write load generator for any CQL cluster (Shoal or
+//! Apache Cassandra), through the Rust `scylla` driver with prepared statements and
+//! token-aware routing: 100-byte values in a `kv` table, the single-node benchmark.
 //!
 //! It keeps `--concurrency` requests in flight, measures every request's latency into an
 //! HDR histogram, and prints throughput and percentiles. Benchmarks are never tests: the
@@ -26,7 +26,7 @@ pub enum Operation {
 }
 
 #[derive(clap::Args, Debug)]
-pub struct BenchArgs {
+pub struct PointArgs {
     /// Contact point, host:port.
     #[arg(long, default_value = "127.0.0.1:9042")]
     pub contact: String,
@@ -62,7 +62,7 @@ pub struct BenchArgs {
     pub consistency: String,
 }
 
-fn consistency(name: &str) -> anyhow::Result<Consistency> {
+pub(crate) fn consistency(name: &str) -> anyhow::Result<Consistency> {
     Ok(match name.to_ascii_lowercase().as_str() {
         "any" => Consistency::Any,
         "one" => Consistency::One,
@@ -103,7 +103,7 @@ impl PhaseResult {
     }
 }
 
-async fn setup(session: &Session, args: &BenchArgs) -> anyhow::Result<()> {
+async fn setup(session: &Session, args: &PointArgs) -> anyhow::Result<()> {
     session
         .query_unpaged(
             format!(
@@ -130,7 +130,7 @@ async fn setup(session: &Session, args: &BenchArgs) -> anyhow::Result<()> {
 /// `warmup` is not measured. With `sequential_keys`, writes walk 0..records once.
 async fn run_phase(
     session: Arc<Session>,
-    args: &BenchArgs,
+    args: &PointArgs,
     operation: Operation,
     warmup: Duration,
     duration: Duration,
@@ -227,7 +227,7 @@ async fn run_phase(
     })
 }
 
-pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+pub fn run(args: PointArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.concurrency >= 1, "--concurrency must be at least 1");
     anyhow::ensure!(args.records >= 1, "--records must be at least 1");
     let runtime = tokio::runtime::Builder::new_multi_thread()

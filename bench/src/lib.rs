@@ -1,0 +1,42 @@
+//! Load generation for CQL clusters — Shoal or Apache Cassandra alike — so that every
+//! performance claim is a ratio measured side by side.
+//!
+//! - [`generators`] — YCSB's key generators (uniform, zipfian, scrambled zipfian, latest,
+//!   hotspot) and key naming.
+//! - [`workload`] — YCSB core workloads A–F and seed 002's point/range mix.
+//! - [`runner`] — load and run phases through the Rust `scylla` driver: prepared
+//!   statements, token-aware routing, concurrency, target rate, warm-up, progress bar.
+//! - [`stats`] — HDR latency histograms per operation, errors by kind, per-second
+//!   timeline; [`report`] — an SVG plot of a phase.
+//! - [`point`] — the simple point read/write benchmark of a single node.
+//!
+//! Benchmarks are never tests: these modules' unit tests check the generators and the
+//! statistics, not performance.
+
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
+pub mod generators;
+pub mod point;
+pub mod report;
+pub mod runner;
+pub mod stats;
+pub mod workload;
+
+/// `shoal bench` subcommands.
+#[derive(clap::Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Point reads/writes of 100-byte values (the single-node benchmark).
+    Point(point::PointArgs),
+    /// A YCSB core workload (A–F): load and/or run phase.
+    Ycsb(runner::YcsbArgs),
+    /// Seed 002's point/range mix: point reads and token-range scans.
+    Mix(runner::MixArgs),
+}
+
+pub fn run(command: BenchCommand) -> anyhow::Result<()> {
+    match command {
+        BenchCommand::Point(args) => point::run(args),
+        BenchCommand::Ycsb(args) => runner::run_ycsb(args),
+        BenchCommand::Mix(args) => runner::run_mix(args),
+    }
+}

@@ -1,0 +1,529 @@
+//! Running workloads against a cluster through the `scylla` driver.
+//!
+//! The table is YCSB's Cassandra binding's: `usertable (y_id varchar PRIMARY KEY,
+//! field0..fieldN varchar)`. A *load* phase inserts records `0..records`; a *run* phase
+//! issues the workload's operations from `--concurrency` workers, for `--operations`
+//! operations or `--duration-seconds`, optionally at a `--target-ops-per-second` (latency
+//! is then measured from each operation's intended start, so a stalled server is not
+//! hidden by a stalled client). The first `--warmup-seconds` are not recorded.
+
+use crate::generators::key_name;
+use crate::point::consistency;
+use crate::stats::{Recorder, Summary};
+use crate::workload::{
+    KeyPicker, OperationChooser, OperationKind, RequestDistribution, ScanLength, Workload,
+};
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::Rng;
+use scylla::client::session::Session;
+use scylla::client::session_builder::SessionBuilder;
+use scylla::client::PoolSize;
+use scylla::statement::prepared::PreparedStatement;
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Options shared by every workload.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CommonArgs {
+    /// Contact point, host:port.
+    #[arg(long, default_value = "127.0.0.1:9042")]
+    pub contact: String,
+    /// Keyspace holding `usertable`.
+    #[arg(long, default_value = "ycsb")]
+    pub keyspace: String,
+    /// Replication factor when the keyspace is created.
+    #[arg(long, default_value_t = 1)]
+    pub replication_factor: u32,
+    /// Records in the table (YCSB `recordcount`).
+    #[arg(long, default_value_t = 100_000)]
+    pub records: u64,
+    /// Stop the run phase after this many operations (YCSB `operationcount`).
+    #[arg(long)]
+    pub operations: Option<u64>,
+    /// Stop the run phase after this long, when `--operations` is not given.
+    #[arg(long, default_value_t = 60)]
+    pub duration_seconds: u64,
+    /// Seconds of the run phase that are not recorded.
+    #[arg(long, default_value_t = 0)]
+    pub warmup_seconds: u64,
+    /// Requests kept in flight (YCSB `threadcount`).
+    #[arg(long, default_value_t = 64)]
+    pub concurrency: usize,
+    /// Connections per node.
+    #[arg(long, default_value_t = 1)]
+    pub connections: usize,
+    /// Limit the run phase to this many operations per second.
+    #[arg(long)]
+    pub target_ops_per_second: Option<f64>,
+    /// Consistency level of every request.
+    #[arg(long, default_value = "one")]
+    pub consistency: String,
+    /// `load`, `run` or `both`.
+    #[arg(long, default_value = "both")]
+    pub phase: String,
+    /// Write the summaries (with the per-second timeline) as JSON.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write an SVG plot of the run phase.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Print throughput and latency every second.
+    #[arg(long)]
+    pub timeline: bool,
+    /// Fields per record (YCSB `fieldcount`).
+    #[arg(long, default_value_t = 10)]
+    pub field_count: usize,
+    /// Bytes per field (YCSB `fieldlength`).
+    #[arg(long, default_value_t = 100)]
+    pub field_length: usize,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct YcsbArgs {
+    /// Core workload: a, b, c, d, e or f.
+    #[arg(long, default_value = "a")]
+    pub workload: char,
+    /// Override the workload's request distribution.
+    #[arg(long, value_enum)]
+    pub request_distribution: Option<RequestDistribution>,
+    /// Override the workload's maximum scan length.
+    #[arg(long)]
+    pub max_scan_length: Option<u64>,
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct MixArgs {
+    /// Share of point reads (0.9 for seed 002's 9:1, 0.5 for 5:5).
+    #[arg(long, default_value_t = 0.9)]
+    pub point_share: f64,
+    /// Range reads return 1..=this many rows (uniform).
+    #[arg(long, default_value_t = 10_000)]
+    pub max_range_rows: u64,
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+struct Statements {
+    read: PreparedStatement,
+    updates: Vec<PreparedStatement>,
+    insert: PreparedStatement,
+    scan: PreparedStatement,
+    range: PreparedStatement,
+}
+
+async fn connect(common: &CommonArgs) -> anyhow::Result<Session> {
+    let connections = NonZeroUsize::new(common.connections.max(1)).unwrap_or(NonZeroUsize::MIN);
+    SessionBuilder::new()
+        .known_node(&common.contact)
+        .pool_size(PoolSize::PerHost(connections))
+        .build()
+        .await
+        .with_context(|| format!("cannot connect to {}", common.contact))
+}
+
+async fn prepare(session: &Session, common: &CommonArgs) -> anyhow::Result<Statements> {
+    let keyspace = &common.keyspace;
+    session
+        .query_unpaged(
+            format!(
+                "CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {{'class': 'SimpleStrategy', 'replication_factor': {}}}",
+                common.replication_factor
+            ),
+            &[],
+        )
+        .await?;
+    let fields: Vec<String> = (0..common.field_count)
+        .map(|i| format!("field{i} varchar"))
+        .collect();
+    session
+        .query_unpaged(
+            format!(
+                "CREATE TABLE IF NOT EXISTS {keyspace}.usertable (y_id varchar PRIMARY KEY, {})",
+                fields.join(", ")
+            ),
+            &[],
+        )
+        .await?;
+    session.await_schema_agreement().await?;
+    let level = consistency(&common.consistency)?;
+    let with_level = |mut statement: PreparedStatement| {
+        statement.set_consistency(level);
+        statement
+    };
+    let names: Vec<String> = (0..common.field_count)
+        .map(|i| format!("field{i}"))
+        .collect();
+    let markers = vec!["?"; common.field_count + 1].join(", ");
+    let mut updates = Vec::new();
+    for name in &names {
+        updates.push(with_level(
+            session
+                .prepare(format!(
+                    "UPDATE {keyspace}.usertable SET {name} = ? WHERE y_id = ?"
+                ))
+                .await?,
+        ));
+    }
+    Ok(Statements {
+        read: with_level(
+            session
+                .prepare(format!("SELECT * FROM {keyspace}.usertable WHERE y_id = ?"))
+                .await?,
+        ),
+        updates,
+        insert: with_level(
+            session
+                .prepare(format!(
+                    "INSERT INTO {keyspace}.usertable (y_id, {}) VALUES ({markers})",
+                    names.join(", ")
+                ))
+                .await?,
+        ),
+        scan: with_level(
+            session
+                .prepare(format!(
+                    "SELECT * FROM {keyspace}.usertable WHERE token(y_id) >= token(?) LIMIT ?"
+                ))
+                .await?,
+        ),
+        range: with_level(
+            session
+                .prepare(format!(
+                    "SELECT y_id, field0 FROM {keyspace}.usertable WHERE token(y_id) >= ? LIMIT ?"
+                ))
+                .await?,
+        ),
+    })
+}
+
+fn random_field(rng: &mut impl Rng, length: usize) -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    (0..length)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+/// Everything a worker shares with the others.
+struct Shared {
+    session: Session,
+    statements: Statements,
+    workload: Workload,
+    common: CommonArgs,
+    /// Keys `0..inserted` exist.
+    inserted: AtomicU64,
+    /// Operations claimed so far (for `--operations`).
+    claimed: AtomicU64,
+    completed: AtomicU64,
+}
+
+async fn execute(
+    shared: &Shared,
+    kind: OperationKind,
+    picker: &mut KeyPicker,
+    scan_length: &mut ScanLength,
+    rng: &mut rand::rngs::StdRng,
+) -> Result<(), String> {
+    let common = &shared.common;
+    let session = &shared.session;
+    let statements = &shared.statements;
+    let existing = shared.inserted.load(Ordering::Relaxed);
+    let key = || key_name(0);
+    let _ = key;
+    let error = |e: &dyn std::fmt::Display| e.to_string();
+    match kind {
+        OperationKind::Read | OperationKind::Point => {
+            let key = key_name(picker.next(existing, rng));
+            session
+                .execute_unpaged(&statements.read, (key,))
+                .await
+                .map_err(|e| error(&e))?;
+        }
+        OperationKind::Update => {
+            let key = key_name(picker.next(existing, rng));
+            let field = rng.random_range(0..statements.updates.len());
+            let value = random_field(rng, common.field_length);
+            session
+                .execute_unpaged(&statements.updates[field], (value, key))
+                .await
+                .map_err(|e| error(&e))?;
+        }
+        OperationKind::Insert => {
+            let number = shared.inserted.fetch_add(1, Ordering::Relaxed);
+            insert_record(shared, number, rng).await?;
+        }
+        OperationKind::Scan => {
+            let key = key_name(picker.next(existing, rng));
+            let length = scan_length.next(rng) as i32;
+            let result = session
+                .execute_unpaged(&statements.scan, (key, length))
+                .await
+                .map_err(|e| error(&e))?;
+            result.into_rows_result().map_err(|e| error(&e))?;
+        }
+        OperationKind::Range => {
+            let start: i64 = rng.random();
+            let limit = scan_length.next(rng) as i32;
+            let result = session
+                .execute_unpaged(&statements.range, (start, limit))
+                .await
+                .map_err(|e| error(&e))?;
+            result.into_rows_result().map_err(|e| error(&e))?;
+        }
+        OperationKind::ReadModifyWrite => {
+            let key = key_name(picker.next(existing, rng));
+            session
+                .execute_unpaged(&statements.read, (key.clone(),))
+                .await
+                .map_err(|e| error(&e))?;
+            let field = rng.random_range(0..statements.updates.len());
+            let value = random_field(rng, common.field_length);
+            session
+                .execute_unpaged(&statements.updates[field], (value, key))
+                .await
+                .map_err(|e| error(&e))?;
+        }
+    }
+    Ok(())
+}
+
+async fn insert_record(
+    shared: &Shared,
+    number: u64,
+    rng: &mut rand::rngs::StdRng,
+) -> Result<(), String> {
+    let mut values: Vec<String> = Vec::with_capacity(shared.common.field_count + 1);
+    values.push(key_name(number));
+    for _ in 0..shared.common.field_count {
+        values.push(random_field(rng, shared.common.field_length));
+    }
+    shared
+        .session
+        .execute_unpaged(&shared.statements.insert, values)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+fn progress_bar(label: &str) -> ProgressBar {
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {prefix} [{elapsed_precise}] {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    bar.set_prefix(label.to_string());
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+/// Runs one phase. `load` inserts records `0..records`; otherwise the workload runs.
+async fn run_phase(shared: Arc<Shared>, load: bool) -> anyhow::Result<Summary> {
+    let common = shared.common.clone();
+    let workload = shared.workload.clone();
+    let started = Instant::now();
+    let measure_from = if load {
+        started
+    } else {
+        started + Duration::from_secs(common.warmup_seconds)
+    };
+    let deadline = if load || common.operations.is_some() {
+        None
+    } else {
+        Some(measure_from + Duration::from_secs(common.duration_seconds))
+    };
+    let interval = match (load, common.target_ops_per_second) {
+        (false, Some(rate)) if rate > 0.0 => {
+            Some(Duration::from_secs_f64(common.concurrency as f64 / rate))
+        }
+        _ => None,
+    };
+    let label = if load { "load" } else { "run" };
+    let bar = progress_bar(&format!("{} {label}", workload.name));
+    let reporter = {
+        let shared = Arc::clone(&shared);
+        let bar = bar.clone();
+        tokio::spawn(async move {
+            let mut last = (Instant::now(), 0u64);
+            loop {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let done = shared.completed.load(Ordering::Relaxed);
+                let now = Instant::now();
+                let rate = (done - last.1) as f64 / (now - last.0).as_secs_f64();
+                bar.set_message(format!("{done} operations, {rate:.0} ops/s now"));
+                last = (now, done);
+            }
+        })
+    };
+    shared.completed.store(0, Ordering::Relaxed);
+    shared.claimed.store(0, Ordering::Relaxed);
+    let workers = (0..common.concurrency).map(|worker| {
+        let shared = Arc::clone(&shared);
+        let workload = workload.clone();
+        let common = common.clone();
+        async move {
+            let mut recorder = Recorder::default();
+            let mut rng: rand::rngs::StdRng =
+                rand::SeedableRng::seed_from_u64(rand::random::<u64>() ^ worker as u64);
+            let chooser = OperationChooser::new(&workload.proportions);
+            let mut picker = KeyPicker::new(workload.request_distribution, common.records);
+            let mut scan_length =
+                ScanLength::new(workload.scan_length_distribution, workload.max_scan_length);
+            let mut intended = Instant::now();
+            loop {
+                if let Some(interval) = interval {
+                    intended += interval;
+                    tokio::time::sleep_until(intended.into()).await;
+                }
+                let (kind, outcome, began) = if load {
+                    let number = shared.claimed.fetch_add(1, Ordering::Relaxed);
+                    if number >= common.records {
+                        break;
+                    }
+                    let began = Instant::now();
+                    (
+                        OperationKind::Insert,
+                        insert_record(&shared, number, &mut rng).await,
+                        began,
+                    )
+                } else {
+                    if let Some(limit) = common.operations {
+                        if shared.claimed.fetch_add(1, Ordering::Relaxed) >= limit {
+                            break;
+                        }
+                    }
+                    let began = if interval.is_some() {
+                        intended
+                    } else {
+                        Instant::now()
+                    };
+                    let kind = chooser.next(&mut rng);
+                    (
+                        kind,
+                        execute(&shared, kind, &mut picker, &mut scan_length, &mut rng).await,
+                        began,
+                    )
+                };
+                let finished = Instant::now();
+                if deadline.is_some_and(|d| finished >= d) {
+                    break;
+                }
+                shared.completed.fetch_add(1, Ordering::Relaxed);
+                if began >= measure_from {
+                    let second = (began - measure_from).as_secs() as usize;
+                    match outcome {
+                        Ok(()) => {
+                            recorder.success(kind, (finished - began).as_micros() as u64, second)
+                        }
+                        Err(message) => recorder.failure(kind, &message),
+                    }
+                }
+            }
+            recorder
+        }
+    });
+    let recorders = futures::future::join_all(workers).await;
+    reporter.abort();
+    bar.finish_and_clear();
+    let elapsed = match deadline {
+        Some(deadline) => deadline
+            .min(Instant::now())
+            .saturating_duration_since(measure_from),
+        None => Instant::now().saturating_duration_since(measure_from),
+    };
+    let mut merged = Recorder::default();
+    for recorder in &recorders {
+        merged.merge(recorder);
+    }
+    if load {
+        shared.inserted.store(common.records, Ordering::Relaxed);
+    }
+    Ok(merged.summary(&workload.name, label, elapsed.as_secs_f64()))
+}
+
+fn run_workload(workload: Workload, common: CommonArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(common.concurrency >= 1, "--concurrency must be at least 1");
+    anyhow::ensure!(common.records >= 1, "--records must be at least 1");
+    anyhow::ensure!(common.field_count >= 1, "--field-count must be at least 1");
+    anyhow::ensure!(
+        matches!(common.phase.as_str(), "load" | "run" | "both"),
+        "--phase must be load, run or both"
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let session = connect(&common).await?;
+        let statements = prepare(&session, &common).await?;
+        let shared = Arc::new(Shared {
+            session,
+            statements,
+            workload: workload.clone(),
+            common: common.clone(),
+            inserted: AtomicU64::new(common.records),
+            claimed: AtomicU64::new(0),
+            completed: AtomicU64::new(0),
+        });
+        println!(
+            "shoal bench {}: {} records, {} in flight, consistency {}, against {}",
+            workload.name, common.records, common.concurrency, common.consistency, common.contact
+        );
+        let mut summaries = Vec::new();
+        if matches!(common.phase.as_str(), "load" | "both") {
+            let summary = run_phase(Arc::clone(&shared), true).await?;
+            summary.print();
+            summaries.push(summary);
+        }
+        if matches!(common.phase.as_str(), "run" | "both") {
+            let summary = run_phase(Arc::clone(&shared), false).await?;
+            summary.print();
+            if common.timeline {
+                for point in &summary.timeline {
+                    println!("  second {:>4}: {:>8} ops  p50 {:.3} ms  p99 {:.3} ms", point.second, point.operations, point.p50_ms, point.p99_ms);
+                }
+            }
+            if let Some(path) = &common.plot {
+                crate::report::plot(&summary, path)?;
+                println!("plot written to {}", path.display());
+            }
+            summaries.push(summary);
+        }
+        if let Some(path) = &common.json {
+            let document = serde_json::json!({ "workload": workload, "contact": common.contact, "summaries": summaries });
+            std::fs::write(path, serde_json::to_string_pretty(&document)?)?;
+            println!("results written to {}", path.display());
+        }
+        anyhow::Ok(())
+    })
+}
+
+pub fn run_ycsb(args: YcsbArgs) -> anyhow::Result<()> {
+    let mut workload = Workload::ycsb(args.workload).ok_or_else(|| {
+        anyhow::anyhow!(
+            "unknown YCSB workload '{}' (expected a to f)",
+            args.workload
+        )
+    })?;
+    if let Some(distribution) = args.request_distribution {
+        workload.request_distribution = distribution;
+    }
+    if let Some(max) = args.max_scan_length {
+        workload.max_scan_length = max;
+    }
+    workload.field_count = args.common.field_count;
+    workload.field_length = args.common.field_length;
+    run_workload(workload, args.common)
+}
+
+pub fn run_mix(args: MixArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        (0.0..=1.0).contains(&args.point_share),
+        "--point-share must be between 0 and 1"
+    );
+    let workload = Workload::point_range_mix(args.point_share, args.max_range_rows);
+    run_workload(workload, args.common)
+}

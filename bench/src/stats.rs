@@ -1,0 +1,287 @@
+//! Measurements: latency histograms per operation kind (HDR, microseconds), error counts
+//! by kind, and a per-second timeline. Each worker records into its own [`Recorder`]
+//! (no sharing on the hot path); recorders are merged at the end into a [`Summary`].
+
+use crate::workload::OperationKind;
+use hdrhistogram::Histogram;
+use std::collections::BTreeMap;
+
+/// Longest latency recorded exactly: one minute, in microseconds.
+const MAX_LATENCY_MICROS: u64 = 60_000_000;
+
+fn new_histogram(significant_figures: u8) -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_LATENCY_MICROS, significant_figures)
+        .expect("valid histogram bounds")
+}
+
+#[derive(Debug, Clone)]
+struct OperationRecord {
+    latency_micros: Histogram<u64>,
+    errors: BTreeMap<String, u64>,
+}
+
+impl Default for OperationRecord {
+    fn default() -> Self {
+        OperationRecord {
+            latency_micros: new_histogram(3),
+            errors: BTreeMap::new(),
+        }
+    }
+}
+
+/// One second of the timeline.
+#[derive(Debug, Clone)]
+struct SecondRecord {
+    operations: u64,
+    latency_micros: Histogram<u64>,
+}
+
+/// What one worker measured.
+#[derive(Debug, Clone, Default)]
+pub struct Recorder {
+    operations: BTreeMap<OperationKind, OperationRecord>,
+    timeline: Vec<SecondRecord>,
+}
+
+/// Groups a driver error message into a kind a person can act on.
+pub fn error_kind(message: &str) -> &'static str {
+    let lower = message.to_ascii_lowercase();
+    if lower.contains("overloaded") {
+        "overloaded"
+    } else if lower.contains("unavailable") {
+        "unavailable"
+    } else if lower.contains("timeout") || lower.contains("timed out") {
+        "timeout"
+    } else if lower.contains("connection") || lower.contains("broken") {
+        "connection"
+    } else if lower.contains("invalid") || lower.contains("syntax") {
+        "invalid request"
+    } else {
+        "other"
+    }
+}
+
+impl Recorder {
+    /// A successful operation that took `latency_micros`, `second` seconds into the phase.
+    pub fn success(&mut self, kind: OperationKind, latency_micros: u64, second: usize) {
+        let value = latency_micros.clamp(1, MAX_LATENCY_MICROS);
+        let _ = self
+            .operations
+            .entry(kind)
+            .or_default()
+            .latency_micros
+            .record(value);
+        while self.timeline.len() <= second {
+            self.timeline.push(SecondRecord {
+                operations: 0,
+                latency_micros: new_histogram(2),
+            });
+        }
+        let slot = &mut self.timeline[second];
+        slot.operations += 1;
+        let _ = slot.latency_micros.record(value);
+    }
+
+    pub fn failure(&mut self, kind: OperationKind, message: &str) {
+        *self
+            .operations
+            .entry(kind)
+            .or_default()
+            .errors
+            .entry(error_kind(message).to_string())
+            .or_insert(0) += 1;
+    }
+
+    pub fn merge(&mut self, other: &Recorder) {
+        for (kind, record) in &other.operations {
+            let mine = self.operations.entry(*kind).or_default();
+            let _ = mine.latency_micros.add(&record.latency_micros);
+            for (error, count) in &record.errors {
+                *mine.errors.entry(error.clone()).or_insert(0) += count;
+            }
+        }
+        for (second, record) in other.timeline.iter().enumerate() {
+            while self.timeline.len() <= second {
+                self.timeline.push(SecondRecord {
+                    operations: 0,
+                    latency_micros: new_histogram(2),
+                });
+            }
+            self.timeline[second].operations += record.operations;
+            let _ = self.timeline[second]
+                .latency_micros
+                .add(&record.latency_micros);
+        }
+    }
+
+    pub fn summary(&self, workload: &str, phase: &str, elapsed_seconds: f64) -> Summary {
+        let milliseconds = |micros: u64| micros as f64 / 1000.0;
+        let operations: Vec<OperationSummary> = self
+            .operations
+            .iter()
+            .map(|(kind, record)| {
+                let histogram = &record.latency_micros;
+                OperationSummary {
+                    name: kind.name().to_string(),
+                    count: histogram.len(),
+                    ops_per_second: histogram.len() as f64 / elapsed_seconds.max(1e-9),
+                    mean_ms: histogram.mean() / 1000.0,
+                    p50_ms: milliseconds(histogram.value_at_quantile(0.50)),
+                    p90_ms: milliseconds(histogram.value_at_quantile(0.90)),
+                    p99_ms: milliseconds(histogram.value_at_quantile(0.99)),
+                    p999_ms: milliseconds(histogram.value_at_quantile(0.999)),
+                    max_ms: milliseconds(histogram.max()),
+                    errors: record.errors.clone(),
+                }
+            })
+            .collect();
+        let total: u64 = operations.iter().map(|o| o.count).sum();
+        Summary {
+            workload: workload.to_string(),
+            phase: phase.to_string(),
+            elapsed_seconds,
+            operations_total: total,
+            throughput_ops_per_second: total as f64 / elapsed_seconds.max(1e-9),
+            operations,
+            timeline: self
+                .timeline
+                .iter()
+                .enumerate()
+                .map(|(second, record)| TimelinePoint {
+                    second,
+                    operations: record.operations,
+                    p50_ms: milliseconds(record.latency_micros.value_at_quantile(0.50)),
+                    p99_ms: milliseconds(record.latency_micros.value_at_quantile(0.99)),
+                })
+                .collect(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct OperationSummary {
+    pub name: String,
+    pub count: u64,
+    pub ops_per_second: f64,
+    pub mean_ms: f64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub max_ms: f64,
+    pub errors: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TimelinePoint {
+    pub second: usize,
+    pub operations: u64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+}
+
+/// The result of one phase, printed as a table and written as JSON.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Summary {
+    pub workload: String,
+    pub phase: String,
+    pub elapsed_seconds: f64,
+    pub operations_total: u64,
+    pub throughput_ops_per_second: f64,
+    pub operations: Vec<OperationSummary>,
+    pub timeline: Vec<TimelinePoint>,
+}
+
+impl Summary {
+    pub fn print(&self) {
+        println!(
+            "[{} {}] {:.1}s, {} operations, {:.0} ops/s",
+            self.workload,
+            self.phase,
+            self.elapsed_seconds,
+            self.operations_total,
+            self.throughput_ops_per_second
+        );
+        println!(
+            "  {:<18} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}  errors",
+            "operation", "count", "ops/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms"
+        );
+        for operation in &self.operations {
+            let errors: Vec<String> = operation
+                .errors
+                .iter()
+                .map(|(k, v)| format!("{k}: {v}"))
+                .collect();
+            println!(
+                "  {:<18} {:>10} {:>10.0} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}  {}",
+                operation.name,
+                operation.count,
+                operation.ops_per_second,
+                operation.p50_ms,
+                operation.p90_ms,
+                operation.p99_ms,
+                operation.p999_ms,
+                operation.max_ms,
+                if errors.is_empty() {
+                    "-".to_string()
+                } else {
+                    errors.join(", ")
+                }
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merged_recorders_report_exact_counts_and_percentiles() {
+        let mut a = Recorder::default();
+        let mut b = Recorder::default();
+        for micros in 1..=500u64 {
+            a.success(OperationKind::Read, micros * 1000, 0);
+        }
+        for micros in 501..=1000u64 {
+            b.success(OperationKind::Read, micros * 1000, 1);
+        }
+        b.failure(
+            OperationKind::Update,
+            "Database returned an error: Overloaded",
+        );
+        b.failure(OperationKind::Update, "Request timed out");
+        a.merge(&b);
+        let summary = a.summary("test", "run", 2.0);
+        let read = summary
+            .operations
+            .iter()
+            .find(|o| o.name == "READ")
+            .unwrap();
+        assert_eq!(read.count, 1000);
+        assert!((read.p50_ms - 500.0).abs() < 1.0, "{}", read.p50_ms);
+        assert!((read.p99_ms - 990.0).abs() < 2.0, "{}", read.p99_ms);
+        assert!((read.ops_per_second - 500.0).abs() < 1e-9);
+        let update = summary
+            .operations
+            .iter()
+            .find(|o| o.name == "UPDATE")
+            .unwrap();
+        assert_eq!(update.errors.get("overloaded"), Some(&1));
+        assert_eq!(update.errors.get("timeout"), Some(&1));
+        assert_eq!(summary.timeline.len(), 2);
+        assert_eq!(summary.timeline[0].operations, 500);
+        assert_eq!(summary.operations_total, 1000);
+    }
+
+    #[test]
+    fn errors_are_grouped_by_what_to_do() {
+        assert_eq!(
+            error_kind("Unavailable: 2 required, 1 alive"),
+            "unavailable"
+        );
+        assert_eq!(error_kind("connection broken"), "connection");
+        assert_eq!(error_kind("Invalid query"), "invalid request");
+        assert_eq!(error_kind("something odd"), "other");
+    }
+}
