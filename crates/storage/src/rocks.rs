@@ -79,9 +79,6 @@ impl RocksEngine {
         db_options.create_missing_column_families(true);
         db_options.set_max_background_jobs(options.background_jobs);
         db_options.set_bytes_per_sync(1 << 20);
-        // Memtable inserts happen outside the write group: writers no longer wait for each
-        // other. Shoal never reads from snapshots, which is what this relaxes.
-        db_options.set_unordered_write(true);
 
         let cache = Cache::new_lru_cache(options.block_cache_mib << 20);
         let mut table_options = BlockBasedOptions::default();
@@ -98,6 +95,9 @@ impl RocksEngine {
         data_options.set_write_buffer_size(options.memtable_mib << 20);
         data_options.set_compression_type(rocksdb::DBCompressionType::Lz4);
         data_options.set_merge_operator_associative("shoal_last_write_wins", merge_last_write_wins);
+        // A hot key updated again and again would pile up merge operands in the memtable,
+        // and every read would merge them all; past a few, the write merges them instead.
+        data_options.set_max_successive_merges(8);
         let filter_grace = Arc::clone(&gc_grace);
         data_options.set_compaction_filter("shoal_purge", move |_level, key, value| {
             if crate::purgeable(
