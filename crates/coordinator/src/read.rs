@@ -462,7 +462,38 @@ struct SelectVisitor<'a> {
     error: Option<CqlError>,
 }
 
-impl SelectVisitor<'_> {
+impl<'a> SelectVisitor<'a> {
+    /// A visitor with no paging, no per-partition limit and nothing to sort.
+    fn new(
+        table: &'a TableMetadata,
+        selection: &'a Selection,
+        filters: &'a [Filter],
+        limit_remaining: u64,
+    ) -> SelectVisitor<'a> {
+        SelectVisitor {
+            table,
+            selection,
+            filters,
+            row_slices: None,
+            distinct: false,
+            static_only_rows: false,
+            page_size: usize::MAX,
+            limit_remaining,
+            per_partition_limit: u64::MAX,
+            now_seconds: 0,
+            partition_values: Vec::new(),
+            partition_rows: 0,
+            partition_matched_any: false,
+            buffer: RowsBuffer::new(selection.columns.len()),
+            emitted: 0,
+            last_position: None,
+            has_more: false,
+            accumulators: vec![Accumulator::default(); selection.outputs.len()],
+            sort_rows: None,
+            error: None,
+        }
+    }
+
     fn fail(&mut self, error: CqlError) -> Flow {
         self.error = Some(error);
         Flow::Stop
@@ -981,9 +1012,6 @@ pub(crate) fn execute_select(
         .map_or(limit.unwrap_or(u64::MAX), |r| r.remaining);
     let slices = restrictions.slices();
     let mut visitor = SelectVisitor {
-        table: &table,
-        selection: &selection,
-        filters: &restrictions.filters,
         row_slices: if scanning && clustering_restricted {
             Some(slices.clone())
         } else {
@@ -992,23 +1020,14 @@ pub(crate) fn execute_select(
         distinct: select.distinct,
         static_only_rows: !clustering_restricted && table.has_static_columns(),
         page_size,
-        limit_remaining,
         per_partition_limit: per_partition_limit.unwrap_or(u64::MAX),
         now_seconds: shoal_model::timestamp::now_seconds(),
-        partition_values: Vec::new(),
-        partition_rows: 0,
-        partition_matched_any: false,
-        buffer: RowsBuffer::new(selection.columns.len()),
-        emitted: 0,
-        last_position: None,
-        has_more: false,
-        accumulators: vec![Accumulator::default(); selection.outputs.len()],
         sort_rows: if sort_across_partitions {
             Some(Vec::new())
         } else {
             None
         },
-        error: None,
+        ..SelectVisitor::new(&table, &selection, &restrictions.filters, limit_remaining)
     };
     let engine = coordinator.engine.as_ref();
     let storage_error = |e: shoal_storage::StorageError| CqlError::server(e.to_string());
@@ -1225,28 +1244,7 @@ fn select_virtual(
         });
     }
     let rows = crate::system_tables::rows(coordinator, schema, table);
-    let mut visitor = SelectVisitor {
-        table,
-        selection,
-        filters: &filters,
-        row_slices: None,
-        distinct: false,
-        static_only_rows: false,
-        page_size: usize::MAX,
-        limit_remaining: limit.unwrap_or(u64::MAX),
-        per_partition_limit: u64::MAX,
-        now_seconds: 0,
-        partition_values: Vec::new(),
-        partition_rows: 0,
-        partition_matched_any: false,
-        buffer: RowsBuffer::new(selection.columns.len()),
-        emitted: 0,
-        last_position: None,
-        has_more: false,
-        accumulators: vec![Accumulator::default(); selection.outputs.len()],
-        sort_rows: None,
-        error: None,
-    };
+    let mut visitor = SelectVisitor::new(table, selection, &filters, limit.unwrap_or(u64::MAX));
     let header = PartitionHeader {
         token: Token(0),
         key: Vec::new(),

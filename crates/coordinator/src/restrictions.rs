@@ -136,6 +136,35 @@ fn in_tuples(
         .collect()
 }
 
+/// The index in `table.columns` of the key column of `kind` at `position`.
+fn key_column_index(table: &TableMetadata, kind: ColumnKind, position: usize) -> usize {
+    table
+        .columns
+        .iter()
+        .position(|c| c.kind == kind && c.position as usize == position)
+        .unwrap_or(0)
+}
+
+/// An EQ/IN restriction that cannot narrow the read, kept as a row filter.
+fn equality_filter(
+    table: &TableMetadata,
+    kind: ColumnKind,
+    position: usize,
+    values: Vec<Value>,
+) -> Filter {
+    let operator = if values.len() == 1 {
+        Operator::Eq
+    } else {
+        Operator::In
+    };
+    Filter {
+        column: key_column_index(table, kind, position),
+        operator,
+        values,
+        map_key: None,
+    }
+}
+
 /// Encodes one clustering component as stored.
 pub fn encode_clustering_value(
     table: &TableMetadata,
@@ -448,24 +477,12 @@ impl Restrictions {
         } else if restricted > 0 {
             for (position, candidates) in partition_candidates.into_iter().enumerate() {
                 if let Some(values) = candidates {
-                    let column = table
-                        .columns
-                        .iter()
-                        .position(|c| {
-                            c.kind == ColumnKind::PartitionKey && c.position as usize == position
-                        })
-                        .unwrap_or(0);
-                    let operator = if values.len() == 1 {
-                        Operator::Eq
-                    } else {
-                        Operator::In
-                    };
-                    restrictions.filters.push(Filter {
-                        column,
-                        operator,
+                    restrictions.filters.push(equality_filter(
+                        table,
+                        ColumnKind::PartitionKey,
+                        position,
                         values,
-                        map_key: None,
-                    });
+                    ));
                 }
             }
             restrictions.needs_filtering = true;
@@ -511,24 +528,12 @@ impl Restrictions {
         // Leftover EQ/IN (a gap before them) become filters.
         for (position, leftover) in clustering_eq.into_iter().enumerate() {
             if let Some(values) = leftover {
-                let column = table
-                    .columns
-                    .iter()
-                    .position(|c| {
-                        c.kind == ColumnKind::Clustering && c.position as usize == position
-                    })
-                    .unwrap_or(0);
-                let operator = if values.len() == 1 {
-                    Operator::Eq
-                } else {
-                    Operator::In
-                };
-                restrictions.filters.push(Filter {
-                    column,
-                    operator,
+                restrictions.filters.push(equality_filter(
+                    table,
+                    ColumnKind::Clustering,
+                    position,
                     values,
-                    map_key: None,
-                });
+                ));
                 restrictions.needs_filtering = true;
             }
         }
@@ -539,15 +544,8 @@ impl Restrictions {
                 let bytes = encode_clustering_value(table, position, &value);
                 restrictions.set_slice_bound(operator, descending, bytes)?;
             } else {
-                let column = table
-                    .columns
-                    .iter()
-                    .position(|c| {
-                        c.kind == ColumnKind::Clustering && c.position as usize == position
-                    })
-                    .unwrap_or(0);
                 restrictions.filters.push(Filter {
-                    column,
+                    column: key_column_index(table, ColumnKind::Clustering, position),
                     operator,
                     values: vec![value],
                     map_key: None,

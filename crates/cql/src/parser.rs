@@ -11,22 +11,7 @@ use shoal_model::CqlType;
 
 /// Parses one statement (a trailing `;` is allowed).
 pub fn parse_statement(text: &str) -> Result<Statement, CqlError> {
-    let tokens = tokenize(text)?;
-    let mut parser = Parser {
-        tokens,
-        position: 0,
-        bind_count: 0,
-    };
-    let statement = parser.statement()?;
-    while parser.eat_symbol(";") {}
-    if let Some(token) = parser.peek() {
-        return Err(CqlError::syntax(format!(
-            "line 1:{} mismatched input '{}' expecting EOF",
-            parser.position,
-            token.describe()
-        )));
-    }
-    Ok(statement)
+    parse_with_marker_count(text).map(|(statement, _)| statement)
 }
 
 /// Parses a statement and returns the number of bind markers it has.
