@@ -2,6 +2,7 @@
 limits, malformed frames, many streams in flight, LZ4 compression."""
 
 import socket
+import time
 import struct
 
 import pytest
@@ -187,3 +188,31 @@ def test_requests_beyond_the_in_flight_limit_get_overloaded(tmp_path):
             assert read_frame(sock)[3] == RESULT
         finally:
             sock.close()
+
+
+def test_point_reads_are_not_stuck_behind_a_scan_on_the_same_connection(session):
+    session.execute("CREATE TABLE t (k int, c int, v text, PRIMARY KEY (k, c))")
+    insert = session.prepare("INSERT INTO t (k, c, v) VALUES (?, ?, ?)")
+    from cassandra.query import BatchStatement, BatchType
+
+    for k in range(60):
+        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+        for c in range(1000):
+            batch.add(insert, (k, c, "x" * 20))
+        session.execute(batch)
+    finished = {}
+
+    def done(name):
+        return lambda _: finished.setdefault(name, time.monotonic())
+
+    scan = session.execute_async("SELECT count(*) FROM t")
+    scan.add_callback(done("scan"))
+    point = session.prepare("SELECT v FROM t WHERE k = ? AND c = ?")
+    points = [session.execute_async(point, (i, i)) for i in range(20)]
+    for i, future in enumerate(points):
+        future.add_callback(done(f"point{i}"))
+    assert scan.result().one().count == 60_000
+    for future in points:
+        assert future.result().one().v == "x" * 20
+    last_point = max(finished[f"point{i}"] for i in range(20))
+    assert last_point < finished["scan"], "point reads waited for the scan"

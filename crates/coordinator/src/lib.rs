@@ -101,7 +101,12 @@ pub struct Coordinator {
     pub(crate) info: NodeInfo,
     /// Serializes conditional (IF ...) writes per partition stripe on this node.
     pub(crate) condition_locks: Vec<tokio::sync::Mutex<()>>,
+    /// Scans running at once (see [`Coordinator::run_scan`]).
+    scan_slots: tokio::sync::Semaphore,
 }
+
+/// How many scans may run at once; further scans wait for a slot.
+pub const SCAN_SLOTS: usize = 4;
 
 /// The release version this node reports; cqlsh uses the server-side DESCRIBE of 4.0+.
 pub const RELEASE_VERSION: &str = "5.0.0-shoal";
@@ -121,6 +126,7 @@ impl Coordinator {
             prepared: prepared::PreparedCache::new(prepared::PREPARED_CACHE_CAPACITY),
             info,
             condition_locks: (0..64).map(|_| tokio::sync::Mutex::new(())).collect(),
+            scan_slots: tokio::sync::Semaphore::new(SCAN_SLOTS),
         })
     }
 
@@ -138,7 +144,7 @@ impl Coordinator {
 
     /// QUERY: parse and run.
     pub async fn query(
-        &self,
+        self: &Arc<Self>,
         session: &mut Session,
         text: &str,
         parameters: &QueryParameters,
@@ -149,7 +155,7 @@ impl Coordinator {
 
     /// EXECUTE: run a prepared statement.
     pub async fn execute(
-        &self,
+        self: &Arc<Self>,
         session: &mut Session,
         id: &[u8],
         parameters: &QueryParameters,
@@ -190,7 +196,7 @@ impl Coordinator {
     }
 
     pub(crate) async fn run(
-        &self,
+        self: &Arc<Self>,
         session: &mut Session,
         statement: &Statement,
         parameters: &QueryParameters,
@@ -200,6 +206,9 @@ impl Coordinator {
             names: parameters.names.as_deref(),
         };
         match statement {
+            Statement::Select(select) if read::is_scan(self, session, select) => {
+                self.run_scan(session, select, parameters).await
+            }
             Statement::Select(select) => {
                 read::execute_select(self, session, select, parameters, bindings)
             }
@@ -223,6 +232,35 @@ impl Coordinator {
             | Statement::AlterTable { .. }
             | Statement::DropTable { .. } => ddl::execute(self, session, statement),
         }
+    }
+
+    /// Runs a scan (a SELECT not limited to named partitions) on a blocking thread, so
+    /// that it holds neither a runtime worker nor the point requests queued behind it on
+    /// its connection. At most [`SCAN_SLOTS`] scans run at once; more wait for a slot.
+    async fn run_scan(
+        self: &Arc<Self>,
+        session: &Session,
+        select: &shoal_cql::ast::Select,
+        parameters: &QueryParameters,
+    ) -> Result<ResultBody, CqlError> {
+        let _slot = self
+            .scan_slots
+            .acquire()
+            .await
+            .map_err(|_| CqlError::server("the scan stage is closed"))?;
+        let coordinator = Arc::clone(self);
+        let session = session.clone();
+        let select = select.clone();
+        let parameters = parameters.clone();
+        tokio::task::spawn_blocking(move || {
+            let bindings = values::Bindings {
+                values: &parameters.values,
+                names: parameters.names.as_deref(),
+            };
+            read::execute_select(&coordinator, &session, &select, &parameters, bindings)
+        })
+        .await
+        .map_err(|_| CqlError::server("the scan failed unexpectedly"))?
     }
 
     /// The keyspace a statement names, or the session's.

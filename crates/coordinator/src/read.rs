@@ -1137,6 +1137,28 @@ pub(crate) fn execute_select(
     Ok(finish(visitor, &selection, parameters, limit))
 }
 
+/// True when a SELECT reads a token range of a stored table rather than named partitions
+/// (no EQ/IN on every partition key column); such reads run on the scan stage.
+pub(crate) fn is_scan(coordinator: &Coordinator, session: &Session, select: &Select) -> bool {
+    let Ok(keyspace) = coordinator.keyspace_for(session, &select.table.keyspace) else {
+        return false;
+    };
+    let schema = coordinator.schema();
+    let Ok(table) = schema.table(&keyspace, &select.table.name) else {
+        return false;
+    };
+    if table.is_virtual {
+        return false;
+    }
+    let names_partitions = table.partition_key().all(|column| {
+        select.relations.iter().any(|relation| {
+            matches!(&relation.target, shoal_cql::ast::RelationTarget::Column(name) if *name == column.name)
+                && matches!(relation.operator, Operator::Eq | Operator::In)
+        })
+    });
+    !names_partitions
+}
+
 /// Sets the per-partition row count when a page resumes inside a partition.
 struct ResumeAware<'v, 'a> {
     inner: &'v mut SelectVisitor<'a>,

@@ -22,30 +22,37 @@ fn info() -> NodeInfo {
     }
 }
 
-fn coordinator(engine: Arc<dyn Engine>) -> Coordinator {
-    Coordinator::new(
-        Arc::clone(&engine),
-        Arc::new(ImmediateWriteLog(engine)),
-        info(),
+fn coordinator(engine: Arc<dyn Engine>) -> Arc<Coordinator> {
+    Arc::new(
+        Coordinator::new(
+            Arc::clone(&engine),
+            Arc::new(ImmediateWriteLog(engine)),
+            info(),
+        )
+        .unwrap(),
     )
-    .unwrap()
 }
 
 fn run(
-    coordinator: &Coordinator,
+    coordinator: &Arc<Coordinator>,
     session: &mut Session,
     text: &str,
     parameters: &QueryParameters,
 ) -> Result<ResultBody, shoal_cql::CqlError> {
-    futures::executor::block_on(coordinator.query(session, text, parameters))
+    // Scans run on tokio's blocking pool, so they need a runtime.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(coordinator.query(session, text, parameters))
 }
 
-fn ok(coordinator: &Coordinator, session: &mut Session, text: &str) -> ResultBody {
+fn ok(coordinator: &Arc<Coordinator>, session: &mut Session, text: &str) -> ResultBody {
     run(coordinator, session, text, &QueryParameters::default())
         .unwrap_or_else(|e| panic!("{text}: {e}"))
 }
 
-fn setup(coordinator: &Coordinator) -> Session {
+fn setup(coordinator: &Arc<Coordinator>) -> Session {
     let mut session = Session::default();
     ok(coordinator, &mut session, "CREATE KEYSPACE ks WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}");
     ok(coordinator, &mut session, "USE ks");
@@ -185,7 +192,12 @@ fn prepared_statements_describe_their_markers() {
         ],
         ..QueryParameters::default()
     };
-    futures::executor::block_on(c.execute(&mut session, &prepared.id, &parameters)).unwrap();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(c.execute(&mut session, &prepared.id, &parameters))
+        .unwrap();
     let (values, _) = ints(&ok(
         &c,
         &mut session,
@@ -211,12 +223,12 @@ fn the_schema_survives_a_restart_and_unknown_ids_are_unprepared() {
     let mut session = Session::default();
     let (values, _) = ints(&ok(&c, &mut session, "SELECT k FROM ks.t"));
     assert_eq!(values, vec![5]);
-    let error = futures::executor::block_on(c.execute(
-        &mut session,
-        &[1, 2, 3],
-        &QueryParameters::default(),
-    ))
-    .unwrap_err();
+    let error = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(c.execute(&mut session, &[1, 2, 3], &QueryParameters::default()))
+        .unwrap_err();
     assert!(matches!(error.code, ErrorCode::Unprepared { .. }));
 }
 
