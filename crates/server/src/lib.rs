@@ -26,16 +26,9 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
-/// How many tokens a single node reports (like Cassandra's default `num_tokens: 16`).
-const REPORTED_TOKEN_COUNT: i64 = 16;
-
-/// Evenly spaced tokens over the ring.
-fn evenly_spaced_tokens(count: i64) -> Vec<i64> {
-    let step = (u64::MAX / count as u64) as i128;
-    (1..=count)
-        .map(|i| (i64::MIN as i128 + step * i as i128).min(i64::MAX as i128) as i64)
-        .collect()
-}
+/// Tablets per table until the cluster places them (like Cassandra's `num_tokens: 16`,
+/// this is how many tokens a lone node reports).
+const SINGLE_NODE_TABLETS: usize = 16;
 
 /// This node's identity, created on first start and kept in the engine's metadata.
 fn load_host_id(engine: &dyn Engine) -> anyhow::Result<[u8; 16]> {
@@ -84,14 +77,29 @@ impl Node {
             config.commitlog_sync,
             config.commitlog_sync_period_ms,
         )?;
+        let host_id = load_host_id(engine.as_ref())?;
+        let this_node = shoal_placement::NodeDescriptor {
+            id: host_id,
+            datacenter: config.datacenter.clone(),
+            rack: config.rack.clone(),
+        };
+        let tablets = shoal_placement::place(
+            SINGLE_NODE_TABLETS,
+            &shoal_placement::ReplicationStrategy::Simple { factor: 1 },
+            &[this_node],
+        )?;
         let info = NodeInfo {
             cluster_name: config.cluster_name.clone(),
             address: config.listen_address,
             cql_port: config.cql_port,
             datacenter: config.datacenter.clone(),
             rack: config.rack.clone(),
-            host_id: load_host_id(engine.as_ref())?,
-            tokens: evenly_spaced_tokens(REPORTED_TOKEN_COUNT),
+            host_id,
+            tokens: tablets
+                .tokens_of(&host_id)
+                .into_iter()
+                .map(|t| t.0)
+                .collect(),
             gossip_generation: shoal_model::timestamp::now_seconds(),
         };
         let coordinator = Arc::new(
@@ -157,17 +165,5 @@ impl Node {
         let commit_log = Arc::clone(&self.commit_log);
         let _ = tokio::task::spawn_blocking(move || commit_log.stop()).await;
         tracing::info!("Shoal node stopped");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reported_tokens_are_sorted_and_distinct() {
-        let tokens = evenly_spaced_tokens(16);
-        assert_eq!(tokens.len(), 16);
-        assert!(tokens.windows(2).all(|w| w[0] < w[1]));
     }
 }
