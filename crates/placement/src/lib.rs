@@ -153,7 +153,7 @@ pub fn place(
         return Err(PlacementError::NoTablets);
     }
     let mut ordered: Vec<&NodeDescriptor> = nodes.iter().collect();
-    ordered.sort_by(|a, b| a.id.cmp(&b.id));
+    ordered.sort_by_key(|node| node.id);
     let tablets = even_boundaries(tablet_count)
         .into_iter()
         .enumerate()
