@@ -229,12 +229,9 @@ async fn execute(
     scan_length: &mut ScanLength,
     rng: &mut rand::rngs::StdRng,
 ) -> Result<(), String> {
-    let common = &shared.common;
     let session = &shared.session;
     let statements = &shared.statements;
     let existing = shared.inserted.load(Ordering::Relaxed);
-    let key = || key_name(0);
-    let _ = key;
     let error = |e: &dyn std::fmt::Display| e.to_string();
     match kind {
         OperationKind::Read | OperationKind::Point => {
@@ -246,12 +243,7 @@ async fn execute(
         }
         OperationKind::Update => {
             let key = key_name(picker.next(existing, rng));
-            let field = rng.random_range(0..statements.updates.len());
-            let value = random_field(rng, common.field_length);
-            session
-                .execute_unpaged(&statements.updates[field], (value, key))
-                .await
-                .map_err(|e| error(&e))?;
+            update_one_field(shared, key, rng).await?;
         }
         OperationKind::Insert => {
             let number = shared.inserted.fetch_add(1, Ordering::Relaxed);
@@ -281,15 +273,27 @@ async fn execute(
                 .execute_unpaged(&statements.read, (key.clone(),))
                 .await
                 .map_err(|e| error(&e))?;
-            let field = rng.random_range(0..statements.updates.len());
-            let value = random_field(rng, common.field_length);
-            session
-                .execute_unpaged(&statements.updates[field], (value, key))
-                .await
-                .map_err(|e| error(&e))?;
+            update_one_field(shared, key, rng).await?;
         }
     }
     Ok(())
+}
+
+/// YCSB's update (`writeallfields=false`): one random field gets a new random value.
+async fn update_one_field(
+    shared: &Shared,
+    key: String,
+    rng: &mut rand::rngs::StdRng,
+) -> Result<(), String> {
+    let statements = &shared.statements;
+    let field = rng.random_range(0..statements.updates.len());
+    let value = random_field(rng, shared.common.field_length);
+    shared
+        .session
+        .execute_unpaged(&statements.updates[field], (value, key))
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 async fn insert_record(
