@@ -75,40 +75,33 @@ fn collection_bytes(cql_type: &CqlType, cells: &[(Vec<u8>, Cell)]) -> Result<Vec
 /// Fills `values` (indexed like `table.columns`) from a stored row's cells.
 fn fill_from_row(
     table: &TableMetadata,
-    row: &Row,
+    row: Row,
     values: &mut [ColumnValue],
     now_seconds: i32,
 ) -> Result<(), CqlError> {
-    for column in &row.columns {
+    for column in row.columns {
         let Some(index) = table.column_index(&column.name) else {
             continue;
         };
         let metadata = &table.columns[index];
-        let dropped_before = table
-            .dropped_columns
-            .get(&column.name)
-            .map(|d| d.dropped_at_micros);
-        let cells: Vec<(Vec<u8>, Cell)> = column
-            .cells
-            .iter()
-            .filter(|(_, cell)| dropped_before.is_none_or(|at| cell.timestamp.0 > at))
-            .cloned()
-            .collect();
-        if cells.is_empty() {
-            continue;
+        let mut cells = column.cells;
+        // Cells older than a drop of this column name belong to the dropped column.
+        if let Some(dropped) = table.dropped_columns.get(&column.name) {
+            cells.retain(|(_, cell)| cell.timestamp.0 > dropped.dropped_at_micros);
         }
         if metadata.cql_type.is_multi_cell() {
+            if !cells.is_empty() {
+                values[index] = ColumnValue {
+                    bytes: Some(collection_bytes(&metadata.cql_type, &cells)?),
+                    timestamp: None,
+                    ttl: None,
+                };
+            }
+        } else if let Some((_, cell)) = cells.into_iter().next() {
             values[index] = ColumnValue {
-                bytes: Some(collection_bytes(&metadata.cql_type, &cells)?),
-                timestamp: None,
-                ttl: None,
-            };
-        } else {
-            let (_, cell) = &cells[0];
-            values[index] = ColumnValue {
-                bytes: Some(cell.value.clone()),
                 timestamp: Some(cell.timestamp.0),
                 ttl: cell.remaining_ttl(now_seconds),
+                bytes: Some(cell.value),
             };
         }
     }
@@ -511,7 +504,12 @@ impl<'a> SelectVisitor<'a> {
             }
         }
         if let Some(static_row) = &header.static_row {
-            fill_from_row(self.table, static_row, &mut values, self.now_seconds)?;
+            fill_from_row(
+                self.table,
+                static_row.clone(),
+                &mut values,
+                self.now_seconds,
+            )?;
         }
         self.partition_values = values;
         Ok(())
@@ -783,7 +781,7 @@ impl Visitor for SelectVisitor<'_> {
         }
     }
 
-    fn row(&mut self, header: &PartitionHeader, row: Row) -> Flow {
+    fn row(&mut self, header: &PartitionHeader, mut row: Row) -> Flow {
         if let Some(slices) = &self.row_slices {
             if !in_slices(slices, &row.clustering) {
                 return Flow::Continue;
@@ -806,10 +804,11 @@ impl Visitor for SelectVisitor<'_> {
                 Err(error) => return self.fail(error.into()),
             }
         }
-        if let Err(error) = fill_from_row(self.table, &row, &mut values, self.now_seconds) {
+        let clustering = std::mem::take(&mut row.clustering);
+        if let Err(error) = fill_from_row(self.table, row, &mut values, self.now_seconds) {
             return self.fail(error);
         }
-        self.emit(header, values, Some(row.clustering))
+        self.emit(header, values, Some(clustering))
     }
 
     fn partition_end(&mut self, header: &PartitionHeader) -> Flow {
@@ -1360,7 +1359,7 @@ pub(crate) fn read_row_values(
     };
     let now = shoal_model::timestamp::now_seconds();
     let mut values = vec![ColumnValue::default(); table.columns.len()];
-    fill_from_row(table, &row, &mut values, now)?;
+    fill_from_row(table, row, &mut values, now)?;
     let key_values = decode_partition_key_values(table, partition_key)?;
     let mut typed: Vec<Option<Value>> = Vec::with_capacity(values.len());
     for (column, value) in table.columns.iter().zip(values) {
