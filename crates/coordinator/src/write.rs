@@ -42,6 +42,20 @@ struct WriteContext<'a> {
     now_seconds: i32,
 }
 
+impl WriteContext<'_> {
+    /// A writer for the row whose keys start with `prefix`, stamped with this statement's
+    /// timestamp and TTL.
+    fn writer<'b>(&self, batch: &'b mut WriteBatch, prefix: Vec<u8>) -> RowWriter<'b> {
+        RowWriter {
+            batch,
+            prefix,
+            timestamp: self.timestamp,
+            ttl_seconds: self.ttl_seconds,
+            now_seconds: self.now_seconds,
+        }
+    }
+}
+
 /// Writes the cells of one row (or of a partition's static row).
 struct RowWriter<'a> {
     batch: &'a mut WriteBatch,
@@ -340,13 +354,7 @@ fn build_insert(
     if clustering_complete {
         row_prefix.push(keys::SECTION_ROW);
         row_prefix.extend_from_slice(&clustering);
-        let mut writer = RowWriter {
-            batch,
-            prefix: row_prefix,
-            timestamp: ctx.timestamp,
-            ttl_seconds: ctx.ttl_seconds,
-            now_seconds: ctx.now_seconds,
-        };
+        let mut writer = ctx.writer(batch, row_prefix);
         writer.marker();
         for (column, value) in table.columns.iter().zip(values.iter_mut()) {
             if column.kind == ColumnKind::Regular {
@@ -358,13 +366,7 @@ fn build_insert(
             }
         }
     }
-    let mut static_writer = RowWriter {
-        batch,
-        prefix: static_prefix,
-        timestamp: ctx.timestamp,
-        ttl_seconds: ctx.ttl_seconds,
-        now_seconds: ctx.now_seconds,
-    };
+    let mut static_writer = ctx.writer(batch, static_prefix);
     for (column, value) in table.columns.iter().zip(values.iter_mut()) {
         if column.kind == ColumnKind::Static {
             match value.take() {
@@ -616,13 +618,7 @@ fn build_update(
                 partition_key: &partition_key,
                 clustering: clustering.as_deref(),
             };
-            let mut writer = RowWriter {
-                batch,
-                prefix,
-                timestamp: ctx.timestamp,
-                ttl_seconds: ctx.ttl_seconds,
-                now_seconds: ctx.now_seconds,
-            };
+            let mut writer = ctx.writer(batch, prefix);
             let mut static_writer_prefix = keys::partition_prefix(&table.id, token, &partition_key);
             static_writer_prefix.push(keys::SECTION_STATIC_ROW);
             for assignment in &update.assignments {
@@ -630,13 +626,7 @@ fn build_update(
                     .column(assignment.column())
                     .is_some_and(|c| c.kind == ColumnKind::Static);
                 if is_static && !static_only {
-                    let mut static_writer = RowWriter {
-                        batch: writer.batch,
-                        prefix: static_writer_prefix.clone(),
-                        timestamp: ctx.timestamp,
-                        ttl_seconds: ctx.ttl_seconds,
-                        now_seconds: ctx.now_seconds,
-                    };
+                    let mut static_writer = ctx.writer(writer.batch, static_writer_prefix.clone());
                     let static_target = RowTarget {
                         clustering: None,
                         ..target
@@ -692,13 +682,7 @@ fn build_delete(
                 for (row_prefix, clustering) in
                     row_prefixes(table, token, &partition_key, &restrictions, false)
                 {
-                    let mut writer = RowWriter {
-                        batch,
-                        prefix: row_prefix,
-                        timestamp: ctx.timestamp,
-                        ttl_seconds: 0,
-                        now_seconds: ctx.now_seconds,
-                    };
+                    let mut writer = ctx.writer(batch, row_prefix);
                     writer.row_deletion();
                     touched.push(RowAddress {
                         token,
@@ -744,13 +728,7 @@ fn build_delete(
             &restrictions,
             static_only && table.clustering_count() > 0,
         ) {
-            let mut writer = RowWriter {
-                batch,
-                prefix: row_prefix,
-                timestamp: ctx.timestamp,
-                ttl_seconds: 0,
-                now_seconds: ctx.now_seconds,
-            };
+            let mut writer = ctx.writer(batch, row_prefix);
             for target in &delete.targets {
                 let (_, column) = table.require_column(&target.column)?;
                 ensure(
@@ -855,10 +833,15 @@ fn build_statement(
         .or(default_timestamp)
         .map(WriteTimestamp)
         .unwrap_or_else(WriteTimestamp::now);
+    let ttl_seconds = match statement {
+        // Deletions never expire.
+        Statement::Delete(_) => 0,
+        _ => using_ttl(using, table, bindings)?,
+    };
     let ctx = WriteContext {
         table,
         timestamp,
-        ttl_seconds: using_ttl(using, table, bindings)?,
+        ttl_seconds,
         now_seconds: shoal_model::timestamp::now_seconds(),
     };
     match statement {

@@ -295,7 +295,7 @@ async fn respond(
         Request::Query { query, parameters } => {
             let mut session = state.session.lock().clone();
             let result = coordinator.query(&mut session, &query, &parameters).await?;
-            finish_result(state, events, &mut session, result).await
+            Ok(finish_result(state, events, result))
         }
         Request::Prepare { query } => {
             let session = state.session.lock().clone();
@@ -304,23 +304,18 @@ async fn respond(
         Request::Execute { id, parameters } => {
             let mut session = state.session.lock().clone();
             let result = coordinator.execute(&mut session, &id, &parameters).await?;
-            finish_result(state, events, &mut session, result).await
+            Ok(finish_result(state, events, result))
         }
         Request::Batch(batch) => {
             let mut session = state.session.lock().clone();
             let result = coordinator.batch(&mut session, &batch).await?;
-            finish_result(state, events, &mut session, result).await
+            Ok(finish_result(state, events, result))
         }
     }
 }
 
 /// Applies `USE` to the connection and publishes schema changes to registered clients.
-async fn finish_result(
-    state: &Arc<ConnectionState>,
-    events: &Arc<EventBus>,
-    session: &mut Session,
-    result: ResultBody,
-) -> Result<Response, CqlError> {
+fn finish_result(state: &ConnectionState, events: &EventBus, result: ResultBody) -> Response {
     match &result {
         ResultBody::SetKeyspace(keyspace) => {
             state.session.lock().keyspace = Some(keyspace.clone());
@@ -330,6 +325,5 @@ async fn finish_result(
         }
         _ => {}
     }
-    let _ = session;
-    Ok(Response::Result(result))
+    Response::Result(result)
 }
