@@ -31,10 +31,13 @@ def free_port(address: str = "127.0.0.1") -> int:
 class ShoalNode:
     """One `shoal server` process."""
 
-    def __init__(self, data_dir, address="127.0.0.1", port=None, commitlog_sync="periodic", config=None, extra_args=()):
+    def __init__(self, data_dir, address="127.0.0.1", port=None, commitlog_sync="periodic", config=None, extra_args=(),
+                 internode_port=None, seeds=()):
         self.data_dir = Path(data_dir)
         self.address = address
         self.port = port or free_port(address)
+        self.internode_port = internode_port or free_port(address)
+        self.seeds = list(seeds)
         self.commitlog_sync = commitlog_sync
         self.config = config
         self.extra_args = list(extra_args)
@@ -47,8 +50,11 @@ class ShoalNode:
             "--data-dir", str(self.data_dir),
             "--listen-address", self.address,
             "--cql-port", str(self.port),
+            "--internode-port", str(self.internode_port),
             "--commitlog-sync", self.commitlog_sync,
         ]
+        if self.seeds:
+            command += ["--seeds", ",".join(self.seeds)]
         if self.config:
             command += ["--config", str(self.config)]
         return command + self.extra_args

@@ -9,7 +9,7 @@ use shoal_cql::ast::{
     AlterTableAction, ColumnDefinition, CreateTable, Literal, Properties, Statement, Term,
 };
 use shoal_cql::response::{ResultBody, SchemaChange};
-use shoal_model::{keys, CqlType};
+use shoal_model::CqlType;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -27,7 +27,7 @@ fn schema_change(
     })
 }
 
-pub(crate) fn execute(
+pub(crate) async fn execute(
     coordinator: &Coordinator,
     session: &Session,
     statement: &Statement,
@@ -40,31 +40,34 @@ pub(crate) fn execute(
         } => {
             validate_name("Keyspace", name)?;
             let (replication, durable_writes) = keyspace_properties(properties, None)?;
-            let created = coordinator.schema.change(|schema| {
-                if schema.keyspaces.contains_key(name) {
-                    if *if_not_exists {
-                        return Ok(false);
+            let created = coordinator
+                .schema
+                .change(|schema| {
+                    if schema.keyspaces.contains_key(name) {
+                        if *if_not_exists {
+                            return Ok(false);
+                        }
+                        return Err(CqlError::new(
+                            ErrorCode::AlreadyExists {
+                                keyspace: name.clone(),
+                                table: String::new(),
+                            },
+                            format!("Keyspace '{name}' already exists"),
+                        ));
                     }
-                    return Err(CqlError::new(
-                        ErrorCode::AlreadyExists {
-                            keyspace: name.clone(),
-                            table: String::new(),
+                    schema.keyspaces.insert(
+                        name.clone(),
+                        KeyspaceMetadata {
+                            name: name.clone(),
+                            replication: replication.clone(),
+                            durable_writes,
+                            tables: BTreeMap::new(),
+                            is_system: false,
                         },
-                        format!("Keyspace '{name}' already exists"),
-                    ));
-                }
-                schema.keyspaces.insert(
-                    name.clone(),
-                    KeyspaceMetadata {
-                        name: name.clone(),
-                        replication,
-                        durable_writes,
-                        tables: BTreeMap::new(),
-                        is_system: false,
-                    },
-                );
-                Ok(true)
-            })?;
+                    );
+                    Ok(true)
+                })
+                .await?;
             Ok(if created {
                 schema_change("CREATED", "KEYSPACE", name, None)
             } else {
@@ -72,62 +75,68 @@ pub(crate) fn execute(
             })
         }
         Statement::AlterKeyspace { name, properties } => {
-            coordinator.schema.change(|schema| {
-                let keyspace = user_keyspace_mut(schema, name)?;
-                let (replication, durable_writes) =
-                    keyspace_properties(properties, Some(keyspace))?;
-                keyspace.replication = replication;
-                keyspace.durable_writes = durable_writes;
-                Ok(true)
-            })?;
+            coordinator
+                .schema
+                .change(|schema| {
+                    let keyspace = user_keyspace_mut(schema, name)?;
+                    let (replication, durable_writes) =
+                        keyspace_properties(properties, Some(keyspace))?;
+                    keyspace.replication = replication;
+                    keyspace.durable_writes = durable_writes;
+                    Ok(true)
+                })
+                .await?;
             Ok(schema_change("UPDATED", "KEYSPACE", name, None))
         }
         Statement::DropKeyspace { name, if_exists } => {
-            let mut dropped_tables = Vec::new();
-            let dropped = coordinator.schema.change(|schema| {
-                match schema.keyspaces.get(name) {
-                    None if *if_exists => return Ok(false),
-                    None => {
-                        return Err(CqlError::config(format!(
-                            "Cannot drop non existing keyspace '{name}'."
-                        )))
+            let dropped = coordinator
+                .schema
+                .change(|schema| {
+                    match schema.keyspaces.get(name) {
+                        None if *if_exists => return Ok(false),
+                        None => {
+                            return Err(CqlError::config(format!(
+                                "Cannot drop non existing keyspace '{name}'."
+                            )))
+                        }
+                        Some(k) if k.is_system => {
+                            return Err(CqlError::new(
+                                ErrorCode::Unauthorized,
+                                format!("{name} keyspace is not user-modifiable"),
+                            ))
+                        }
+                        Some(_) => {}
                     }
-                    Some(k) if k.is_system => {
-                        return Err(CqlError::new(
-                            ErrorCode::Unauthorized,
-                            format!("{name} keyspace is not user-modifiable"),
-                        ))
-                    }
-                    Some(_) => {}
-                }
-                if let Some(keyspace) = schema.keyspaces.remove(name) {
-                    dropped_tables.extend(keyspace.tables.values().map(|t| t.id));
-                }
-                Ok(true)
-            })?;
-            for table_id in dropped_tables {
-                delete_table_data(coordinator, &table_id)?;
-            }
+                    schema.keyspaces.remove(name);
+                    Ok(true)
+                })
+                .await?;
             Ok(if dropped {
                 schema_change("DROPPED", "KEYSPACE", name, None)
             } else {
                 ResultBody::Void
             })
         }
-        Statement::CreateTable(create) => create_table(coordinator, session, create),
+        Statement::CreateTable(create) => create_table(coordinator, session, create).await,
         Statement::AlterTable { table, action } => {
             let keyspace = coordinator.keyspace_for(session, &table.keyspace)?;
-            coordinator.schema.change(|schema| {
-                let keyspace_metadata = user_keyspace_mut(schema, &keyspace)?;
-                let current = keyspace_metadata.tables.get(&table.name).ok_or_else(|| {
-                    CqlError::invalid(format!("Table '{keyspace}.{}' doesn't exist", table.name))
-                })?;
-                let altered = alter_table(current, action)?;
-                keyspace_metadata
-                    .tables
-                    .insert(table.name.clone(), Arc::new(altered));
-                Ok(true)
-            })?;
+            coordinator
+                .schema
+                .change(|schema| {
+                    let keyspace_metadata = user_keyspace_mut(schema, &keyspace)?;
+                    let current = keyspace_metadata.tables.get(&table.name).ok_or_else(|| {
+                        CqlError::invalid(format!(
+                            "Table '{keyspace}.{}' doesn't exist",
+                            table.name
+                        ))
+                    })?;
+                    let altered = alter_table(current, action)?;
+                    keyspace_metadata
+                        .tables
+                        .insert(table.name.clone(), Arc::new(altered));
+                    Ok(true)
+                })
+                .await?;
             Ok(schema_change(
                 "UPDATED",
                 "TABLE",
@@ -137,38 +146,34 @@ pub(crate) fn execute(
         }
         Statement::DropTable { table, if_exists } => {
             let keyspace = coordinator.keyspace_for(session, &table.keyspace)?;
-            let mut dropped_id = None;
-            let dropped = coordinator.schema.change(|schema| {
-                let keyspace_metadata = match schema.keyspaces.get_mut(&keyspace) {
-                    Some(k) if k.is_system => {
-                        return Err(CqlError::new(
-                            ErrorCode::Unauthorized,
-                            format!("{keyspace} keyspace is not user-modifiable"),
-                        ))
+            let dropped = coordinator
+                .schema
+                .change(|schema| {
+                    let keyspace_metadata = match schema.keyspaces.get_mut(&keyspace) {
+                        Some(k) if k.is_system => {
+                            return Err(CqlError::new(
+                                ErrorCode::Unauthorized,
+                                format!("{keyspace} keyspace is not user-modifiable"),
+                            ))
+                        }
+                        Some(k) => k,
+                        None if *if_exists => return Ok(false),
+                        None => {
+                            return Err(CqlError::invalid(format!(
+                                "Keyspace '{keyspace}' doesn't exist"
+                            )))
+                        }
+                    };
+                    match keyspace_metadata.tables.remove(&table.name) {
+                        Some(_) => Ok(true),
+                        None if *if_exists => Ok(false),
+                        None => Err(CqlError::invalid(format!(
+                            "Table '{keyspace}.{}' doesn't exist",
+                            table.name
+                        ))),
                     }
-                    Some(k) => k,
-                    None if *if_exists => return Ok(false),
-                    None => {
-                        return Err(CqlError::invalid(format!(
-                            "Keyspace '{keyspace}' doesn't exist"
-                        )))
-                    }
-                };
-                match keyspace_metadata.tables.remove(&table.name) {
-                    Some(removed) => {
-                        dropped_id = Some(removed.id);
-                        Ok(true)
-                    }
-                    None if *if_exists => Ok(false),
-                    None => Err(CqlError::invalid(format!(
-                        "Table '{keyspace}.{}' doesn't exist",
-                        table.name
-                    ))),
-                }
-            })?;
-            if let Some(id) = dropped_id {
-                delete_table_data(coordinator, &id)?;
-            }
+                })
+                .await?;
             Ok(if dropped {
                 schema_change("DROPPED", "TABLE", &keyspace, Some(&table.name))
             } else {
@@ -185,18 +190,11 @@ pub(crate) fn execute(
                     table.name
                 ))
             })?;
-            delete_table_data(coordinator, &metadata.id)?;
+            coordinator.truncate_everywhere(metadata.id).await?;
             Ok(ResultBody::Void)
         }
         _ => Err(CqlError::server("not a schema statement")),
     }
-}
-
-fn delete_table_data(coordinator: &Coordinator, table_id: &[u8; 16]) -> Result<(), CqlError> {
-    coordinator
-        .engine
-        .delete_range(&keys::table_prefix(table_id), &keys::table_end(table_id))
-        .map_err(|e| CqlError::server(format!("could not remove the table's data: {e}")))
 }
 
 fn user_keyspace_mut<'a>(
@@ -335,7 +333,7 @@ fn check_column_type(definition: &ColumnDefinition, kind: ColumnKind) -> Result<
     Ok(())
 }
 
-fn create_table(
+async fn create_table(
     coordinator: &Coordinator,
     session: &Session,
     create: &CreateTable,
@@ -464,25 +462,28 @@ fn create_table(
         is_virtual: false,
     };
     table.normalize_column_order();
-    let created = coordinator.schema.change(|schema| {
-        let keyspace_metadata = user_keyspace_mut(schema, &keyspace)?;
-        if keyspace_metadata.tables.contains_key(name) {
-            if create.if_not_exists {
-                return Ok(false);
+    let created = coordinator
+        .schema
+        .change(|schema| {
+            let keyspace_metadata = user_keyspace_mut(schema, &keyspace)?;
+            if keyspace_metadata.tables.contains_key(name) {
+                if create.if_not_exists {
+                    return Ok(false);
+                }
+                return Err(CqlError::new(
+                    ErrorCode::AlreadyExists {
+                        keyspace: keyspace.clone(),
+                        table: name.clone(),
+                    },
+                    format!("Table '{keyspace}.{name}' already exists"),
+                ));
             }
-            return Err(CqlError::new(
-                ErrorCode::AlreadyExists {
-                    keyspace: keyspace.clone(),
-                    table: name.clone(),
-                },
-                format!("Table '{keyspace}.{name}' already exists"),
-            ));
-        }
-        keyspace_metadata
-            .tables
-            .insert(name.clone(), Arc::new(table));
-        Ok(true)
-    })?;
+            keyspace_metadata
+                .tables
+                .insert(name.clone(), Arc::new(table.clone()));
+            Ok(true)
+        })
+        .await?;
     Ok(if created {
         schema_change("CREATED", "TABLE", &keyspace, Some(name))
     } else {

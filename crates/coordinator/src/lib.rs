@@ -23,9 +23,11 @@
 
 pub mod ddl;
 pub mod describe;
+pub mod hints;
 pub mod paging;
 pub mod prepared;
 pub mod read;
+pub mod replication;
 pub mod restrictions;
 pub mod schema;
 pub mod system_tables;
@@ -103,6 +105,10 @@ pub struct Coordinator {
     pub(crate) condition_locks: Vec<tokio::sync::Mutex<()>>,
     /// Scans running at once (see [`Coordinator::run_scan`]).
     scan_slots: tokio::sync::Semaphore,
+    /// The cluster this node is part of; `None` runs everything locally (tests).
+    pub(crate) cluster: Option<replication::ClusterContext>,
+    /// Writes kept for replicas that are down.
+    pub(crate) hints: Arc<hints::Hints>,
 }
 
 /// How many scans may run at once; further scans wait for a slot.
@@ -119,6 +125,11 @@ impl Coordinator {
         info: NodeInfo,
     ) -> Result<Coordinator, CqlError> {
         let schema = schema::SchemaStore::open(Arc::clone(&engine))?;
+        let hints = Arc::new(hints::Hints::new(
+            Arc::clone(&engine),
+            std::time::Duration::from_secs(3 * 3600),
+            1 << 30,
+        ));
         Ok(Coordinator {
             engine,
             schema,
@@ -127,7 +138,69 @@ impl Coordinator {
             info,
             condition_locks: (0..64).map(|_| tokio::sync::Mutex::new(())).collect(),
             scan_slots: tokio::sync::Semaphore::new(SCAN_SLOTS),
+            cluster: None,
+            hints,
         })
+    }
+
+    /// A coordinator that is part of a cluster: schema changes go through the cluster's
+    /// metadata and data is replicated by tablet.
+    pub fn clustered(
+        engine: Arc<dyn Engine>,
+        log: Arc<dyn WriteLog>,
+        info: NodeInfo,
+        cluster: replication::ClusterContext,
+        hints: hints::Hints,
+    ) -> Result<Coordinator, CqlError> {
+        let mut coordinator = Coordinator::new(engine, log, info)?;
+        hints.set_liveness(Arc::clone(&cluster.liveness));
+        coordinator
+            .schema
+            .attach_cluster(Arc::clone(&cluster.metadata));
+        coordinator.hints = Arc::new(hints);
+        coordinator.cluster = Some(cluster);
+        Ok(coordinator)
+    }
+
+    pub fn cluster(&self) -> Option<&replication::ClusterContext> {
+        self.cluster.as_ref()
+    }
+
+    pub fn hints(&self) -> &Arc<hints::Hints> {
+        &self.hints
+    }
+
+    /// Installs the cluster's current schema (a node calls it whenever the cluster's
+    /// metadata changes); returns the changes for SCHEMA_CHANGE events.
+    pub fn sync_schema(&self) -> Result<Vec<shoal_cql::response::SchemaChange>, CqlError> {
+        let Some(cluster) = &self.cluster else {
+            return Ok(Vec::new());
+        };
+        match &cluster.metadata.state().schema {
+            Some(record) => self.schema.install_from_cluster(record),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Members of the cluster (1 without a cluster).
+    pub fn member_count(&self) -> usize {
+        self.cluster
+            .as_ref()
+            .map_or(1, |c| c.metadata.state().members.len().max(1))
+    }
+
+    /// The tokens this node reports in `system.local`.
+    pub fn local_tokens(&self) -> Vec<i64> {
+        match &self.cluster {
+            Some(cluster) => cluster
+                .metadata
+                .state()
+                .tokens_of(&self.info.host_id)
+                .into_iter()
+                .map(|t| t.0)
+                .collect(),
+            None => self.info.tokens.clone(),
+        }
     }
 
     pub fn info(&self) -> &NodeInfo {
@@ -210,7 +283,18 @@ impl Coordinator {
                 self.run_scan(session, select, parameters).await
             }
             Statement::Select(select) => {
-                read::execute_select(self, session, select, parameters, bindings)
+                let gathered = match read::partitions_of(self, session, select, bindings) {
+                    Some((table_id, partitions)) => {
+                        self.gather_partitions(&table_id, &partitions, parameters.consistency)
+                            .await?
+                    }
+                    None => None,
+                };
+                let engine: &dyn Engine = match &gathered {
+                    Some(engine) => engine,
+                    None => self.engine.as_ref(),
+                };
+                read::execute_select(self, engine, session, select, parameters, bindings)
             }
             Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
                 write::execute_modification(self, session, statement, parameters, bindings).await
@@ -230,7 +314,7 @@ impl Coordinator {
             | Statement::DropKeyspace { .. }
             | Statement::CreateTable(_)
             | Statement::AlterTable { .. }
-            | Statement::DropTable { .. } => ddl::execute(self, session, statement),
+            | Statement::DropTable { .. } => ddl::execute(self, session, statement).await,
         }
     }
 
@@ -252,15 +336,49 @@ impl Coordinator {
         let session = session.clone();
         let select = select.clone();
         let parameters = parameters.clone();
+        let runtime = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || {
             let bindings = values::Bindings {
                 values: &parameters.values,
                 names: parameters.names.as_deref(),
             };
-            read::execute_select(&coordinator, &session, &select, &parameters, bindings)
+            let replicated = coordinator.member_count() > 1;
+            let view;
+            let engine: &dyn Engine = match coordinator.scan_table_id(&session, &select) {
+                Some(table_id) if replicated => {
+                    view = replication::ReplicatedView {
+                        coordinator: Arc::clone(&coordinator),
+                        table_id,
+                        consistency: parameters.consistency,
+                        runtime,
+                    };
+                    &view
+                }
+                _ => coordinator.engine.as_ref(),
+            };
+            read::execute_select(
+                &coordinator,
+                engine,
+                &session,
+                &select,
+                &parameters,
+                bindings,
+            )
         })
         .await
         .map_err(|_| CqlError::server("the scan failed unexpectedly"))?
+    }
+
+    /// The stored table a scan reads (`None` for virtual tables and unknown names).
+    fn scan_table_id(
+        &self,
+        session: &Session,
+        select: &shoal_cql::ast::Select,
+    ) -> Option<[u8; 16]> {
+        let keyspace = self.keyspace_for(session, &select.table.keyspace).ok()?;
+        let schema = self.schema();
+        let table = schema.table(&keyspace, &select.table.name).ok()?;
+        (!table.is_virtual).then_some(table.id)
     }
 
     /// The keyspace a statement names, or the session's.
@@ -294,7 +412,16 @@ impl Coordinator {
                 "You must use conditional updates for serializable writes",
             ));
         }
-        if consistency == Consistency::Any {
+        if matches!(consistency, Consistency::Serial | Consistency::LocalSerial)
+            && self.member_count() > 1
+        {
+            return Err(CqlError::invalid(format!(
+                "{} consistency is only for lightweight transactions (conditional statements), which need a single node for now",
+                consistency.name()
+            )));
+        }
+        if consistency == Consistency::Any || self.cluster.is_some() {
+            // On a cluster the replication layer checks the live replicas per tablet.
             return Ok(());
         }
         let replication_factor = keyspace.replication_factor();

@@ -911,8 +911,34 @@ fn slices_after(
         .collect()
 }
 
+/// The table and partitions a SELECT on named partitions reads (`None`: a scan, a
+/// virtual table, or a statement that fails later with a proper error).
+pub(crate) fn partitions_of(
+    coordinator: &Coordinator,
+    session: &Session,
+    select: &Select,
+    bindings: Bindings<'_>,
+) -> Option<([u8; 16], Vec<crate::replication::PartitionRef>)> {
+    let keyspace = coordinator
+        .keyspace_for(session, &select.table.keyspace)
+        .ok()?;
+    let schema = coordinator.schema();
+    let table = schema.table(&keyspace, &select.table.name).ok()?;
+    if table.is_virtual {
+        return None;
+    }
+    let restrictions = Restrictions::analyse(table, &select.relations, bindings).ok()?;
+    let partitions = restrictions
+        .partition_keys?
+        .into_iter()
+        .map(|key| (murmur3_token(&key), key))
+        .collect();
+    Some((table.id, partitions))
+}
+
 pub(crate) fn execute_select(
     coordinator: &Coordinator,
+    engine: &dyn shoal_storage::Engine,
     session: &Session,
     select: &Select,
     parameters: &QueryParameters,
@@ -1028,7 +1054,6 @@ pub(crate) fn execute_select(
         },
         ..SelectVisitor::new(&table, &selection, &restrictions.filters, limit_remaining)
     };
-    let engine = coordinator.engine.as_ref();
     let storage_error = |e: shoal_storage::StorageError| CqlError::server(e.to_string());
 
     if let Some(partition_keys) = &restrictions.partition_keys {

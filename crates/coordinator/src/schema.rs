@@ -13,7 +13,11 @@
 use crate::{ensure, CqlError};
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
+use shoal_cluster::{ClusterMetadata, Command, CommandOutcome, SchemaRecord};
+use shoal_cql::response::SchemaChange;
+use shoal_model::keys;
 use shoal_model::CqlType;
+use shoal_placement::ReplicationStrategy;
 use shoal_storage::Engine;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -248,12 +252,92 @@ impl Schema {
 
 const SCHEMA_METADATA_KEY: &[u8] = b"schema";
 
-/// Holds the current schema and persists changes.
+/// How often a schema change is recomputed when another change won the race.
+const SCHEMA_CHANGE_ATTEMPTS: usize = 20;
+
+/// A keyspace's replication as placement understands it.
+pub fn replication_strategy(keyspace: &KeyspaceMetadata) -> ReplicationStrategy {
+    let class = keyspace
+        .replication
+        .get("class")
+        .map(String::as_str)
+        .unwrap_or("");
+    if class.ends_with("NetworkTopologyStrategy") {
+        let factors = keyspace
+            .replication
+            .iter()
+            .filter(|(k, _)| k.as_str() != "class" && k.as_str() != "replication_factor")
+            .filter_map(|(dc, n)| n.parse::<usize>().ok().map(|n| (dc.clone(), n)))
+            .collect();
+        ReplicationStrategy::NetworkTopology { factors }
+    } else {
+        ReplicationStrategy::Simple {
+            factor: keyspace.replication_factor(),
+        }
+    }
+}
+
+/// What changed between two schemas, as SCHEMA_CHANGE events describe it.
+pub fn schema_diff(before: &Schema, after: &Schema) -> Vec<SchemaChange> {
+    let change = |change, target, keyspace: &str, name: Option<&str>| SchemaChange {
+        change,
+        target,
+        keyspace: keyspace.to_string(),
+        name: name.map(str::to_string),
+    };
+    let mut changes = Vec::new();
+    for (name, keyspace) in after.user_keyspaces().map(|k| (&k.name, k)) {
+        match before.keyspaces.get(name) {
+            None => changes.push(change("CREATED", "KEYSPACE", name, None)),
+            Some(old) => {
+                if old.replication != keyspace.replication
+                    || old.durable_writes != keyspace.durable_writes
+                {
+                    changes.push(change("UPDATED", "KEYSPACE", name, None));
+                }
+                for (table, metadata) in &keyspace.tables {
+                    match old.tables.get(table) {
+                        None => changes.push(change("CREATED", "TABLE", name, Some(table))),
+                        Some(previous) if previous != metadata => {
+                            changes.push(change("UPDATED", "TABLE", name, Some(table)))
+                        }
+                        Some(_) => {}
+                    }
+                }
+                for table in old.tables.keys() {
+                    if !keyspace.tables.contains_key(table) {
+                        changes.push(change("DROPPED", "TABLE", name, Some(table)));
+                    }
+                }
+            }
+        }
+    }
+    for name in before.user_keyspaces().map(|k| &k.name) {
+        if !after.keyspaces.contains_key(name) {
+            changes.push(change("DROPPED", "KEYSPACE", name, None));
+        }
+    }
+    changes
+}
+
+fn table_ids(schema: &Schema) -> BTreeMap<[u8; 16], ReplicationStrategy> {
+    schema
+        .user_keyspaces()
+        .flat_map(|k| {
+            let strategy = replication_strategy(k);
+            k.tables.values().map(move |t| (t.id, strategy.clone()))
+        })
+        .collect()
+}
+
+/// Holds the current schema and persists changes: in the engine's metadata on a node
+/// without a cluster, through the cluster's replicated metadata otherwise.
 pub struct SchemaStore {
     current: RwLock<Arc<Schema>>,
     engine: Arc<dyn Engine>,
-    /// Serializes schema changes (reads never take it).
-    change_lock: parking_lot::Mutex<()>,
+    cluster: RwLock<Option<Arc<ClusterMetadata>>>,
+    /// Serializes installing schemas (reads never take it).
+    install_lock: parking_lot::Mutex<()>,
 }
 
 impl SchemaStore {
@@ -262,7 +346,7 @@ impl SchemaStore {
         let stored = engine
             .metadata_with_prefix(SCHEMA_METADATA_KEY)
             .map_err(|e| CqlError::server(e.to_string()))?;
-        let mut schema = match stored.into_iter().find(|(k, _)| k == SCHEMA_METADATA_KEY) {
+        let schema = match stored.into_iter().find(|(k, _)| k == SCHEMA_METADATA_KEY) {
             Some((_, bytes)) => serde_json::from_slice::<Schema>(&bytes)
                 .map_err(|e| CqlError::server(format!("stored schema is unreadable: {e}")))?,
             None => Schema {
@@ -270,51 +354,134 @@ impl SchemaStore {
                 keyspaces: BTreeMap::new(),
             },
         };
-        for keyspace in crate::system_tables::system_keyspaces() {
-            schema.keyspaces.insert(keyspace.name.clone(), keyspace);
-        }
-        for keyspace in schema.user_keyspaces() {
-            for table in keyspace.tables.values() {
-                engine.set_gc_grace_seconds(table.id, table.options.gc_grace_seconds);
-            }
-        }
-        Ok(SchemaStore {
-            current: RwLock::new(Arc::new(schema)),
+        let store = SchemaStore {
+            current: RwLock::new(Arc::new(Schema {
+                version: schema.version,
+                keyspaces: BTreeMap::new(),
+            })),
             engine,
-            change_lock: parking_lot::Mutex::new(()),
-        })
+            cluster: RwLock::new(None),
+            install_lock: parking_lot::Mutex::new(()),
+        };
+        store.install(schema);
+        Ok(store)
+    }
+
+    /// From now on, changes go through the cluster's metadata.
+    pub fn attach_cluster(&self, cluster: Arc<ClusterMetadata>) {
+        *self.cluster.write() = Some(cluster);
     }
 
     pub fn current(&self) -> Arc<Schema> {
         Arc::clone(&self.current.read())
     }
 
-    /// Applies `change` to a copy of the schema, persists it and publishes it. `change`
-    /// returns `Ok(false)` when it made no change (IF [NOT] EXISTS).
-    pub fn change(
-        &self,
-        change: impl FnOnce(&mut Schema) -> Result<bool, CqlError>,
-    ) -> Result<bool, CqlError> {
-        let _serialized = self.change_lock.lock();
-        let mut next = (*self.current()).clone();
-        if !change(&mut next)? {
-            return Ok(false);
+    /// Publishes `next` (user keyspaces; system ones are added): registers gc grace
+    /// periods, removes the data of tables that no longer exist, and returns what changed.
+    fn install(&self, mut next: Schema) -> Vec<SchemaChange> {
+        let _serialized = self.install_lock.lock();
+        for keyspace in crate::system_tables::system_keyspaces() {
+            next.keyspaces.insert(keyspace.name.clone(), keyspace);
         }
-        next.version = *uuid::Uuid::new_v4().as_bytes();
-        let mut persisted = next.clone();
-        persisted.keyspaces.retain(|_, k| !k.is_system);
-        let bytes = serde_json::to_vec(&persisted).map_err(|e| CqlError::server(e.to_string()))?;
-        self.engine
-            .put_metadata(SCHEMA_METADATA_KEY, &bytes)
-            .map_err(|e| CqlError::server(format!("could not persist the schema: {e}")))?;
+        let before = self.current();
+        let live_tables = table_ids(&next);
+        for id in table_ids(&before).keys() {
+            if !live_tables.contains_key(id) {
+                if let Err(error) = self
+                    .engine
+                    .delete_range(&keys::table_prefix(id), &keys::table_end(id))
+                {
+                    tracing::warn!(%error, "could not remove a dropped table's data");
+                }
+            }
+        }
         for keyspace in next.user_keyspaces() {
             for table in keyspace.tables.values() {
                 self.engine
                     .set_gc_grace_seconds(table.id, table.options.gc_grace_seconds);
             }
         }
+        let changes = schema_diff(&before, &next);
         *self.current.write() = Arc::new(next);
-        Ok(true)
+        changes
+    }
+
+    /// Installs the cluster's schema if it differs from the current one; returns what
+    /// changed (for SCHEMA_CHANGE events).
+    pub fn install_from_cluster(
+        &self,
+        record: &SchemaRecord,
+    ) -> Result<Vec<SchemaChange>, CqlError> {
+        if record.version == self.current().version {
+            return Ok(Vec::new());
+        }
+        let schema: Schema = serde_json::from_slice(&record.bytes)
+            .map_err(|e| CqlError::server(format!("the cluster's schema is unreadable: {e}")))?;
+        Ok(self.install(schema))
+    }
+
+    /// Applies `change` to a copy of the schema and publishes it (on a cluster: through
+    /// the replicated metadata, recomputing the change if another one got there first).
+    /// `change` returns `Ok(false)` when it made no change (IF [NOT] EXISTS).
+    pub async fn change(
+        &self,
+        mut change: impl FnMut(&mut Schema) -> Result<bool, CqlError>,
+    ) -> Result<bool, CqlError> {
+        let cluster = self.cluster.read().clone();
+        for _ in 0..SCHEMA_CHANGE_ATTEMPTS {
+            let base = self.current();
+            let mut next = (*base).clone();
+            if !change(&mut next)? {
+                return Ok(false);
+            }
+            next.version = *uuid::Uuid::new_v4().as_bytes();
+            next.keyspaces.retain(|_, k| !k.is_system);
+            let bytes = serde_json::to_vec(&next).map_err(|e| CqlError::server(e.to_string()))?;
+            let Some(cluster) = &cluster else {
+                self.engine
+                    .put_metadata(SCHEMA_METADATA_KEY, &bytes)
+                    .map_err(|e| CqlError::server(format!("could not persist the schema: {e}")))?;
+                self.install(next);
+                return Ok(true);
+            };
+            // The change was computed from `base`; if the cluster's schema is not `base`,
+            // this node is behind: catch up and recompute.
+            let base_version = cluster.state().schema.as_ref().map(|s| s.version);
+            if base_version.is_some_and(|v| v != base.version) {
+                self.sync_from(cluster)?;
+                continue;
+            }
+            let command = Command::ChangeSchema {
+                base_version,
+                schema: SchemaRecord {
+                    version: next.version,
+                    bytes,
+                },
+                tables: table_ids(&next),
+            };
+            match cluster.propose(command).await.map_err(|e| {
+                CqlError::server(format!("the schema change did not reach the cluster: {e}"))
+            })? {
+                CommandOutcome::Applied => {
+                    self.sync_from(cluster)?;
+                    return Ok(true);
+                }
+                CommandOutcome::SchemaMoved => {
+                    self.sync_from(cluster)?;
+                }
+                CommandOutcome::Rejected(message) => return Err(CqlError::server(message)),
+            }
+        }
+        Err(CqlError::server(
+            "the schema kept changing concurrently; retry the statement",
+        ))
+    }
+
+    fn sync_from(&self, cluster: &ClusterMetadata) -> Result<(), CqlError> {
+        if let Some(record) = &cluster.state().schema {
+            self.install_from_cluster(record)?;
+        }
+        Ok(())
     }
 }
 

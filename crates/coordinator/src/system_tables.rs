@@ -430,10 +430,58 @@ pub fn rows(
                 ("rpc_address", Some(Value::Inet(info.address))),
                 ("rpc_port", Some(Value::Int(info.cql_port as i32))),
                 ("schema_version", schema_version),
-                ("tokens", text_set(info.tokens.iter().map(i64::to_string))),
+                (
+                    "tokens",
+                    text_set(coordinator.local_tokens().iter().map(i64::to_string)),
+                ),
             ],
         )],
-        (SYSTEM, "peers") | (SYSTEM, "peers_v2") => Vec::new(),
+        (SYSTEM, "peers") | (SYSTEM, "peers_v2") => {
+            let Some(cluster) = coordinator.cluster() else {
+                return Vec::new();
+            };
+            let state = cluster.metadata.state();
+            state
+                .members
+                .values()
+                .filter(|m| m.host_id != info.host_id)
+                .map(|member| {
+                    let address = Some(Value::Inet(member.cql_address.ip()));
+                    let version = cluster
+                        .liveness
+                        .schema_version(&member.host_id)
+                        .map(Value::Uuid);
+                    let tokens = text_set(
+                        state
+                            .tokens_of(&member.host_id)
+                            .iter()
+                            .map(|t| t.0.to_string()),
+                    );
+                    row(
+                        table,
+                        vec![
+                            ("peer", Some(Value::Inet(member.internode_address.ip()))),
+                            (
+                                "peer_port",
+                                Some(Value::Int(member.internode_address.port() as i32)),
+                            ),
+                            ("data_center", text(&member.datacenter)),
+                            ("host_id", Some(Value::Uuid(member.host_id))),
+                            ("rack", text(&member.rack)),
+                            ("release_version", text(RELEASE_VERSION)),
+                            ("rpc_address", address.clone()),
+                            ("native_address", address),
+                            (
+                                "native_port",
+                                Some(Value::Int(member.cql_address.port() as i32)),
+                            ),
+                            ("schema_version", version),
+                            ("tokens", tokens),
+                        ],
+                    )
+                })
+                .collect()
+        }
         (SYSTEM_SCHEMA, "keyspaces") => schema_keyspaces(schema)
             .map(|k| {
                 row(

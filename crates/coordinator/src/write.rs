@@ -929,7 +929,9 @@ pub(crate) async fn execute_modification(
         parameters.default_timestamp,
         &mut batch,
     )?;
-    coordinator.log.append(batch).await?;
+    coordinator
+        .replicate_write(batch, parameters.consistency, "SIMPLE")
+        .await?;
     Ok(ResultBody::Void)
 }
 
@@ -952,6 +954,9 @@ async fn execute_conditional(
         },
     )?;
     coordinator.check_consistency(keyspace, Consistency::Quorum, true)?;
+    ensure(coordinator.member_count() <= 1, || {
+        CqlError::invalid("Conditional statements (IF ...) need lightweight transactions across replicas, which Shoal supports on a single node only for now")
+    })?;
     // Find the single row the statement touches by building it once into a scratch batch.
     let mut scratch = WriteBatch::new();
     let touched = build_statement(
@@ -1187,7 +1192,9 @@ async fn apply_batch(
         )?;
     }
     if !batch.is_empty() {
-        coordinator.log.append(batch).await?;
+        coordinator
+            .replicate_write(batch, consistency, "BATCH")
+            .await?;
     }
     Ok(ResultBody::Void)
 }

@@ -29,6 +29,14 @@ pub struct Config {
     pub listen_address: IpAddr,
     /// CQL native protocol port.
     pub cql_port: u16,
+    /// Port peers reach this node on (cluster metadata, replication, pings).
+    pub internode_port: u16,
+    /// Seed nodes' addresses; empty: this node is its own seed.
+    pub seeds: Vec<IpAddr>,
+    /// No hints are kept for a replica down longer than this.
+    pub max_hint_window_ms: u64,
+    /// Bound on all hints this node keeps.
+    pub max_hints_mib: u64,
     /// Datacenter and rack this node reports.
     pub datacenter: String,
     pub rack: String,
@@ -57,6 +65,10 @@ impl Default for Config {
             data_dir: PathBuf::from("data"),
             listen_address: IpAddr::from([127, 0, 0, 1]),
             cql_port: 9042,
+            internode_port: 7000,
+            seeds: Vec::new(),
+            max_hint_window_ms: 3 * 3600 * 1000,
+            max_hints_mib: 1024,
             datacenter: "datacenter1".into(),
             rack: "rack1".into(),
             commitlog_sync: CommitLogSync::Periodic,
@@ -82,6 +94,11 @@ impl Config {
 
     pub fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!(self.cql_port != 0, "cql_port must not be 0");
+        anyhow::ensure!(self.internode_port != 0, "internode_port must not be 0");
+        anyhow::ensure!(
+            self.internode_port != self.cql_port,
+            "internode_port and cql_port must differ"
+        );
         anyhow::ensure!(
             self.commitlog_sync_period_ms >= 1 && self.commitlog_sync_period_ms <= 600_000,
             "commitlog_sync_period_ms must be between 1 and 600000 (got {})",
@@ -119,7 +136,10 @@ mod tests {
 
     #[test]
     fn the_shipped_config_file_is_valid_and_matches_the_defaults() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../conf/shoal.toml");
+        // The directory at run time: one target directory serves several checkouts.
+        let manifest = std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
+        let path = Path::new(&manifest).join("../../conf/shoal.toml");
         let config = Config::load(&path).unwrap();
         config.validate().unwrap();
         assert_eq!(config, Config::default());

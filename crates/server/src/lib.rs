@@ -15,20 +15,19 @@ pub mod config;
 pub mod connection;
 pub mod durability;
 pub mod events;
+pub mod internode;
+pub mod membership;
 
 use anyhow::Context;
 use config::Config;
 use durability::CommitLog;
+use shoal_coordinator::replication::ClusterContext as ReplicationContext;
 use shoal_coordinator::{Coordinator, NodeInfo};
 use shoal_storage::{Engine, RocksEngine, RocksOptions};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
-
-/// Tablets per table until the cluster places them (like Cassandra's `num_tokens: 16`,
-/// this is how many tokens a lone node reports).
-const SINGLE_NODE_TABLETS: usize = 16;
 
 /// This node's identity, created on first start and kept in the engine's metadata.
 fn load_host_id(engine: &dyn Engine) -> anyhow::Result<[u8; 16]> {
@@ -47,9 +46,24 @@ fn load_host_id(engine: &dyn Engine) -> anyhow::Result<[u8; 16]> {
     Ok(id)
 }
 
+/// Tells the cluster whether this node holds user data (joins into data are refused).
+struct EngineData(Arc<dyn Engine>);
+
+impl shoal_cluster::LocalData for EngineData {
+    fn holds_user_data(&self) -> bool {
+        self.0
+            .scan(&[], &shoal_coordinator::hints::HINTS_TABLE_ID, false)
+            .map(|cursor| cursor.current().is_some())
+            .unwrap_or(true)
+    }
+}
+
 /// A running node.
 pub struct Node {
     pub coordinator: Arc<Coordinator>,
+    metadata: Arc<shoal_cluster::ClusterMetadata>,
+    peers: Arc<internode::Peers>,
+    background: Vec<tokio::task::JoinHandle<()>>,
     commit_log: Arc<CommitLog>,
     cql_address: SocketAddr,
     shutdown: watch::Sender<bool>,
@@ -78,16 +92,58 @@ impl Node {
             config.commitlog_sync_period_ms,
         )?;
         let host_id = load_host_id(engine.as_ref())?;
-        let this_node = shoal_placement::NodeDescriptor {
-            id: host_id,
+        let events = Arc::new(events::EventBus::default());
+        let (shutdown, shutdown_rx) = watch::channel(false);
+
+        // Internode messaging first: joining a cluster needs it.
+        let detector = Arc::new(membership::FailureDetector::new(host_id));
+        let peers = Arc::new(internode::Peers::default());
+        let transport = Arc::new(membership::Transport {
+            peers: Arc::clone(&peers),
+        });
+        let handler = Arc::new(membership::NodeHandler {
+            host_id,
+            detector: Arc::clone(&detector),
+            cluster: Default::default(),
+            coordinator: Default::default(),
+        });
+        let internode_address = SocketAddr::new(config.listen_address, config.internode_port);
+        let internode_listener = TcpListener::bind(internode_address)
+            .await
+            .with_context(|| format!("cannot listen for peers on {internode_address}"))?;
+        let mut background = vec![tokio::spawn(internode::serve(
+            internode_listener,
+            Arc::clone(&handler) as Arc<dyn internode::Handler>,
+            shutdown_rx.clone(),
+        ))];
+
+        let me = shoal_cluster::Member {
+            host_id,
+            internode_address,
+            cql_address: SocketAddr::new(config.listen_address, config.cql_port),
             datacenter: config.datacenter.clone(),
             rack: config.rack.clone(),
+            state: shoal_cluster::MemberState::Normal,
         };
-        let tablets = shoal_placement::place(
-            SINGLE_NODE_TABLETS,
-            &shoal_placement::ReplicationStrategy::Simple { factor: 1 },
-            &[this_node],
-        )?;
+        let seeds: Vec<SocketAddr> = config
+            .seeds
+            .iter()
+            .map(|ip| SocketAddr::new(*ip, config.internode_port))
+            .collect();
+        let metadata = shoal_cluster::ClusterMetadata::open(
+            Arc::clone(&engine),
+            me,
+            Arc::clone(&transport) as Arc<dyn shoal_cluster::ClusterTransport>,
+            Arc::new(EngineData(Arc::clone(&engine))),
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot open the cluster metadata: {e}"))?;
+        let _ = handler.cluster.set(Arc::clone(&metadata));
+        metadata
+            .enter(&seeds)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot take part in the cluster: {e}"))?;
+
         let info = NodeInfo {
             cluster_name: config.cluster_name.clone(),
             address: config.listen_address,
@@ -95,24 +151,53 @@ impl Node {
             datacenter: config.datacenter.clone(),
             rack: config.rack.clone(),
             host_id,
-            tokens: tablets
-                .tokens_of(&host_id)
-                .into_iter()
-                .map(|t| t.0)
-                .collect(),
+            tokens: Vec::new(),
             gossip_generation: shoal_model::timestamp::now_seconds(),
         };
-        let coordinator = Arc::new(
-            Coordinator::new(Arc::clone(&engine), commit_log.clone(), info)
-                .map_err(|e| anyhow::anyhow!("cannot load the schema: {}", e.message))?,
+        let hints = shoal_coordinator::hints::Hints::new(
+            Arc::clone(&engine),
+            std::time::Duration::from_millis(config.max_hint_window_ms),
+            config.max_hints_mib * 1024 * 1024,
         );
+        let coordinator = Arc::new(
+            Coordinator::clustered(
+                Arc::clone(&engine),
+                commit_log.clone(),
+                info,
+                ReplicationContext {
+                    metadata: Arc::clone(&metadata),
+                    transport: Arc::clone(&transport)
+                        as Arc<dyn shoal_coordinator::replication::ReplicaTransport>,
+                    liveness: Arc::clone(&detector)
+                        as Arc<dyn shoal_coordinator::replication::Liveness>,
+                },
+                hints,
+            )
+            .map_err(|e| anyhow::anyhow!("cannot load the schema: {}", e.message))?,
+        );
+        coordinator
+            .sync_schema()
+            .map_err(|e| anyhow::anyhow!("cannot install the cluster's schema: {}", e.message))?;
+        let _ = handler.coordinator.set(Arc::clone(&coordinator));
+        background.push(tokio::spawn(membership::run_failure_detection(
+            Arc::clone(&metadata),
+            Arc::clone(&coordinator),
+            detector,
+            Arc::clone(&peers),
+            transport,
+            Arc::clone(&events),
+        )));
+        background.push(tokio::spawn(membership::follow_metadata(
+            Arc::clone(&metadata),
+            Arc::clone(&coordinator),
+            Arc::clone(&events),
+        )));
         let address = SocketAddr::new(config.listen_address, config.cql_port);
         let listener = TcpListener::bind(address)
             .await
             .with_context(|| format!("cannot listen for CQL clients on {address}"))?;
         let cql_address = listener.local_addr()?;
-        let (shutdown, mut shutdown_rx) = watch::channel(false);
-        let events = Arc::new(events::EventBus::default());
+        let mut shutdown_rx = shutdown_rx;
         let limits = connection::ConnectionLimits {
             max_frame_bytes: config.max_frame_bytes,
             max_in_flight: config.max_requests_in_flight_per_connection,
@@ -146,6 +231,9 @@ impl Node {
         tracing::info!(%cql_address, data_dir = %config.data_dir.display(), commitlog_sync = ?config.commitlog_sync, "Shoal node listening for CQL clients");
         Ok(Node {
             coordinator,
+            metadata,
+            peers,
+            background,
             commit_log,
             cql_address,
             shutdown,
@@ -162,6 +250,11 @@ impl Node {
     pub async fn stop(self) {
         let _ = self.shutdown.send(true);
         let _ = self.listener_task.await;
+        for task in &self.background {
+            task.abort();
+        }
+        self.metadata.shutdown().await;
+        self.peers.stop();
         let commit_log = Arc::clone(&self.commit_log);
         let _ = tokio::task::spawn_blocking(move || commit_log.stop()).await;
         tracing::info!("Shoal node stopped");

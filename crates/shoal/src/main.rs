@@ -1,13 +1,17 @@
 //! `shoal`: the server, local clusters, administration and benchmarks in one binary.
 //!
 //! The main function stays thin: it parses the command line and hands over to
-//! [`shoal_server::Node`] (`shoal server`) or to [`shoal_bench`] (`shoal bench`).
+//! [`shoal_server::Node`] (`shoal server`), [`cluster`] (`shoal cluster`, local
+//! multi-node clusters), [`admin`] (`shoal admin`) or [`shoal_bench`] (`shoal bench`).
 
 /// jemalloc for the whole process: with unprefixed symbols it also serves RocksDB's C++
 /// allocations, which glibc malloc made a quarter of a point read's CPU time.
 #[cfg(target_os = "linux")]
 #[global_allocator]
 static GLOBAL_ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+mod admin;
+mod cluster;
 
 use clap::{Parser, Subcommand};
 use shoal_server::config::{CommitLogSync, Config};
@@ -29,6 +33,12 @@ struct Cli {
 enum Command {
     /// Run a node.
     Server(ServerArgs),
+    /// Local clusters of several nodes on 127.0.0.x (like ccm).
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCommand),
+    /// Operate a running cluster (like nodetool).
+    #[command(subcommand)]
+    Admin(admin::AdminCommand),
     /// Drive a CQL cluster (Shoal or Cassandra) with a benchmark workload.
     #[command(subcommand)]
     Bench(shoal_bench::BenchCommand),
@@ -48,6 +58,13 @@ struct ServerArgs {
     /// CQL port (overrides the file; default 9042).
     #[arg(long)]
     cql_port: Option<u16>,
+    /// Internode port (overrides the file; default 7000).
+    #[arg(long)]
+    internode_port: Option<u16>,
+    /// Seed nodes' addresses, comma-separated (overrides the file). The first seed
+    /// bootstraps a new cluster when it finds none; the other nodes join through them.
+    #[arg(long, value_delimiter = ',')]
+    seeds: Option<Vec<IpAddr>>,
     /// Commit log sync mode: periodic or group (overrides the file).
     #[arg(long, value_parser = parse_sync_mode)]
     commitlog_sync: Option<CommitLogSync>,
@@ -72,7 +89,7 @@ fn init_logging(filter: &str) {
         .init();
 }
 
-async fn wait_for_shutdown_signal() {
+pub(crate) async fn wait_for_shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
@@ -109,6 +126,12 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
     if let Some(port) = args.cql_port {
         config.cql_port = port;
     }
+    if let Some(port) = args.internode_port {
+        config.internode_port = port;
+    }
+    if let Some(seeds) = args.seeds {
+        config.seeds = seeds;
+    }
     if let Some(mode) = args.commitlog_sync {
         config.commitlog_sync = mode;
     }
@@ -131,6 +154,8 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Server(args) => run_server(args),
+        Command::Cluster(command) => cluster::run(command),
+        Command::Admin(command) => admin::run(command),
         Command::Bench(command) => shoal_bench::run(command),
     };
     if let Err(error) = result {

@@ -11,15 +11,19 @@ use scylla::statement::unprepared::Statement;
 use shoal_server::config::Config;
 use shoal_server::Node;
 
-async fn start_node(directory: &std::path::Path) -> Node {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
-        .port();
+        .port()
+}
+
+async fn start_node(directory: &std::path::Path) -> Node {
     let config = Config {
         data_dir: directory.to_path_buf(),
-        cql_port: port,
+        cql_port: free_port(),
+        internode_port: free_port(),
         ..Config::default()
     };
     Node::start(config).await.expect("node starts")

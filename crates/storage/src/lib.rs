@@ -55,6 +55,10 @@ impl WriteBatch {
         self.entries.push((key, encoded_cell));
     }
 
+    pub fn into_entries(self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.entries
+    }
+
     pub fn entries(&self) -> &[(Vec<u8>, Vec<u8>)] {
         &self.entries
     }

@@ -1,0 +1,412 @@
+//! Raft's storage, kept in the node's engine metadata (durable on return):
+//!
+//! - [`LogStore`]: the vote, the committed id and the log entries under `raft/log/`
+//!   (index big-endian, so key order is index order), mirrored in memory so that
+//!   replication never reads the engine;
+//! - [`StateMachine`]: the [`ClusterState`] with the last applied log id and membership,
+//!   persisted whole after every apply (metadata is small and changes rarely), which is
+//!   also the snapshot Raft ships to a member that is too far behind.
+//!
+//! Every applied state is published on a `watch` channel; the node reacts to it (schema,
+//! tablets, peers).
+
+// openraft's traits return its StorageError, which is large; helpers return it too.
+#![allow(clippy::result_large_err)]
+
+use crate::state::{ClusterState, Command, CommandOutcome};
+use crate::{NodeId, TypeConfig};
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine, Snapshot};
+use openraft::{
+    BasicNode, Entry, EntryPayload, LogId, OptionalSend, RaftLogReader, RaftSnapshotBuilder,
+    SnapshotMeta, StorageError, StorageIOError, StoredMembership, Vote,
+};
+use serde::{Deserialize, Serialize};
+use shoal_storage::Engine;
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::io::Cursor;
+use std::ops::RangeBounds;
+use std::sync::Arc;
+use tokio::sync::{watch, Mutex};
+
+const LOG_PREFIX: &[u8] = b"raft/log/";
+const VOTE_KEY: &[u8] = b"raft/vote";
+const COMMITTED_KEY: &[u8] = b"raft/committed";
+const PURGED_KEY: &[u8] = b"raft/purged";
+const STATE_MACHINE_KEY: &[u8] = b"raft/state_machine";
+
+type StorageResult<T> = Result<T, StorageError<NodeId>>;
+
+fn log_key(index: u64) -> Vec<u8> {
+    let mut key = LOG_PREFIX.to_vec();
+    key.extend_from_slice(&index.to_be_bytes());
+    key
+}
+
+fn read_key(
+    engine: &dyn Engine,
+    key: &[u8],
+) -> Result<Option<Vec<u8>>, shoal_storage::StorageError> {
+    Ok(engine
+        .metadata_with_prefix(key)?
+        .into_iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v))
+}
+
+fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, bincode::Error> {
+    bincode::serialize(value)
+}
+
+struct LogInner {
+    engine: Arc<dyn Engine>,
+    entries: BTreeMap<u64, Entry<TypeConfig>>,
+    vote: Option<Vote<NodeId>>,
+    committed: Option<LogId<NodeId>>,
+    last_purged: Option<LogId<NodeId>>,
+}
+
+/// Raft's log and vote.
+#[derive(Clone)]
+pub struct LogStore {
+    inner: Arc<Mutex<LogInner>>,
+}
+
+impl LogStore {
+    pub fn open(engine: Arc<dyn Engine>) -> anyhow_like::Result<LogStore> {
+        let mut entries = BTreeMap::new();
+        for (_, bytes) in engine.metadata_with_prefix(LOG_PREFIX)? {
+            let entry: Entry<TypeConfig> = bincode::deserialize(&bytes)?;
+            entries.insert(entry.log_id.index, entry);
+        }
+        let decode = |key: &[u8]| -> anyhow_like::Result<Option<Vec<u8>>> {
+            Ok(read_key(engine.as_ref(), key)?)
+        };
+        let vote = match decode(VOTE_KEY)? {
+            Some(bytes) => Some(bincode::deserialize(&bytes)?),
+            None => None,
+        };
+        let committed = match decode(COMMITTED_KEY)? {
+            Some(bytes) => bincode::deserialize(&bytes)?,
+            None => None,
+        };
+        let last_purged = match decode(PURGED_KEY)? {
+            Some(bytes) => bincode::deserialize(&bytes)?,
+            None => None,
+        };
+        Ok(LogStore {
+            inner: Arc::new(Mutex::new(LogInner {
+                engine,
+                entries,
+                vote,
+                committed,
+                last_purged,
+            })),
+        })
+    }
+
+    /// True when this node has ever taken part in a cluster (it has a vote or a log).
+    pub async fn has_state(&self) -> bool {
+        let inner = self.inner.lock().await;
+        inner.vote.is_some() || !inner.entries.is_empty() || inner.last_purged.is_some()
+    }
+}
+
+/// Small error plumbing for opening stores.
+pub mod anyhow_like {
+    #[derive(Debug, thiserror::Error)]
+    pub enum OpenError {
+        #[error(transparent)]
+        Storage(#[from] shoal_storage::StorageError),
+        #[error("stored cluster metadata is unreadable: {0}")]
+        Decode(#[from] bincode::Error),
+    }
+    pub type Result<T> = std::result::Result<T, OpenError>;
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> StorageResult<Vec<Entry<TypeConfig>>> {
+        let inner = self.inner.lock().await;
+        Ok(inner.entries.range(range).map(|(_, e)| e.clone()).collect())
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> StorageResult<LogState<TypeConfig>> {
+        let inner = self.inner.lock().await;
+        let last = inner
+            .entries
+            .values()
+            .next_back()
+            .map(|e| e.log_id)
+            .or(inner.last_purged);
+        Ok(LogState {
+            last_purged_log_id: inner.last_purged,
+            last_log_id: last,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> StorageResult<()> {
+        let mut inner = self.inner.lock().await;
+        let bytes = encode(vote).map_err(|e| StorageIOError::write_vote(&e))?;
+        inner
+            .engine
+            .put_metadata(VOTE_KEY, &bytes)
+            .map_err(|e| StorageIOError::write_vote(&e))?;
+        inner.vote = Some(*vote);
+        Ok(())
+    }
+
+    async fn read_vote(&mut self) -> StorageResult<Option<Vote<NodeId>>> {
+        Ok(self.inner.lock().await.vote)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> StorageResult<()> {
+        let mut inner = self.inner.lock().await;
+        let bytes = encode(&committed).map_err(|e| StorageIOError::write(&e))?;
+        inner
+            .engine
+            .put_metadata(COMMITTED_KEY, &bytes)
+            .map_err(|e| StorageIOError::write(&e))?;
+        inner.committed = committed;
+        Ok(())
+    }
+
+    async fn read_committed(&mut self) -> StorageResult<Option<LogId<NodeId>>> {
+        Ok(self.inner.lock().await.committed)
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> StorageResult<()>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut inner = self.inner.lock().await;
+        for entry in entries {
+            let bytes = encode(&entry).map_err(|e| StorageIOError::write_logs(&e))?;
+            inner
+                .engine
+                .put_metadata(&log_key(entry.log_id.index), &bytes)
+                .map_err(|e| StorageIOError::write_logs(&e))?;
+            inner.entries.insert(entry.log_id.index, entry);
+        }
+        callback.log_io_completed(Ok(()));
+        Ok(())
+    }
+
+    async fn truncate(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
+        let mut inner = self.inner.lock().await;
+        let doomed: Vec<u64> = inner
+            .entries
+            .range(log_id.index..)
+            .map(|(i, _)| *i)
+            .collect();
+        for index in doomed {
+            inner
+                .engine
+                .delete_metadata(&log_key(index))
+                .map_err(|e| StorageIOError::write_logs(&e))?;
+            inner.entries.remove(&index);
+        }
+        Ok(())
+    }
+
+    async fn purge(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
+        let mut inner = self.inner.lock().await;
+        let bytes = encode(&Some(log_id)).map_err(|e| StorageIOError::write_logs(&e))?;
+        inner
+            .engine
+            .put_metadata(PURGED_KEY, &bytes)
+            .map_err(|e| StorageIOError::write_logs(&e))?;
+        inner.last_purged = Some(log_id);
+        let doomed: Vec<u64> = inner
+            .entries
+            .range(..=log_id.index)
+            .map(|(i, _)| *i)
+            .collect();
+        for index in doomed {
+            inner
+                .engine
+                .delete_metadata(&log_key(index))
+                .map_err(|e| StorageIOError::write_logs(&e))?;
+            inner.entries.remove(&index);
+        }
+        Ok(())
+    }
+}
+
+/// The persisted form of the state machine (and the snapshot's bytes).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Persisted {
+    last_applied: Option<LogId<NodeId>>,
+    membership: StoredMembership<NodeId, BasicNode>,
+    state: ClusterState,
+}
+
+struct MachineInner {
+    engine: Arc<dyn Engine>,
+    persisted: Persisted,
+    snapshot: Option<(SnapshotMeta<NodeId, BasicNode>, Vec<u8>)>,
+    published: watch::Sender<Arc<ClusterState>>,
+}
+
+/// The cluster state machine.
+#[derive(Clone)]
+pub struct StateMachine {
+    inner: Arc<Mutex<MachineInner>>,
+}
+
+impl StateMachine {
+    /// Loads the persisted state; returns it with a channel that sees every applied state.
+    pub fn open(
+        engine: Arc<dyn Engine>,
+    ) -> anyhow_like::Result<(StateMachine, watch::Receiver<Arc<ClusterState>>)> {
+        let persisted: Persisted = match read_key(engine.as_ref(), STATE_MACHINE_KEY)? {
+            Some(bytes) => bincode::deserialize(&bytes)?,
+            None => Persisted::default(),
+        };
+        let (published, receiver) = watch::channel(Arc::new(persisted.state.clone()));
+        Ok((
+            StateMachine {
+                inner: Arc::new(Mutex::new(MachineInner {
+                    engine,
+                    persisted,
+                    snapshot: None,
+                    published,
+                })),
+            },
+            receiver,
+        ))
+    }
+}
+
+impl MachineInner {
+    fn persist(&self) -> StorageResult<Vec<u8>> {
+        let bytes = encode(&self.persisted).map_err(|e| StorageIOError::write_state_machine(&e))?;
+        self.engine
+            .put_metadata(STATE_MACHINE_KEY, &bytes)
+            .map_err(|e| StorageIOError::write_state_machine(&e))?;
+        Ok(bytes)
+    }
+
+    fn publish(&self) {
+        self.published
+            .send_replace(Arc::new(self.persisted.state.clone()));
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
+    async fn build_snapshot(&mut self) -> StorageResult<Snapshot<TypeConfig>> {
+        let mut inner = self.inner.lock().await;
+        let bytes = encode(&inner.persisted).map_err(|e| StorageIOError::read_state_machine(&e))?;
+        let last = inner.persisted.last_applied;
+        let meta = SnapshotMeta {
+            last_log_id: last,
+            last_membership: inner.persisted.membership.clone(),
+            snapshot_id: match last {
+                Some(id) => format!("{}-{}", id.leader_id.term, id.index),
+                None => "empty".to_string(),
+            },
+        };
+        inner.snapshot = Some((meta.clone(), bytes.clone()));
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(bytes)),
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = Self;
+
+    async fn applied_state(
+        &mut self,
+    ) -> StorageResult<(Option<LogId<NodeId>>, StoredMembership<NodeId, BasicNode>)> {
+        let inner = self.inner.lock().await;
+        Ok((
+            inner.persisted.last_applied,
+            inner.persisted.membership.clone(),
+        ))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> StorageResult<Vec<CommandOutcome>>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut inner = self.inner.lock().await;
+        let mut outcomes = Vec::new();
+        for entry in entries {
+            inner.persisted.last_applied = Some(entry.log_id);
+            let outcome = match entry.payload {
+                EntryPayload::Blank => CommandOutcome::Applied,
+                EntryPayload::Normal(command) => {
+                    let command: Command = command;
+                    inner.persisted.state.apply(command)
+                }
+                EntryPayload::Membership(membership) => {
+                    inner.persisted.membership =
+                        StoredMembership::new(Some(entry.log_id), membership);
+                    CommandOutcome::Applied
+                }
+            };
+            outcomes.push(outcome);
+        }
+        inner.persist()?;
+        inner.publish();
+        Ok(outcomes)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> StorageResult<Box<Cursor<Vec<u8>>>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<NodeId, BasicNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> StorageResult<()> {
+        let bytes = snapshot.into_inner();
+        let persisted: Persisted = bincode::deserialize(&bytes)
+            .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
+        let mut inner = self.inner.lock().await;
+        inner.persisted = Persisted {
+            last_applied: meta.last_log_id,
+            membership: meta.last_membership.clone(),
+            state: persisted.state,
+        };
+        inner.persist()?;
+        inner.snapshot = Some((meta.clone(), bytes));
+        inner.publish();
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> StorageResult<Option<Snapshot<TypeConfig>>> {
+        let (existing, applied) = {
+            let inner = self.inner.lock().await;
+            (inner.snapshot.clone(), inner.persisted.last_applied)
+        };
+        match existing {
+            Some((meta, bytes)) => Ok(Some(Snapshot {
+                meta,
+                snapshot: Box::new(Cursor::new(bytes)),
+            })),
+            // After a restart the persisted state machine is the snapshot.
+            None if applied.is_some() => Ok(Some(self.build_snapshot().await?)),
+            None => Ok(None),
+        }
+    }
+}

@@ -1,0 +1,332 @@
+//! Internode messaging: one multiplexed TCP connection per peer and direction.
+//!
+//! A frame is `u32 length | u64 request id | bincode payload`. The caller's side
+//! ([`Peers`]) keeps one connection per peer address: any number of requests are in
+//! flight on it, each waiting for the response with its id; a writer task coalesces every
+//! frame that is ready into one socket write. The serving side ([`serve`]) runs the
+//! requests of a connection concurrently as futures of the connection's own task (no task
+//! per request, as for CQL connections — decision 0004) and coalesces the responses.
+//!
+//! Messages are versioned by enum variant: a new message kind is a new variant, added at
+//! the end. Bounded everywhere: a frame beyond [`MAX_FRAME_BYTES`] closes the connection,
+//! the outgoing queue per peer holds [`QUEUE_FRAMES`] frames, and every call has a timeout.
+
+use futures::stream::FuturesUnordered;
+use futures::StreamExt;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use shoal_cluster::{ClusterRequest, ClusterResponse};
+use shoal_coordinator::replication::{ReplicaRequest, ReplicaResponse};
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
+
+/// The largest frame a peer may send (hints and scan chunks stay far below).
+pub const MAX_FRAME_BYTES: usize = 256 * 1024 * 1024;
+/// Frames queued per peer connection before callers wait.
+const QUEUE_FRAMES: usize = 8192;
+/// After a failed connect, calls to that peer fail at once for this long.
+const RECONNECT_BACKOFF: Duration = Duration::from_millis(300);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What one node asks another.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Message {
+    Cluster(ClusterRequest),
+    Replica(ReplicaRequest),
+    /// Failure detection: "I am alive, and this is my schema".
+    Ping {
+        from: [u8; 16],
+        schema_version: [u8; 16],
+        load_bytes: u64,
+    },
+    /// `shoal admin status`: every member as this node sees it.
+    Status,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Reply {
+    Cluster(ClusterResponse),
+    Replica(ReplicaResponse),
+    Pong {
+        host_id: [u8; 16],
+        schema_version: [u8; 16],
+        load_bytes: u64,
+    },
+    Status(Vec<MemberStatus>),
+    Error(String),
+}
+
+/// One line of `shoal admin status`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MemberStatus {
+    pub address: std::net::IpAddr,
+    pub host_id: [u8; 16],
+    pub datacenter: String,
+    pub rack: String,
+    pub up: bool,
+    pub state: String,
+    /// Bytes stored, as the member reported last (`None`: never heard from).
+    pub load_bytes: Option<u64>,
+    pub tablets: usize,
+    pub voter: bool,
+}
+
+/// Answers messages from peers.
+pub trait Handler: Send + Sync + 'static {
+    fn handle(&self, message: Message) -> Pin<Box<dyn Future<Output = Reply> + Send + '_>>;
+}
+
+fn encode_frame(id: u64, payload: &impl Serialize) -> Result<Vec<u8>, String> {
+    let body = bincode::serialize(payload).map_err(|e| e.to_string())?;
+    let mut frame = Vec::with_capacity(12 + body.len());
+    frame.extend_from_slice(&((8 + body.len()) as u32).to_be_bytes());
+    frame.extend_from_slice(&id.to_be_bytes());
+    frame.extend_from_slice(&body);
+    Ok(frame)
+}
+
+/// Reads one frame: `(id, payload)`; `None` at a clean end of stream.
+async fn read_frame(
+    reader: &mut (impl AsyncReadExt + Unpin),
+) -> std::io::Result<Option<(u64, Vec<u8>)>> {
+    let mut length = [0u8; 4];
+    match reader.read_exact(&mut length).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let length = u32::from_be_bytes(length) as usize;
+    if !(8..=MAX_FRAME_BYTES).contains(&length) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("internode frame of {length} bytes"),
+        ));
+    }
+    let mut body = vec![0u8; length];
+    reader.read_exact(&mut body).await?;
+    let mut id = [0u8; 8];
+    id.copy_from_slice(&body[..8]);
+    body.drain(..8);
+    Ok(Some((u64::from_be_bytes(id), body)))
+}
+
+/// Writes queued frames, coalescing whatever is ready into one write.
+async fn write_frames(
+    mut writer: impl AsyncWriteExt + Unpin,
+    mut frames: mpsc::Receiver<Vec<u8>>,
+) -> std::io::Result<()> {
+    let mut buffer = Vec::with_capacity(64 * 1024);
+    while let Some(frame) = frames.recv().await {
+        buffer.extend_from_slice(&frame);
+        while buffer.len() < 1 << 20 {
+            match frames.try_recv() {
+                Ok(more) => buffer.extend_from_slice(&more),
+                Err(_) => break,
+            }
+        }
+        writer.write_all(&buffer).await?;
+        buffer.clear();
+    }
+    Ok(())
+}
+
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Reply>>>>;
+
+struct PeerConnection {
+    frames: mpsc::Sender<Vec<u8>>,
+    pending: Pending,
+    closed: Arc<AtomicBool>,
+}
+
+/// Outgoing connections to peers.
+#[derive(Default)]
+pub struct Peers {
+    connections: Mutex<HashMap<SocketAddr, Arc<PeerConnection>>>,
+    failed_connects: Mutex<HashMap<SocketAddr, Instant>>,
+    next_id: AtomicU64,
+    /// Set on shutdown: no new connections.
+    stopped: AtomicBool,
+}
+
+impl Peers {
+    async fn connection(&self, to: SocketAddr) -> Result<Arc<PeerConnection>, String> {
+        if let Some(existing) = self.connections.lock().get(&to) {
+            if !existing.closed.load(Ordering::Acquire) {
+                return Ok(Arc::clone(existing));
+            }
+        }
+        if self.stopped.load(Ordering::Acquire) {
+            return Err("this node is shutting down".into());
+        }
+        if let Some(failed) = self.failed_connects.lock().get(&to) {
+            if failed.elapsed() < RECONNECT_BACKOFF {
+                return Err(format!("{to} is unreachable"));
+            }
+        }
+        let socket = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(to)).await {
+            Ok(Ok(socket)) => socket,
+            Ok(Err(error)) => {
+                self.failed_connects.lock().insert(to, Instant::now());
+                return Err(format!("cannot connect to {to}: {error}"));
+            }
+            Err(_) => {
+                self.failed_connects.lock().insert(to, Instant::now());
+                return Err(format!("connecting to {to} timed out"));
+            }
+        };
+        self.failed_connects.lock().remove(&to);
+        let _ = socket.set_nodelay(true);
+        let (mut reader, writer) = socket.into_split();
+        let (frames, outgoing) = mpsc::channel(QUEUE_FRAMES);
+        let pending: Pending = Arc::default();
+        let closed = Arc::new(AtomicBool::new(false));
+        let connection = Arc::new(PeerConnection {
+            frames,
+            pending: Arc::clone(&pending),
+            closed: Arc::clone(&closed),
+        });
+        let writer_closed = Arc::clone(&closed);
+        tokio::spawn(async move {
+            let _ = write_frames(writer, outgoing).await;
+            writer_closed.store(true, Ordering::Release);
+        });
+        tokio::spawn(async move {
+            while let Ok(Some((id, payload))) = read_frame(&mut reader).await {
+                let Some(waiter) = pending.lock().remove(&id) else {
+                    continue;
+                };
+                let reply = bincode::deserialize(&payload)
+                    .unwrap_or_else(|e| Reply::Error(format!("undecodable reply: {e}")));
+                let _ = waiter.send(reply);
+            }
+            closed.store(true, Ordering::Release);
+            // Dropping the senders fails every call still waiting.
+            pending.lock().clear();
+        });
+        self.connections.lock().insert(to, Arc::clone(&connection));
+        Ok(connection)
+    }
+
+    /// Sends `message` to `to` and waits for the reply, at most `timeout`.
+    pub async fn call(
+        &self,
+        to: SocketAddr,
+        message: &Message,
+        timeout: Duration,
+    ) -> Result<Reply, String> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let connection = tokio::time::timeout_at(deadline, self.connection(to))
+            .await
+            .map_err(|_| format!("connecting to {to} timed out"))??;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let frame = encode_frame(id, message)?;
+        let (sender, receiver) = oneshot::channel();
+        connection.pending.lock().insert(id, sender);
+        let outcome = tokio::time::timeout_at(deadline, async {
+            connection
+                .frames
+                .send(frame)
+                .await
+                .map_err(|_| format!("the connection to {to} closed"))?;
+            receiver
+                .await
+                .map_err(|_| format!("the connection to {to} closed"))
+        })
+        .await;
+        match outcome {
+            Ok(result) => result,
+            Err(_) => {
+                connection.pending.lock().remove(&id);
+                Err(format!("{to} did not answer within {timeout:?}"))
+            }
+        }
+    }
+
+    /// Closes every connection and refuses new ones.
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        self.connections.lock().clear();
+    }
+}
+
+/// Accepts peers' connections and answers their messages until `shutdown` fires.
+pub async fn serve(
+    listener: TcpListener,
+    handler: Arc<dyn Handler>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => break,
+            accepted = listener.accept() => {
+                let Ok((socket, _)) = accepted else { continue };
+                let handler = Arc::clone(&handler);
+                let mut connection_shutdown = shutdown.clone();
+                tokio::spawn(async move {
+                    tokio::select! {
+                        _ = serve_connection(socket, handler) => {}
+                        _ = connection_shutdown.changed() => {}
+                    }
+                });
+            }
+        }
+    }
+}
+
+async fn serve_connection(socket: TcpStream, handler: Arc<dyn Handler>) {
+    let _ = socket.set_nodelay(true);
+    let (mut reader, writer) = socket.into_split();
+    let (frames, outgoing) = mpsc::channel::<Vec<u8>>(QUEUE_FRAMES);
+    let writer_task = tokio::spawn(write_frames(writer, outgoing));
+    // Frames are read by their own task: reading is not cancellation-safe, so it must not
+    // race the replies in a select.
+    let (requests_tx, mut requests) = mpsc::channel::<(u64, Vec<u8>)>(QUEUE_FRAMES);
+    let reader_task = tokio::spawn(async move {
+        while let Ok(Some(frame)) = read_frame(&mut reader).await {
+            if requests_tx.send(frame).await.is_err() {
+                break;
+            }
+        }
+    });
+    let mut running = FuturesUnordered::new();
+    let mut reading = true;
+    loop {
+        tokio::select! {
+            frame = requests.recv(), if reading => match frame {
+                Some((id, payload)) => {
+                    let handler = Arc::clone(&handler);
+                    running.push(async move {
+                        let reply = match bincode::deserialize::<Message>(&payload) {
+                            Ok(message) => handler.handle(message).await,
+                            Err(e) => Reply::Error(format!("undecodable message: {e}")),
+                        };
+                        (id, reply)
+                    });
+                }
+                None => reading = false,
+            },
+            Some((id, reply)) = running.next(), if !running.is_empty() => {
+                match encode_frame(id, &reply) {
+                    Ok(frame) => {
+                        if frames.send(frame).await.is_err() {
+                            break;
+                        }
+                    }
+                    Err(error) => tracing::warn!(%error, "cannot encode an internode reply"),
+                }
+            }
+            else => break,
+        }
+    }
+    reader_task.abort();
+    drop(frames);
+    let _ = writer_task.await;
+}

@@ -1,0 +1,350 @@
+//! The node's place in its cluster, at run time: the failure detector, the transports the
+//! cluster metadata and the coordinator send through, the internode message handler, and
+//! the background loops that keep things moving —
+//!
+//! - pinging every member ([`PING_INTERVAL`]); a member not heard from for
+//!   [`CONVICTION`] is down (STATUS_CHANGE DOWN), heard again is up (STATUS_CHANGE UP, and
+//!   its hints are replayed);
+//! - following the cluster metadata: installing schema changes made elsewhere (and
+//!   pushing SCHEMA_CHANGE events for them), announcing new members (TOPOLOGY_CHANGE).
+
+use crate::events::EventBus;
+use crate::internode::{Handler, MemberStatus, Message, Peers, Reply};
+use futures::future::BoxFuture;
+use parking_lot::RwLock;
+use shoal_cluster::{ClusterMetadata, ClusterRequest, ClusterResponse, ClusterTransport};
+use shoal_coordinator::replication::{Liveness, ReplicaRequest, ReplicaResponse, ReplicaTransport};
+use shoal_coordinator::Coordinator;
+use shoal_cql::response::Event;
+use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+pub const PING_INTERVAL: Duration = Duration::from_millis(250);
+/// Silence after which a member is considered down.
+pub const CONVICTION: Duration = Duration::from_millis(2000);
+
+#[derive(Debug, Clone)]
+struct PeerHealth {
+    last_heard: Option<Instant>,
+    /// What we announced last (STATUS_CHANGE is sent on changes only).
+    announced_up: bool,
+    schema_version: Option<[u8; 16]>,
+    load_bytes: Option<u64>,
+}
+
+/// Which peers are alive, from pings.
+pub struct FailureDetector {
+    me: [u8; 16],
+    started: Instant,
+    peers: RwLock<HashMap<[u8; 16], PeerHealth>>,
+}
+
+impl FailureDetector {
+    pub fn new(me: [u8; 16]) -> FailureDetector {
+        FailureDetector {
+            me,
+            started: Instant::now(),
+            peers: RwLock::new(HashMap::new()),
+        }
+    }
+
+    pub fn heard_from(&self, host: [u8; 16], schema_version: [u8; 16], load_bytes: u64) {
+        let mut peers = self.peers.write();
+        let health = peers.entry(host).or_insert(PeerHealth {
+            last_heard: None,
+            announced_up: false,
+            schema_version: None,
+            load_bytes: None,
+        });
+        health.last_heard = Some(Instant::now());
+        health.schema_version = Some(schema_version);
+        health.load_bytes = Some(load_bytes);
+    }
+
+    pub fn load_of(&self, host: &[u8; 16]) -> Option<u64> {
+        self.peers.read().get(host).and_then(|h| h.load_bytes)
+    }
+
+    fn up(health: &PeerHealth) -> bool {
+        health
+            .last_heard
+            .is_some_and(|heard| heard.elapsed() < CONVICTION)
+    }
+
+    /// Peers whose state changed since the last call: `(host, now up)`.
+    fn transitions(&self) -> Vec<([u8; 16], bool)> {
+        let mut peers = self.peers.write();
+        let mut changed = Vec::new();
+        for (host, health) in peers.iter_mut() {
+            let up = Self::up(health);
+            if up != health.announced_up {
+                health.announced_up = up;
+                changed.push((*host, up));
+            }
+        }
+        changed
+    }
+}
+
+impl Liveness for FailureDetector {
+    fn is_alive(&self, host_id: &[u8; 16]) -> bool {
+        *host_id == self.me || self.peers.read().get(host_id).is_some_and(Self::up)
+    }
+
+    fn down_for(&self, host_id: &[u8; 16]) -> Option<Duration> {
+        if self.is_alive(host_id) {
+            return None;
+        }
+        let last = self.peers.read().get(host_id).and_then(|h| h.last_heard);
+        Some(last.unwrap_or(self.started).elapsed())
+    }
+
+    fn schema_version(&self, host_id: &[u8; 16]) -> Option<[u8; 16]> {
+        self.peers
+            .read()
+            .get(host_id)
+            .and_then(|h| h.schema_version)
+    }
+}
+
+/// Sends cluster and replica messages over [`Peers`].
+pub struct Transport {
+    pub peers: Arc<Peers>,
+}
+
+impl ClusterTransport for Transport {
+    fn call(
+        &self,
+        to: SocketAddr,
+        request: ClusterRequest,
+        timeout: Duration,
+    ) -> BoxFuture<'static, Result<ClusterResponse, String>> {
+        let peers = Arc::clone(&self.peers);
+        Box::pin(async move {
+            match peers.call(to, &Message::Cluster(request), timeout).await? {
+                Reply::Cluster(response) => Ok(response),
+                Reply::Error(error) => Err(error),
+                other => Err(format!("unexpected reply {other:?}")),
+            }
+        })
+    }
+}
+
+impl ReplicaTransport for Transport {
+    fn send(
+        &self,
+        to: SocketAddr,
+        request: ReplicaRequest,
+        timeout: Duration,
+    ) -> BoxFuture<'static, Result<ReplicaResponse, String>> {
+        let peers = Arc::clone(&self.peers);
+        Box::pin(async move {
+            match peers.call(to, &Message::Replica(request), timeout).await? {
+                Reply::Replica(response) => Ok(response),
+                Reply::Error(error) => Err(error),
+                other => Err(format!("unexpected reply {other:?}")),
+            }
+        })
+    }
+}
+
+/// Answers internode messages; parts are filled in as the node starts.
+pub struct NodeHandler {
+    pub host_id: [u8; 16],
+    pub detector: Arc<FailureDetector>,
+    pub cluster: OnceLock<Arc<ClusterMetadata>>,
+    pub coordinator: OnceLock<Arc<Coordinator>>,
+}
+
+impl NodeHandler {
+    fn schema_version(&self) -> [u8; 16] {
+        self.coordinator
+            .get()
+            .map(|c| c.schema().version)
+            .unwrap_or([0; 16])
+    }
+}
+
+impl NodeHandler {
+    fn load_bytes(&self) -> u64 {
+        self.coordinator
+            .get()
+            .map(|c| c.engine().approximate_size_bytes())
+            .unwrap_or(0)
+    }
+
+    fn status(&self, cluster: &ClusterMetadata) -> Vec<MemberStatus> {
+        let state = cluster.state();
+        let voters = cluster.voters();
+        state
+            .members
+            .values()
+            .map(|member| {
+                let local = member.host_id == self.host_id;
+                MemberStatus {
+                    address: member.internode_address.ip(),
+                    host_id: member.host_id,
+                    datacenter: member.datacenter.clone(),
+                    rack: member.rack.clone(),
+                    up: self.detector.is_alive(&member.host_id),
+                    state: member.state.name().to_string(),
+                    load_bytes: if local {
+                        Some(self.load_bytes())
+                    } else {
+                        self.detector.load_of(&member.host_id)
+                    },
+                    tablets: state.tablet_replicas_on(&member.host_id),
+                    voter: voters.contains(&member.node_id()),
+                }
+            })
+            .collect()
+    }
+}
+
+impl Handler for NodeHandler {
+    fn handle(&self, message: Message) -> Pin<Box<dyn Future<Output = Reply> + Send + '_>> {
+        Box::pin(async move {
+            match message {
+                Message::Ping {
+                    from,
+                    schema_version,
+                    load_bytes,
+                } => {
+                    self.detector.heard_from(from, schema_version, load_bytes);
+                    Reply::Pong {
+                        host_id: self.host_id,
+                        schema_version: self.schema_version(),
+                        load_bytes: self.load_bytes(),
+                    }
+                }
+                Message::Status => match self.cluster.get() {
+                    Some(cluster) => Reply::Status(self.status(cluster)),
+                    None => Reply::Error("this node is still starting".into()),
+                },
+                Message::Cluster(request) => match self.cluster.get() {
+                    Some(cluster) => Reply::Cluster(cluster.handle(request).await),
+                    None => Reply::Error("this node is still starting".into()),
+                },
+                Message::Replica(request) => match self.coordinator.get() {
+                    Some(coordinator) => Reply::Replica(coordinator.serve_replica(request).await),
+                    None => Reply::Error("this node is still starting".into()),
+                },
+            }
+        })
+    }
+}
+
+/// Pings members, announces status changes and replays hints to members that came back.
+pub async fn run_failure_detection(
+    cluster: Arc<ClusterMetadata>,
+    coordinator: Arc<Coordinator>,
+    detector: Arc<FailureDetector>,
+    peers: Arc<Peers>,
+    transport: Arc<Transport>,
+    events: Arc<EventBus>,
+) {
+    let me = cluster.me().host_id;
+    let mut interval = tokio::time::interval(PING_INTERVAL);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let replaying: Arc<parking_lot::Mutex<BTreeSet<[u8; 16]>>> = Arc::default();
+    loop {
+        interval.tick().await;
+        let state = cluster.state();
+        let schema_version = coordinator.schema().version;
+        let load_bytes = coordinator.engine().approximate_size_bytes();
+        for member in state.members.values().filter(|m| m.host_id != me) {
+            let peers = Arc::clone(&peers);
+            let detector = Arc::clone(&detector);
+            let address = member.internode_address;
+            tokio::spawn(async move {
+                let ping = Message::Ping {
+                    from: me,
+                    schema_version,
+                    load_bytes,
+                };
+                if let Ok(Reply::Pong {
+                    host_id,
+                    schema_version,
+                    load_bytes,
+                }) = peers.call(address, &ping, CONVICTION).await
+                {
+                    detector.heard_from(host_id, schema_version, load_bytes);
+                }
+            });
+        }
+        for (host, up) in detector.transitions() {
+            let Some(member) = state.member_by_host(&host) else {
+                continue;
+            };
+            tracing::info!(peer = %member.internode_address, up, "peer status changed");
+            events.publish(Event::StatusChange {
+                change: if up { "UP" } else { "DOWN" },
+                address: member.cql_address,
+            });
+        }
+        // Hints for members that are up.
+        for member in state.members.values().filter(|m| m.host_id != me) {
+            if !detector.is_alive(&member.host_id)
+                || !coordinator.hints().pending_for(&member.host_id)
+                || !replaying.lock().insert(member.host_id)
+            {
+                continue;
+            }
+            let hints = Arc::clone(coordinator.hints());
+            let transport = Arc::clone(&transport);
+            let replaying = Arc::clone(&replaying);
+            let host = member.host_id;
+            let address = member.internode_address;
+            tokio::spawn(async move {
+                match hints.replay(host, address, transport.as_ref()).await {
+                    Ok(0) => {}
+                    Ok(count) => tracing::info!(peer = %address, count, "replayed hints"),
+                    Err(error) => tracing::info!(peer = %address, %error, "hint replay paused"),
+                }
+                replaying.lock().remove(&host);
+            });
+        }
+    }
+}
+
+/// Follows the cluster metadata: installs schema changes made elsewhere and announces
+/// them and new members to registered clients.
+pub async fn follow_metadata(
+    cluster: Arc<ClusterMetadata>,
+    coordinator: Arc<Coordinator>,
+    events: Arc<EventBus>,
+) {
+    let mut states = cluster.subscribe();
+    let mut known: BTreeSet<[u8; 16]> = states
+        .borrow()
+        .members
+        .values()
+        .map(|m| m.host_id)
+        .collect();
+    while states.changed().await.is_ok() {
+        let state = Arc::clone(&states.borrow_and_update());
+        match coordinator.sync_schema() {
+            Ok(changes) => {
+                for change in changes {
+                    events.publish(Event::SchemaChange(change));
+                }
+            }
+            Err(error) => {
+                tracing::error!(message = %error.message, "cannot install the cluster's schema")
+            }
+        }
+        for member in state.members.values() {
+            if known.insert(member.host_id) {
+                tracing::info!(peer = %member.internode_address, "a node joined the cluster");
+                events.publish(Event::TopologyChange {
+                    change: "NEW_NODE",
+                    address: member.cql_address,
+                });
+            }
+        }
+    }
+}

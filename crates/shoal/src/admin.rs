@@ -1,0 +1,117 @@
+//! `shoal admin`: operations on a running cluster, like `nodetool`.
+
+use shoal_server::internode::{MemberStatus, Message, Peers, Reply};
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+#[derive(clap::Subcommand)]
+pub enum AdminCommand {
+    /// Each node's state (up/down, normal/joining), address, load and tablet count.
+    Status(Target),
+}
+
+#[derive(clap::Args)]
+pub struct Target {
+    /// A node of the cluster to ask.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: IpAddr,
+    /// Its internode port.
+    #[arg(long, default_value_t = 7000)]
+    pub port: u16,
+}
+
+pub fn run(command: AdminCommand) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    match command {
+        AdminCommand::Status(target) => {
+            let members = runtime.block_on(fetch_status(&target))?;
+            print!("{}", render_status(&members));
+            Ok(())
+        }
+    }
+}
+
+pub async fn fetch_status(target: &Target) -> anyhow::Result<Vec<MemberStatus>> {
+    let peers = Peers::default();
+    let address = SocketAddr::new(target.host, target.port);
+    let reply = peers
+        .call(address, &Message::Status, Duration::from_secs(5))
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot reach a Shoal node at {address}: {e}"))?;
+    peers.stop();
+    match reply {
+        Reply::Status(members) => Ok(members),
+        Reply::Error(error) => anyhow::bail!("{address} answered: {error}"),
+        other => anyhow::bail!("{address} answered unexpectedly: {other:?}"),
+    }
+}
+
+fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+fn uuid_text(id: &[u8; 16]) -> String {
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}
+
+/// The `nodetool status` layout.
+pub fn render_status(members: &[MemberStatus]) -> String {
+    let mut out = String::new();
+    let mut datacenters: Vec<&str> = members.iter().map(|m| m.datacenter.as_str()).collect();
+    datacenters.sort_unstable();
+    datacenters.dedup();
+    for datacenter in datacenters {
+        let title = format!("Datacenter: {datacenter}");
+        out.push_str(&format!("{title}\n{}\n", "=".repeat(title.len())));
+        out.push_str("Status=Up/Down\n|/ State=Normal/Leaving/Joining/Moving\n");
+        out.push_str(&format!(
+            "{:<3} {:<15} {:<11} {:<8} {:<37} {:<8} {}\n",
+            "--", "Address", "Load", "Tablets", "Host ID", "Rack", "Metadata"
+        ));
+        let mut rows: Vec<&MemberStatus> = members
+            .iter()
+            .filter(|m| m.datacenter == datacenter)
+            .collect();
+        rows.sort_by_key(|m| m.address);
+        for member in rows {
+            let status = if member.up { 'U' } else { 'D' };
+            let state = match member.state.as_str() {
+                "joining" => 'J',
+                "leaving" => 'L',
+                _ => 'N',
+            };
+            out.push_str(&format!(
+                "{:<3} {:<15} {:<11} {:<8} {:<37} {:<8} {}\n",
+                format!("{status}{state}"),
+                member.address.to_string(),
+                member.load_bytes.map_or("?".to_string(), human_bytes),
+                member.tablets,
+                uuid_text(&member.host_id),
+                member.rack,
+                if member.voter { "voter" } else { "learner" },
+            ));
+        }
+    }
+    out
+}

@@ -1,0 +1,261 @@
+//! `shoal cluster`: a local cluster of real `shoal server` processes on 127.0.0.1…N, for
+//! development and tests (like `ccm`).
+//!
+//! Node `i` listens on 127.0.0.`i` (CQL 9042, internode 7000 — every address of 127/8 is
+//! loopback), keeps its data and log in `DIR/node<i>/`, and uses 127.0.0.1 as its seed.
+//! Nodes start one after another, each once the previous one accepts clients, so the
+//! first bootstraps the cluster and the others join it. `start` stays in the foreground
+//! and stops every node on Ctrl-C unless `--detach` is given; `stop` stops a detached
+//! cluster from its pid files.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Subcommand)]
+pub enum ClusterCommand {
+    /// Start N local nodes; nodes of an existing local cluster that are not running are
+    /// restarted, running ones are left alone.
+    Start(StartArgs),
+    /// Stop the nodes of a local cluster started with --detach.
+    Stop(DirArg),
+    /// Which nodes of a local cluster run, and the cluster's view of them.
+    Status(DirArg),
+}
+
+#[derive(clap::Args)]
+pub struct DirArg {
+    /// Where the nodes' data and logs live.
+    #[arg(long, default_value = "shoal-cluster")]
+    pub dir: PathBuf,
+}
+
+#[derive(clap::Args)]
+pub struct StartArgs {
+    /// How many nodes (127.0.0.1 … 127.0.0.N).
+    #[arg(long, default_value_t = 3)]
+    pub nodes: u8,
+    #[command(flatten)]
+    pub dir: DirArg,
+    /// Leave the nodes running and return.
+    #[arg(long)]
+    pub detach: bool,
+    /// Commit log sync mode for every node: periodic or group.
+    #[arg(long, default_value = "periodic")]
+    pub commitlog_sync: String,
+}
+
+const START_TIMEOUT: Duration = Duration::from_secs(90);
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn node_address(index: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 0, 0, index))
+}
+
+fn node_dir(dir: &Path, index: u8) -> PathBuf {
+    dir.join(format!("node{index}"))
+}
+
+fn pid_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+        && std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|stat| !stat.contains(") Z "))
+            .unwrap_or(false)
+}
+
+fn read_pid(dir: &Path, index: u8) -> Option<u32> {
+    std::fs::read_to_string(node_dir(dir, index).join("pid"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn signal(pid: u32, name: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+fn node_indexes(dir: &Path) -> Vec<u8> {
+    (1..=254u8)
+        .take_while(|i| node_dir(dir, *i).exists())
+        .collect()
+}
+
+fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
+fn wait_for_port(address: SocketAddr, pid: u32, log: &Path) -> anyhow::Result<()> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    while Instant::now() < deadline {
+        if std::net::TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_ok() {
+            return Ok(());
+        }
+        if !pid_alive(pid) {
+            anyhow::bail!(
+                "the node for {address} exited; its log ({}) ends with:\n{}",
+                log.display(),
+                log_tail(log)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    anyhow::bail!("the node for {address} did not accept clients within {START_TIMEOUT:?}")
+}
+
+fn stop_nodes(dir: &Path) -> usize {
+    let mut stopped = 0;
+    let indexes = node_indexes(dir);
+    let pids: Vec<(u8, u32)> = indexes
+        .iter()
+        .filter_map(|i| read_pid(dir, *i).map(|p| (*i, p)))
+        .filter(|(_, p)| pid_alive(*p))
+        .collect();
+    for (_, pid) in &pids {
+        signal(*pid, "TERM");
+    }
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    for (index, pid) in pids {
+        while pid_alive(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if pid_alive(pid) {
+            signal(pid, "KILL");
+        }
+        let _ = std::fs::remove_file(node_dir(dir, index).join("pid"));
+        stopped += 1;
+    }
+    stopped
+}
+
+pub fn run(command: ClusterCommand) -> anyhow::Result<()> {
+    match command {
+        ClusterCommand::Start(args) => start(args),
+        ClusterCommand::Stop(args) => {
+            let stopped = stop_nodes(&args.dir);
+            println!("stopped {stopped} node(s) of {}", args.dir.display());
+            Ok(())
+        }
+        ClusterCommand::Status(args) => status(&args.dir),
+    }
+}
+
+fn start(args: StartArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        (1..=254).contains(&args.nodes),
+        "--nodes must be between 1 and 254"
+    );
+    let dir = &args.dir.dir;
+    let executable = std::env::current_exe()?;
+    let mut started = Vec::new();
+    let result = (|| -> anyhow::Result<()> {
+        for index in 1..=args.nodes {
+            if let Some(pid) = read_pid(dir, index).filter(|pid| pid_alive(*pid)) {
+                println!("node {index} already running (pid {pid})");
+                continue;
+            }
+            let data_dir = node_dir(dir, index);
+            std::fs::create_dir_all(&data_dir)?;
+            let log_path = data_dir.join("shoal.log");
+            let log = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&log_path)?;
+            let mut command = Command::new(&executable);
+            command
+                .arg("server")
+                .arg("--data-dir")
+                .arg(&data_dir)
+                .arg("--listen-address")
+                .arg(node_address(index).to_string())
+                .arg("--seeds")
+                .arg(node_address(1).to_string())
+                .arg("--commitlog-sync")
+                .arg(&args.commitlog_sync)
+                .stdin(Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log);
+            #[cfg(unix)]
+            {
+                use std::os::unix::process::CommandExt;
+                // Its own process group: Ctrl-C reaches `shoal cluster`, which stops
+                // the nodes cleanly.
+                command.process_group(0);
+            }
+            let child = command.spawn()?;
+            std::fs::write(data_dir.join("pid"), child.id().to_string())?;
+            started.push(child.id());
+            wait_for_port(
+                SocketAddr::new(node_address(index), 9042),
+                child.id(),
+                &log_path,
+            )?;
+            println!(
+                "node {index} up on {} (log: {})",
+                node_address(index),
+                log_path.display()
+            );
+        }
+        Ok(())
+    })();
+    if let Err(error) = result {
+        // Stop what this command started, not nodes that were already running.
+        for pid in started {
+            signal(pid, "TERM");
+        }
+        return Err(error);
+    }
+    println!(
+        "{} node(s) running. Connect with: cqlsh 127.0.0.1   (status: shoal admin status)",
+        args.nodes
+    );
+    if args.detach {
+        println!("Stop with: shoal cluster stop --dir {}", dir.display());
+        return Ok(());
+    }
+    println!("Ctrl-C stops the cluster.");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(crate::wait_for_shutdown_signal());
+    let stopped = stop_nodes(dir);
+    println!("stopped {stopped} node(s)");
+    Ok(())
+}
+
+fn status(dir: &Path) -> anyhow::Result<()> {
+    let indexes = node_indexes(dir);
+    anyhow::ensure!(!indexes.is_empty(), "no local cluster in {}", dir.display());
+    let mut running = None;
+    for index in &indexes {
+        let state = match read_pid(dir, *index) {
+            Some(pid) if pid_alive(pid) => {
+                running.get_or_insert(*index);
+                format!("running (pid {pid})")
+            }
+            _ => "stopped".to_string(),
+        };
+        println!("node{index} {}: {state}", node_address(*index));
+    }
+    if let Some(index) = running {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let target = crate::admin::Target {
+            host: node_address(index),
+            port: 7000,
+        };
+        let members = runtime.block_on(crate::admin::fetch_status(&target))?;
+        println!();
+        print!("{}", crate::admin::render_status(&members));
+    }
+    Ok(())
+}
