@@ -27,6 +27,7 @@ pub mod hints;
 pub mod paging;
 pub mod prepared;
 pub mod read;
+pub mod repair;
 pub mod replication;
 pub mod restrictions;
 pub mod schema;
@@ -343,27 +344,34 @@ impl Coordinator {
                 names: parameters.names.as_deref(),
             };
             let replicated = coordinator.member_count() > 1;
-            let view;
-            let engine: &dyn Engine = match coordinator.scan_table_id(&session, &select) {
-                Some(table_id) if replicated => {
-                    view = replication::ReplicatedView {
-                        coordinator: Arc::clone(&coordinator),
-                        table_id,
-                        consistency: parameters.consistency,
-                        runtime,
-                    };
-                    &view
-                }
-                _ => coordinator.engine.as_ref(),
+            let view = match coordinator.scan_table_id(&session, &select) {
+                Some(table_id) if replicated => Some(replication::ReplicatedView {
+                    coordinator: Arc::clone(&coordinator),
+                    table_id,
+                    consistency: parameters.consistency,
+                    runtime,
+                    error: Default::default(),
+                }),
+                _ => None,
             };
-            read::execute_select(
+            let engine: &dyn Engine = match &view {
+                Some(view) => view,
+                None => coordinator.engine.as_ref(),
+            };
+            let result = read::execute_select(
                 &coordinator,
                 engine,
                 &session,
                 &select,
                 &parameters,
                 bindings,
-            )
+            );
+            // A replicated scan's reader sees only a storage error; the client gets the
+            // real one (Unavailable, ReadTimeout).
+            match view.and_then(|v| v.error.lock().take()) {
+                Some(error) => Err(error),
+                None => result,
+            }
         })
         .await
         .map_err(|_| CqlError::server("the scan failed unexpectedly"))?

@@ -58,6 +58,9 @@ pub enum ReplicaRequest {
     },
     /// Remove every cell of a table (TRUNCATE).
     Truncate([u8; 16]),
+    /// A hash of the cells in each of the consecutive key ranges `[bounds[i],
+    /// bounds[i+1])` (anti-entropy repair compares them between replicas).
+    RangeHashes { bounds: Vec<Vec<u8>> },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -68,6 +71,8 @@ pub enum ReplicaResponse {
         cells: Cells,
         complete: bool,
     },
+    /// One hash per range asked for.
+    Hashes(Vec<u64>),
     Error(String),
 }
 
@@ -99,17 +104,17 @@ pub struct ClusterContext {
 
 /// A replica as one request sees it.
 #[derive(Debug, Clone)]
-struct Replica {
-    host_id: [u8; 16],
-    address: SocketAddr,
-    datacenter: String,
-    local: bool,
-    alive: bool,
+pub(crate) struct Replica {
+    pub host_id: [u8; 16],
+    pub address: SocketAddr,
+    pub datacenter: String,
+    pub local: bool,
+    pub alive: bool,
 }
 
 /// A tablet's replicas for one request, with the keyspace's replication.
 #[derive(Debug, Clone)]
-struct TabletReplicas {
+pub(crate) struct TabletReplicas {
     replicas: Vec<Replica>,
     strategy: Option<ReplicationStrategy>,
 }
@@ -193,7 +198,12 @@ fn table_and_token(key: &[u8]) -> Option<([u8; 16], Token)> {
 }
 
 impl ClusterContext {
-    fn replicas_of(&self, state: &ClusterState, table: &[u8; 16], token: Token) -> TabletReplicas {
+    pub(crate) fn replicas_of(
+        &self,
+        state: &ClusterState,
+        table: &[u8; 16],
+        token: Token,
+    ) -> TabletReplicas {
         let me = self.metadata.me().host_id;
         let replicas = state
             .replicas(table, token)
@@ -449,7 +459,7 @@ impl Coordinator {
 
     /// Reads `[lower, upper)` from enough replicas for `consistency`, reconciles and
     /// repairs. With a `limit`, the result covers `[lower, covered_until)` only.
-    async fn read_replicas(
+    pub(crate) async fn read_replicas(
         &self,
         cluster: &ClusterContext,
         replicas: &TabletReplicas,
@@ -483,14 +493,12 @@ impl Coordinator {
                 chosen.push(candidate);
             }
         }
-        let mut reads = FuturesUnordered::new();
-        for replica in &chosen {
-            let replica = (*replica).clone();
-            if replica.local {
-                let result = local_read(self.engine.as_ref(), lower, upper, limit);
-                reads.push(Box::pin(async move { (replica, result) })
-                    as BoxFuture<'static, (Replica, Result<(Cells, bool), String>)>);
-            } else {
+        let start_read =
+            |replica: Replica| -> BoxFuture<'static, (Replica, Result<(Cells, bool), String>)> {
+                if replica.local {
+                    let result = local_read(self.engine.as_ref(), lower, upper, limit);
+                    return Box::pin(async move { (replica, result) });
+                }
                 let sent = cluster.transport.send(
                     replica.address,
                     ReplicaRequest::Read {
@@ -500,24 +508,44 @@ impl Coordinator {
                     },
                     READ_TIMEOUT,
                 );
-                reads.push(Box::pin(async move {
+                Box::pin(async move {
                     let result = match sent.await {
                         Ok(ReplicaResponse::Cells { cells, complete }) => Ok((cells, complete)),
                         Ok(other) => Err(format!("unexpected answer {other:?}")),
                         Err(error) => Err(error),
                     };
                     (replica, result)
-                }));
-            }
+                })
+            };
+        let mut reads = FuturesUnordered::new();
+        for replica in &chosen {
+            reads.push(start_read((*replica).clone()));
         }
+        // Replicas not asked yet stand in for ones that fail (e.g. died but not yet
+        // convicted by the failure detector).
+        let mut standby: Vec<&Replica> = candidates
+            .iter()
+            .copied()
+            .filter(|c| !chosen.iter().any(|r| r.host_id == c.host_id))
+            .collect();
         let mut answers: Vec<(Replica, Cells, bool)> = Vec::new();
         let timeout = tokio::time::sleep(READ_TIMEOUT);
         tokio::pin!(timeout);
-        while answers.len() < chosen.len() {
+        while !requirement.met_by(answers.iter().map(|(r, _, _)| r.datacenter.as_str())) {
             tokio::select! {
                 read = reads.next() => match read {
                     Some((replica, Ok((cells, complete)))) => answers.push((replica, cells, complete)),
-                    Some((_, Err(_))) | None => break,
+                    Some((failed, Err(error))) => {
+                        tracing::debug!(replica = %failed.address, %error, "replica read failed");
+                        let substitute = standby
+                            .iter()
+                            .position(|r| r.datacenter == failed.datacenter)
+                            .or(if standby.is_empty() { None } else { Some(0) });
+                        if let Some(index) = substitute {
+                            reads.push(start_read(standby.remove(index).clone()));
+                        }
+                    }
+                    None => break,
                 },
                 _ = &mut timeout => break,
             }
@@ -537,8 +565,10 @@ impl Coordinator {
             ));
         }
         let reconciled = reconcile(&answers);
+        let mut reconciled = reconciled;
         let repairs = repairs_for(&answers, &reconciled);
         if !repairs.is_empty() {
+            reconciled.repaired = repairs.iter().map(|(_, cells)| cells.len()).sum();
             self.send_repairs(cluster, repairs).await;
         }
         Ok(reconciled)
@@ -592,6 +622,12 @@ impl Coordinator {
                 Ok((cells, complete)) => ReplicaResponse::Cells { cells, complete },
                 Err(error) => ReplicaResponse::Error(error),
             },
+            ReplicaRequest::RangeHashes { bounds } => {
+                match crate::repair::range_hashes(self.engine.as_ref(), &bounds) {
+                    Ok(hashes) => ReplicaResponse::Hashes(hashes),
+                    Err(error) => ReplicaResponse::Error(error),
+                }
+            }
             ReplicaRequest::Truncate(table_id) => {
                 match self
                     .engine
@@ -689,10 +725,12 @@ fn local_read(
 }
 
 /// Replicas' answers merged by last-write-wins, covering `[lower, covered_until)`.
-struct Reconciled {
-    cells: Cells,
+pub(crate) struct Reconciled {
+    pub cells: Cells,
     /// `None`: the whole requested range.
-    covered_until: Option<Vec<u8>>,
+    pub covered_until: Option<Vec<u8>>,
+    /// Cells sent to replicas that lacked them (read repair).
+    pub repaired: usize,
 }
 
 fn reconcile(answers: &[(Replica, Cells, bool)]) -> Reconciled {
@@ -724,6 +762,7 @@ fn reconcile(answers: &[(Replica, Cells, bool)]) -> Reconciled {
             key.push(0);
             key
         }),
+        repaired: 0,
     }
 }
 
@@ -762,6 +801,9 @@ pub(crate) struct ReplicatedView {
     pub table_id: [u8; 16],
     pub consistency: Consistency,
     pub runtime: tokio::runtime::Handle,
+    /// The first error a cursor met (Unavailable, ReadTimeout...), for the client: the
+    /// reader only sees a storage error.
+    pub error: parking_lot::Mutex<Option<CqlError>>,
 }
 
 struct ReplicatedCursor<'v> {
@@ -787,7 +829,10 @@ impl ReplicatedCursor<'_> {
                     self.buffer.extend(cells);
                     self.next = next;
                 }
-                Err(error) => self.error = Some(error.message),
+                Err(error) => {
+                    self.error = Some(error.message.clone());
+                    self.view.error.lock().get_or_insert(error);
+                }
             }
         }
     }

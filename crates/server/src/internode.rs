@@ -49,6 +49,11 @@ pub enum Message {
     },
     /// `shoal admin status`: every member as this node sees it.
     Status,
+    /// `shoal admin repair`: repair these tables, coordinated by the receiving node.
+    Repair {
+        keyspace: Option<String>,
+        table: Option<String>,
+    },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -61,6 +66,7 @@ pub enum Reply {
         load_bytes: u64,
     },
     Status(Vec<MemberStatus>),
+    Repaired(shoal_coordinator::repair::RepairReport),
     Error(String),
 }
 

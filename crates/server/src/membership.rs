@@ -65,6 +65,20 @@ impl FailureDetector {
         health.load_bytes = Some(load_bytes);
     }
 
+    /// A peer pinged us: remember what it reported, but only our own pings decide
+    /// whether it is up (up means *we* can reach it).
+    pub fn noted(&self, host: [u8; 16], schema_version: [u8; 16], load_bytes: u64) {
+        let mut peers = self.peers.write();
+        let health = peers.entry(host).or_insert(PeerHealth {
+            last_heard: None,
+            announced_up: false,
+            schema_version: None,
+            load_bytes: None,
+        });
+        health.schema_version = Some(schema_version);
+        health.load_bytes = Some(load_bytes);
+    }
+
     pub fn load_of(&self, host: &[u8; 16]) -> Option<u64> {
         self.peers.read().get(host).and_then(|h| h.load_bytes)
     }
@@ -214,13 +228,25 @@ impl Handler for NodeHandler {
                     schema_version,
                     load_bytes,
                 } => {
-                    self.detector.heard_from(from, schema_version, load_bytes);
+                    self.detector.noted(from, schema_version, load_bytes);
                     Reply::Pong {
                         host_id: self.host_id,
                         schema_version: self.schema_version(),
                         load_bytes: self.load_bytes(),
                     }
                 }
+                Message::Repair { keyspace, table } => match self.coordinator.get() {
+                    Some(coordinator) => {
+                        match coordinator
+                            .repair(keyspace.as_deref(), table.as_deref())
+                            .await
+                        {
+                            Ok(report) => Reply::Repaired(report),
+                            Err(error) => Reply::Error(error.message),
+                        }
+                    }
+                    None => Reply::Error("this node is still starting".into()),
+                },
                 Message::Status => match self.cluster.get() {
                     Some(cluster) => Reply::Status(self.status(cluster)),
                     None => Reply::Error("this node is still starting".into()),

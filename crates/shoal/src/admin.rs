@@ -8,6 +8,19 @@ use std::time::Duration;
 pub enum AdminCommand {
     /// Each node's state (up/down, normal/joining), address, load and tablet count.
     Status(Target),
+    /// Make every replica of every tablet converge (after a node was down longer than
+    /// the hint window). Every replica must be up.
+    Repair(RepairArgs),
+}
+
+#[derive(clap::Args)]
+pub struct RepairArgs {
+    /// Only this keyspace.
+    pub keyspace: Option<String>,
+    /// Only this table of the keyspace.
+    pub table: Option<String>,
+    #[command(flatten)]
+    pub target: Target,
 }
 
 #[derive(clap::Args)]
@@ -30,6 +43,42 @@ pub fn run(command: AdminCommand) -> anyhow::Result<()> {
             print!("{}", render_status(&members));
             Ok(())
         }
+        AdminCommand::Repair(args) => {
+            let report = runtime.block_on(repair(args))?;
+            println!(
+                "repair done: {} table(s), {} tablet(s) ({} skipped: replica down), {} of {} segment(s) differed, {} cell(s) repaired",
+                report.tables,
+                report.tablets,
+                report.tablets_skipped,
+                report.segments_differing,
+                report.segments_compared,
+                report.cells_repaired
+            );
+            anyhow::ensure!(
+                report.tablets_skipped == 0,
+                "some tablets were not repaired because a replica was down; rerun once every node is up"
+            );
+            Ok(())
+        }
+    }
+}
+
+async fn repair(args: RepairArgs) -> anyhow::Result<shoal_coordinator::repair::RepairReport> {
+    let peers = Peers::default();
+    let address = SocketAddr::new(args.target.host, args.target.port);
+    let message = Message::Repair {
+        keyspace: args.keyspace,
+        table: args.table,
+    };
+    let reply = peers
+        .call(address, &message, Duration::from_secs(24 * 3600))
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot reach a Shoal node at {address}: {e}"))?;
+    peers.stop();
+    match reply {
+        Reply::Repaired(report) => Ok(report),
+        Reply::Error(error) => anyhow::bail!("repair failed: {error}"),
+        other => anyhow::bail!("{address} answered unexpectedly: {other:?}"),
     }
 }
 

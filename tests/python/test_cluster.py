@@ -1,0 +1,411 @@
+"""A real three-node cluster (processes on 127.0.0.1-3): discovery and token-aware
+routing, consistency levels across nodes, last-write-wins between coordinators, node
+failure (kill -9), hints, schema catch-up, anti-entropy repair, paged scans across
+tablets, events, refused joins, and no lost QUORUM write when a node dies under load."""
+
+import socket
+import struct
+import subprocess
+import threading
+import time
+import uuid
+
+import pytest
+from cassandra import ConsistencyLevel, Unavailable
+from cassandra.cluster import Cluster, ExecutionProfile, EXEC_PROFILE_DEFAULT
+from cassandra.policies import (
+    DCAwareRoundRobinPolicy,
+    FallthroughRetryPolicy,
+    TokenAwarePolicy,
+    WhiteListRoundRobinPolicy,
+)
+from cassandra.query import SimpleStatement
+
+from shoal_process import ShoalNode, shoal_binary
+from test_protocol import READY, STARTUP, frame, read_frame, string_map
+
+ADDRESSES = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+HINT_WINDOW_MS = 8000
+
+
+def free_port_on_all(addresses):
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind((addresses[0], 0))
+            port = probe.getsockname()[1]
+        try:
+            for address in addresses[1:]:
+                with socket.socket() as probe:
+                    probe.bind((address, port))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no port free on every address")
+
+
+class LocalCluster:
+    def __init__(self, base, size=3):
+        self.cql_port = free_port_on_all(ADDRESSES + ["127.0.0.4"])
+        self.internode_port = free_port_on_all(ADDRESSES + ["127.0.0.4"])
+        while self.internode_port == self.cql_port:
+            self.internode_port = free_port_on_all(ADDRESSES + ["127.0.0.4"])
+        self.config = base / "cluster.toml"
+        self.config.write_text(f"max_hint_window_ms = {HINT_WINDOW_MS}\n")
+        self.nodes = [self.make_node(base, address) for address in ADDRESSES[:size]]
+
+    def make_node(self, base, address):
+        return ShoalNode(
+            base / f"node-{address}",
+            address=address,
+            port=self.cql_port,
+            internode_port=self.internode_port,
+            seeds=[ADDRESSES[0]],
+            config=self.config,
+        )
+
+    def start(self):
+        for node in self.nodes:
+            node.start(timeout=60)
+        return self
+
+    def stop(self):
+        for node in self.nodes:
+            node.kill()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    local = LocalCluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        local.start()
+        yield local
+    finally:
+        local.stop()
+
+
+def profile(addresses=None, consistency=ConsistencyLevel.ONE):
+    policy = WhiteListRoundRobinPolicy(addresses) if addresses else TokenAwarePolicy(DCAwareRoundRobinPolicy())
+    return ExecutionProfile(load_balancing_policy=policy, retry_policy=FallthroughRetryPolicy(),
+                            consistency_level=consistency, request_timeout=30)
+
+
+def connect(cluster, addresses=None, consistency=ConsistencyLevel.ONE):
+    contact = addresses or [n.address for n in cluster.nodes if n.process and n.process.poll() is None]
+    driver = Cluster(contact, port=cluster.cql_port, execution_profiles={EXEC_PROFILE_DEFAULT: profile(addresses, consistency)})
+    return driver, driver.connect()
+
+
+def wait_until(condition, timeout=30, message="condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {message}")
+
+
+def new_keyspace(session, rf):
+    name = f"c_{uuid.uuid4().hex[:8]}"
+    session.execute(f"CREATE KEYSPACE {name} WITH replication = {{'class': 'SimpleStrategy', 'replication_factor': {rf}}}")
+    return name
+
+
+def at(consistency, text):
+    return SimpleStatement(text, consistency_level=consistency)
+
+
+def read_on(cluster, address, query, consistency=ConsistencyLevel.ONE):
+    driver, session = connect(cluster, [address], consistency)
+    try:
+        return list(session.execute(query))
+    finally:
+        driver.shutdown()
+
+
+def peers_up(session, count):
+    rows = session.execute("SELECT peer FROM system.peers").all()
+    return len(rows) == count
+
+
+def test_all_nodes_are_discovered_and_requests_route_to_replicas(cluster):
+    driver, session = connect(cluster)
+    try:
+        hosts = driver.metadata.all_hosts()
+        assert sorted(h.address for h in hosts) == ADDRESSES
+        wait_until(lambda: all(h.is_up for h in driver.metadata.all_hosts()), message="all hosts up")
+        # Each node reports its own tokens; together they form one ring.
+        tokens = [t for h in hosts for t in driver.metadata.token_map.token_to_host_owner if driver.metadata.token_map.token_to_host_owner[t] == h]
+        assert len(tokens) >= 3 * 8
+        ks = new_keyspace(session, 1)
+        session.execute(f"CREATE TABLE {ks}.t (k int PRIMARY KEY, v int)")
+        insert = session.prepare(f"INSERT INTO {ks}.t (k, v) VALUES (?, ?)")
+        assert insert.routing_key_indexes == [0]
+        for k in range(30):
+            result = session.execute(insert, (k, k))
+            replicas = driver.metadata.get_replicas(ks, insert.bind((k, k)).routing_key)
+            assert len(replicas) == 1
+            # Token-aware routing sent the write to the replica itself.
+            assert result.response_future.coordinator_host.address == replicas[0].address
+    finally:
+        driver.shutdown()
+
+
+def test_writes_at_all_through_one_node_are_readable_at_one_through_each(cluster):
+    driver, session = connect(cluster, [ADDRESSES[0]])
+    try:
+        ks = new_keyspace(session, 3)
+        session.execute(f"CREATE TABLE {ks}.t (k int PRIMARY KEY, v text)")
+        for k in range(50):
+            session.execute(at(ConsistencyLevel.ALL, f"INSERT INTO {ks}.t (k, v) VALUES ({k}, 'v{k}')"))
+    finally:
+        driver.shutdown()
+    for address in ADDRESSES:
+        for k in (0, 17, 49):
+            rows = read_on(cluster, address, f"SELECT v FROM {ks}.t WHERE k = {k}")
+            assert [r.v for r in rows] == [f"v{k}"], address
+
+
+def test_with_rf2_any_node_coordinates_any_request(cluster):
+    driver, session = connect(cluster, [ADDRESSES[0]])
+    try:
+        ks = new_keyspace(session, 2)
+        session.execute(f"CREATE TABLE {ks}.t (k int PRIMARY KEY, v text)")
+    finally:
+        driver.shutdown()
+    for writer in ADDRESSES:
+        driver, session = connect(cluster, [writer], ConsistencyLevel.QUORUM)
+        try:
+            for k in range(20):
+                session.execute(f"INSERT INTO {ks}.t (k, v) VALUES ({k}, '{writer}')")
+        finally:
+            driver.shutdown()
+        for reader in ADDRESSES:
+            for consistency in (ConsistencyLevel.ONE, ConsistencyLevel.QUORUM):
+                rows = read_on(cluster, reader, f"SELECT k, v FROM {ks}.t WHERE k IN (0, 7, 19)", consistency)
+                assert sorted((r.k, r.v) for r in rows) == [(0, writer), (7, writer), (19, writer)]
+
+
+def test_conflicting_writes_through_different_coordinators_converge_on_the_newest(cluster):
+    driver, session = connect(cluster, [ADDRESSES[0]])
+    try:
+        ks = new_keyspace(session, 3)
+        session.execute(f"CREATE TABLE {ks}.t (k int PRIMARY KEY, v text)")
+    finally:
+        driver.shutdown()
+    writes = [(ADDRESSES[0], 300, "newest"), (ADDRESSES[1], 100, "oldest"), (ADDRESSES[2], 200, "middle")]
+    for address, timestamp, value in writes:
+        driver, session = connect(cluster, [address], ConsistencyLevel.ONE)
+        try:
+            session.execute(f"INSERT INTO {ks}.t (k, v) VALUES (1, '{value}') USING TIMESTAMP {timestamp}")
+        finally:
+            driver.shutdown()
+    for address in ADDRESSES:
+        wait_until(lambda: [r.v for r in read_on(cluster, address, f"SELECT v FROM {ks}.t WHERE k = 1")] == ["newest"],
+                   timeout=10, message=f"newest value on {address}")
+        rows = read_on(cluster, address, f"SELECT v, writetime(v) AS w FROM {ks}.t WHERE k = 1", ConsistencyLevel.ALL)
+        assert [(r.v, r.w) for r in rows] == [("newest", 300)]
+
+
+def test_paged_scans_across_the_cluster_return_every_row_exactly_once(cluster):
+    driver, session = connect(cluster, [ADDRESSES[0]])
+    try:
+        ks = new_keyspace(session, 2)
+        session.execute(f"CREATE TABLE {ks}.t (k int, c int, v int, PRIMARY KEY (k, c))")
+        insert = session.prepare(f"INSERT INTO {ks}.t (k, c, v) VALUES (?, ?, ?)")
+        expected = set()
+        for k in range(300):
+            for c in range(k % 4):
+                session.execute(insert, (k, c, k * c))
+                expected.add((k, c))
+    finally:
+        driver.shutdown()
+    for address in ADDRESSES:
+        for consistency in (ConsistencyLevel.ONE, ConsistencyLevel.QUORUM):
+            driver, session = connect(cluster, [address], consistency)
+            try:
+                statement = SimpleStatement(f"SELECT k, c FROM {ks}.t", fetch_size=37)
+                rows = [(r.k, r.c) for r in session.execute(statement)]
+                assert len(rows) == len(expected)
+                assert set(rows) == expected
+                # Token order, as Cassandra returns a full scan.
+                tokens = [r.t for r in session.execute(SimpleStatement(f"SELECT token(k) AS t FROM {ks}.t", fetch_size=50))]
+                assert tokens == sorted(tokens)
+                limited = list(session.execute(SimpleStatement(f"SELECT k FROM {ks}.t LIMIT 123", fetch_size=50)))
+                assert len(limited) == 123
+            finally:
+                driver.shutdown()
+
+
+def register_for_events(address, port):
+    sock = socket.create_connection((address, port), timeout=30)
+    sock.sendall(frame(4, 0, STARTUP, string_map({"CQL_VERSION": "3.0.0"})))
+    assert read_frame(sock)[3] == READY
+    kinds = ["TOPOLOGY_CHANGE", "STATUS_CHANGE", "SCHEMA_CHANGE"]
+    body = struct.pack(">H", len(kinds)) + b"".join(struct.pack(">H", len(k)) + k.encode() for k in kinds)
+    sock.sendall(frame(4, 1, 0x0B, body))
+    assert read_frame(sock)[3] == READY
+    return sock
+
+
+def next_event(sock):
+    while True:
+        _, _, stream, opcode, body = read_frame(sock)
+        if stream == -1 and opcode == 0x0C:
+            length = struct.unpack(">H", body[:2])[0]
+            kind = body[2:2 + length].decode()
+            rest = body[2 + length:]
+            length = struct.unpack(">H", rest[:2])[0]
+            return kind, rest[2:2 + length].decode(), rest[2 + length:]
+
+
+def test_a_killed_node_leaves_quorum_working_then_catches_up_through_hints_and_schema(cluster):
+    driver, session = connect(cluster, [ADDRESSES[0]], ConsistencyLevel.QUORUM)
+    events = register_for_events(ADDRESSES[0], cluster.cql_port)
+    victim = cluster.nodes[2]
+    try:
+        ks = new_keyspace(session, 3)
+        session.execute(f"CREATE TABLE {ks}.t (k int PRIMARY KEY, v int)")
+        victim.kill()
+        # QUORUM keeps working; these writes become hints for the dead replica.
+        for k in range(100):
+            session.execute(f"INSERT INTO {ks}.t (k, v) VALUES ({k}, {k})")
+        assert len(list(session.execute(f"SELECT * FROM {ks}.t"))) == 100
+        # The failure detector convicts it: ALL is refused before anything is sent.
+        wait_until(lambda: event_seen(events, "STATUS_CHANGE", "DOWN"), timeout=15, message="STATUS_CHANGE DOWN")
+        with pytest.raises(Unavailable) as raised:
+            session.execute(at(ConsistencyLevel.ALL, f"INSERT INTO {ks}.t (k, v) VALUES (1000, 1)"))
+        assert raised.value.consistency == ConsistencyLevel.ALL
+        assert (raised.value.required_replicas, raised.value.alive_replicas) == (3, 2)
+        with pytest.raises(Unavailable):
+            session.execute(at(ConsistencyLevel.ALL, f"SELECT * FROM {ks}.t WHERE k = 1"))
+        # A schema change while it is down.
+        session.execute(f"CREATE TABLE {ks}.made_while_down (k int PRIMARY KEY)")
+        victim.start(timeout=60)
+        wait_until(lambda: event_seen(events, "STATUS_CHANGE", "UP"), timeout=15, message="STATUS_CHANGE UP")
+    finally:
+        events.close()
+        driver.shutdown()
+
+    def caught_up():
+        rows = read_on(cluster, victim.address, f"SELECT k FROM {ks}.t", ConsistencyLevel.ONE)
+        return len(rows) == 100
+
+    # Reads at ONE on the returned node are local: they see the hints once replayed.
+    wait_until(caught_up, timeout=30, message="hints replayed to the returned node")
+    rows = read_on(cluster, victim.address,
+                   f"SELECT table_name FROM system_schema.tables WHERE keyspace_name = '{ks}'")
+    assert sorted(r.table_name for r in rows) == ["made_while_down", "t"]
+    driver, session = connect(cluster, [victim.address])
+    try:
+        wait_until(lambda: driver.control_connection.wait_for_schema_agreement(wait_time=1), timeout=20,
+                   message="schema agreement")
+    finally:
+        driver.shutdown()
+
+
+_seen_events = []
+
+
+def event_seen(sock, kind, change):
+    sock.settimeout(0.5)
+    try:
+        while True:
+            _seen_events.append(next_event(sock)[:2])
+    except (socket.timeout, TimeoutError):
+        pass
+    finally:
+        sock.settimeout(30)
+    return (kind, change) in _seen_events
+
+
+def test_repair_heals_a_replica_that_missed_writes_past_the_hint_window(cluster):
+    driver, session = connect(cluster, [ADDRESSES[0]], ConsistencyLevel.QUORUM)
+    victim = cluster.nodes[1]
+    try:
+        ks = new_keyspace(session, 3)
+        session.execute(f"CREATE TABLE {ks}.t (k int PRIMARY KEY, v int)")
+        victim.kill()
+        time.sleep(HINT_WINDOW_MS / 1000 + 2.5)
+        for k in range(200):
+            session.execute(f"INSERT INTO {ks}.t (k, v) VALUES ({k}, {k})")
+        victim.start(timeout=60)
+        wait_until(lambda: peers_up_in_status(cluster, 3), timeout=20, message="the node to be up")
+    finally:
+        driver.shutdown()
+    # No hints were kept: the returned replica lacks the writes (reads at ONE are local).
+    missing = read_on(cluster, victim.address, f"SELECT k FROM {ks}.t")
+    assert len(missing) < 200
+    result = subprocess.run([shoal_binary(), "admin", "repair", ks, "--host", ADDRESSES[0],
+                             "--port", str(cluster.internode_port)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "cell(s) repaired" in result.stdout
+    assert len(read_on(cluster, victim.address, f"SELECT k FROM {ks}.t")) == 200
+    # A second repair finds nothing to do.
+    again = subprocess.run([shoal_binary(), "admin", "repair", ks, "t", "--host", ADDRESSES[2],
+                            "--port", str(cluster.internode_port)], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert "0 cell(s) repaired" in again.stdout
+
+
+def peers_up_in_status(cluster, count):
+    result = subprocess.run([shoal_binary(), "admin", "status", "--host", ADDRESSES[0],
+                             "--port", str(cluster.internode_port)], capture_output=True, text=True, timeout=30)
+    return result.returncode == 0 and result.stdout.count("UN ") == count
+
+
+def test_admin_status_lists_every_node(cluster):
+    wait_until(lambda: peers_up_in_status(cluster, 3), timeout=20, message="three nodes up")
+    result = subprocess.run([shoal_binary(), "admin", "status", "--host", ADDRESSES[1],
+                             "--port", str(cluster.internode_port)], capture_output=True, text=True, timeout=30)
+    for address in ADDRESSES:
+        assert address in result.stdout
+    assert "Datacenter: datacenter1" in result.stdout
+    assert result.stdout.count("voter") == 3
+
+
+def test_a_join_into_a_cluster_holding_data_is_refused(cluster, tmp_path):
+    newcomer = cluster.make_node(tmp_path, "127.0.0.4")
+    with pytest.raises(RuntimeError) as failed:
+        newcomer.start(timeout=60)
+    assert "cluster already holds data" in str(failed.value)
+    newcomer.kill()
+
+
+def test_no_acknowledged_quorum_write_is_lost_when_a_node_dies_under_load(cluster):
+    driver, session = connect(cluster, None, ConsistencyLevel.QUORUM)
+    ks = new_keyspace(session, 3)
+    session.execute(f"CREATE TABLE {ks}.t (k int PRIMARY KEY, v int)")
+    insert = session.prepare(f"INSERT INTO {ks}.t (k, v) VALUES (?, ?)")
+    acknowledged, stop = [], threading.Event()
+
+    def writer(offset):
+        k = offset
+        while not stop.is_set():
+            try:
+                session.execute(insert, (k, k))
+                acknowledged.append(k)
+            except Exception:
+                pass  # not acknowledged: may or may not be there
+            k += 8
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(8)]
+    victim = cluster.nodes[1]
+    try:
+        for thread in threads:
+            thread.start()
+        time.sleep(1.5)
+        victim.kill()
+        time.sleep(3)
+        victim.start(timeout=60)
+        time.sleep(1.5)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+    try:
+        assert len(acknowledged) > 100
+        select = session.prepare(f"SELECT v FROM {ks}.t WHERE k = ?")
+        lost = [k for k in acknowledged if session.execute(select, (k,)).one() is None]
+        assert lost == []
+    finally:
+        driver.shutdown()
