@@ -42,6 +42,9 @@ const SCAN_CHUNK_CELLS: u32 = 4096;
 /// A partition by token and serialized partition key.
 pub type PartitionRef = (Token, Vec<u8>);
 
+/// One replica's answer to a read: its cells and whether they are complete.
+type ReplicaRead = BoxFuture<'static, (Replica, Result<(Cells, bool), String>)>;
+
 /// Cells as stored: `(key, encoded cell)`.
 pub type Cells = Vec<(Vec<u8>, Vec<u8>)>;
 
@@ -493,30 +496,29 @@ impl Coordinator {
                 chosen.push(candidate);
             }
         }
-        let start_read =
-            |replica: Replica| -> BoxFuture<'static, (Replica, Result<(Cells, bool), String>)> {
-                if replica.local {
-                    let result = local_read(self.engine.as_ref(), lower, upper, limit);
-                    return Box::pin(async move { (replica, result) });
-                }
-                let sent = cluster.transport.send(
-                    replica.address,
-                    ReplicaRequest::Read {
-                        lower: lower.to_vec(),
-                        upper: upper.to_vec(),
-                        limit,
-                    },
-                    READ_TIMEOUT,
-                );
-                Box::pin(async move {
-                    let result = match sent.await {
-                        Ok(ReplicaResponse::Cells { cells, complete }) => Ok((cells, complete)),
-                        Ok(other) => Err(format!("unexpected answer {other:?}")),
-                        Err(error) => Err(error),
-                    };
-                    (replica, result)
-                })
-            };
+        let start_read = |replica: Replica| -> ReplicaRead {
+            if replica.local {
+                let result = local_read(self.engine.as_ref(), lower, upper, limit);
+                return Box::pin(async move { (replica, result) });
+            }
+            let sent = cluster.transport.send(
+                replica.address,
+                ReplicaRequest::Read {
+                    lower: lower.to_vec(),
+                    upper: upper.to_vec(),
+                    limit,
+                },
+                READ_TIMEOUT,
+            );
+            Box::pin(async move {
+                let result = match sent.await {
+                    Ok(ReplicaResponse::Cells { cells, complete }) => Ok((cells, complete)),
+                    Ok(other) => Err(format!("unexpected answer {other:?}")),
+                    Err(error) => Err(error),
+                };
+                (replica, result)
+            })
+        };
         let mut reads = FuturesUnordered::new();
         for replica in &chosen {
             reads.push(start_read((*replica).clone()));
