@@ -110,6 +110,8 @@ pub struct Coordinator {
     pub(crate) cluster: Option<replication::ClusterContext>,
     /// Writes kept for replicas that are down.
     pub(crate) hints: Arc<hints::Hints>,
+    /// Local reads so far, for sampling background replica checks.
+    pub(crate) local_reads: std::sync::atomic::AtomicU64,
 }
 
 /// How many scans may run at once; further scans wait for a slot.
@@ -141,6 +143,7 @@ impl Coordinator {
             scan_slots: tokio::sync::Semaphore::new(SCAN_SLOTS),
             cluster: None,
             hints,
+            local_reads: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -286,8 +289,13 @@ impl Coordinator {
             Statement::Select(select) => {
                 let gathered = match read::partitions_of(self, session, select, bindings) {
                     Some((table_id, partitions)) => {
-                        self.gather_partitions(&table_id, &partitions, parameters.consistency)
-                            .await?
+                        let gathered = self
+                            .gather_partitions(&table_id, &partitions, parameters.consistency)
+                            .await?;
+                        if gathered.is_none() {
+                            self.maybe_check_replicas_in_background(table_id, partitions);
+                        }
+                        gathered
                     }
                     None => None,
                 };

@@ -36,6 +36,8 @@ use std::time::Duration;
 pub const WRITE_TIMEOUT: Duration = Duration::from_millis(2000);
 /// How long a read waits for the replicas its consistency level needs.
 pub const READ_TIMEOUT: Duration = Duration::from_millis(5000);
+/// One in this many reads answered locally checks the other replicas in the background.
+pub const BACKGROUND_CHECK_EVERY: u64 = 10;
 /// Cells per chunk when a scan fetches from a replica.
 const SCAN_CHUNK_CELLS: u32 = 4096;
 
@@ -458,6 +460,53 @@ impl Coordinator {
                 .map_err(|e| CqlError::server(e.to_string()))?;
         }
         Ok(Some(merged))
+    }
+
+    /// Every [`BACKGROUND_CHECK_EVERY`]th read answered locally (ONE on a replica) also
+    /// compares the partitions' replicas in the background and repairs the stale ones,
+    /// so that mismatches seen at ONE heal without the client waiting.
+    pub(crate) fn maybe_check_replicas_in_background(
+        self: &Arc<Self>,
+        table_id: [u8; 16],
+        partitions: Vec<PartitionRef>,
+    ) {
+        if self.cluster.is_none() || self.member_count() < 2 {
+            return;
+        }
+        let reads = self
+            .local_reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if reads % BACKGROUND_CHECK_EVERY != 0 {
+            return;
+        }
+        let coordinator = Arc::clone(self);
+        tokio::spawn(async move {
+            let Some(cluster) = &coordinator.cluster else {
+                return;
+            };
+            let state = cluster.metadata.state();
+            for (token, partition_key) in partitions {
+                let replicas = cluster.replicas_of(&state, &table_id, token);
+                if replicas.iter().filter(|r| r.alive).count() < 2 {
+                    continue;
+                }
+                let lower = keys::partition_prefix(&table_id, token, &partition_key);
+                let Some(upper) = keys::increment_prefix(&lower) else {
+                    continue;
+                };
+                // ALL: compare every replica; a replica down makes it skip quietly.
+                let _ = coordinator
+                    .read_replicas(
+                        cluster,
+                        &replicas,
+                        Consistency::All,
+                        &lower,
+                        &upper,
+                        u32::MAX,
+                    )
+                    .await;
+            }
+        });
     }
 
     /// Reads `[lower, upper)` from enough replicas for `consistency`, reconciles and
