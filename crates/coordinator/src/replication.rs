@@ -476,7 +476,7 @@ impl Coordinator {
         let reads = self
             .local_reads
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if reads % BACKGROUND_CHECK_EVERY != 0 {
+        if !reads.is_multiple_of(BACKGROUND_CHECK_EVERY) {
             return;
         }
         let coordinator = Arc::clone(self);
