@@ -3,6 +3,7 @@ routing, consistency levels across nodes, last-write-wins between coordinators, 
 failure (kill -9), hints, schema catch-up, anti-entropy repair, paged scans across
 tablets, events, refused joins, and no lost QUORUM write when a node dies under load."""
 
+import signal
 import socket
 import struct
 import subprocess
@@ -11,7 +12,7 @@ import time
 import uuid
 
 import pytest
-from cassandra import ConsistencyLevel, Unavailable
+from cassandra import ConsistencyLevel, ReadTimeout, Unavailable, WriteTimeout, WriteType
 from cassandra.cluster import Cluster, ExecutionProfile, EXEC_PROFILE_DEFAULT
 from cassandra.policies import (
     DCAwareRoundRobinPolicy,
@@ -420,3 +421,101 @@ def test_no_acknowledged_quorum_write_is_lost_when_a_node_dies_under_load(cluste
         assert lost == []
     finally:
         driver.shutdown()
+
+
+def test_a_paused_replica_gives_write_and_read_timeouts_with_counts(cluster):
+    driver, session = connect(cluster, [ADDRESSES[0]])
+    victim = cluster.nodes[2]
+    try:
+        ks = new_keyspace(session, 3)
+        session.execute(f"CREATE TABLE {ks}.t (k int PRIMARY KEY, v int)")
+        session.execute(at(ConsistencyLevel.ALL, f"INSERT INTO {ks}.t (k, v) VALUES (1, 1)"))
+        victim.process.send_signal(signal.SIGSTOP)
+        try:
+            # Still believed alive: the request goes out and the replica never answers.
+            with pytest.raises(WriteTimeout) as write_timeout:
+                session.execute(at(ConsistencyLevel.ALL, f"INSERT INTO {ks}.t (k, v) VALUES (2, 2)"))
+            assert write_timeout.value.consistency == ConsistencyLevel.ALL
+            assert (write_timeout.value.received_responses, write_timeout.value.required_responses) == (2, 3)
+            assert write_timeout.value.write_type == WriteType.SIMPLE
+            # Once convicted, ALL is refused up front; QUORUM still answers.
+            wait_until(lambda: unavailable_at_all(session, ks), timeout=15, message="conviction")
+            assert session.execute(at(ConsistencyLevel.QUORUM, f"SELECT v FROM {ks}.t WHERE k = 2")).one().v == 2
+        finally:
+            victim.process.send_signal(signal.SIGCONT)
+        wait_until(lambda: peers_up_in_status(cluster, 3), timeout=20, message="the node to be up again")
+        victim.process.send_signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(ReadTimeout) as read_timeout:
+                session.execute(at(ConsistencyLevel.ALL, f"SELECT v FROM {ks}.t WHERE k = 1"))
+            assert (read_timeout.value.received_responses, read_timeout.value.required_responses) == (2, 3)
+        finally:
+            victim.process.send_signal(signal.SIGCONT)
+        wait_until(lambda: peers_up_in_status(cluster, 3), timeout=20, message="the node to be up again")
+    finally:
+        driver.shutdown()
+
+
+def unavailable_at_all(session, ks):
+    try:
+        session.execute(at(ConsistencyLevel.ALL, f"SELECT v FROM {ks}.t WHERE k = 1"))
+    except Unavailable:
+        return True
+    except ReadTimeout:
+        return False
+    return False
+
+
+def test_any_succeeds_with_only_a_hint_which_reaches_the_replica_when_it_returns(cluster):
+    driver, session = connect(cluster)
+    victim = cluster.nodes[2]
+    try:
+        ks = new_keyspace(session, 1)
+        session.execute(f"CREATE TABLE {ks}.t (k int PRIMARY KEY, v int)")
+        prepared = session.prepare(f"INSERT INTO {ks}.t (k, v) VALUES (?, ?)")
+        # A key whose only replica is the victim.
+        def replica_of(k):
+            replicas = driver.metadata.get_replicas(ks, prepared.bind((k, 0)).routing_key)
+            return replicas[0].address if replicas else None
+
+        wait_until(lambda: replica_of(0) is not None, timeout=20, message="the driver's token map")
+        key = next(k for k in range(1000) if replica_of(k) == victim.address)
+        victim.kill()
+        wait_until(lambda: not peers_up_in_status(cluster, 3), timeout=15, message="conviction")
+    finally:
+        driver.shutdown()
+    driver, session = connect(cluster, [ADDRESSES[0]])
+    try:
+        with pytest.raises(Unavailable):
+            session.execute(at(ConsistencyLevel.ONE, f"INSERT INTO {ks}.t (k, v) VALUES ({key}, 1)"))
+        session.execute(at(ConsistencyLevel.ANY, f"INSERT INTO {ks}.t (k, v) VALUES ({key}, 42)"))
+    finally:
+        driver.shutdown()
+    victim.start(timeout=60)
+    wait_until(lambda: [r.v for r in read_on(cluster, victim.address, f"SELECT v FROM {ks}.t WHERE k = {key}")] == [42],
+               timeout=30, message="the hint to reach the returned replica")
+
+
+def test_shoal_cluster_starts_reports_and_stops_a_local_cluster(tmp_path):
+    binary = shoal_binary()
+    directory = tmp_path / "local"
+    started = subprocess.run([binary, "cluster", "start", "--nodes", "2", "--dir", str(directory), "--detach"],
+                             capture_output=True, text=True, timeout=180)
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        wait_until(lambda: subprocess.run([binary, "cluster", "status", "--dir", str(directory)],
+                                          capture_output=True, text=True, timeout=30).stdout.count("UN ") == 2,
+                   timeout=20, message="two nodes up")
+        driver = Cluster(["127.0.0.1"], port=9042)
+        try:
+            session = driver.connect()
+            assert sorted(h.address for h in driver.metadata.all_hosts()) == ["127.0.0.1", "127.0.0.2"]
+            session.execute("CREATE KEYSPACE k WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 2}")
+        finally:
+            driver.shutdown()
+    finally:
+        stopped = subprocess.run([binary, "cluster", "stop", "--dir", str(directory)],
+                                 capture_output=True, text=True, timeout=120)
+    assert "stopped 2 node(s)" in stopped.stdout
+    status = subprocess.run([binary, "cluster", "status", "--dir", str(directory)], capture_output=True, text=True, timeout=30)
+    assert status.stdout.count("stopped") == 2
