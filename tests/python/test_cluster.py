@@ -330,7 +330,7 @@ def test_repair_heals_a_replica_that_missed_writes_past_the_hint_window(cluster)
         for k in range(200):
             session.execute(f"INSERT INTO {ks}.t (k, v) VALUES ({k}, {k})")
         victim.start(timeout=60)
-        wait_until(lambda: peers_up_in_status(cluster, 3), timeout=20, message="the node to be up")
+        wait_until(lambda: peers_up_in_status(cluster, 3, ADDRESSES), timeout=20, message="every node to see all up")
     finally:
         driver.shutdown()
     # No hints were kept: the returned replica lacks the writes (reads at ONE are local).
@@ -359,10 +359,14 @@ def test_repair_heals_a_replica_that_missed_writes_past_the_hint_window(cluster)
     assert "0 cell(s) repaired" in again.stdout
 
 
-def peers_up_in_status(cluster, count):
-    result = subprocess.run([shoal_binary(), "admin", "status", "--host", ADDRESSES[0],
-                             "--port", str(cluster.internode_port)], capture_output=True, text=True, timeout=30)
-    return result.returncode == 0 and result.stdout.count("UN ") == count
+def peers_up_in_status(cluster, count, hosts=ADDRESSES[:1]):
+    """True when each of `hosts` sees `count` nodes up (`shoal admin status`)."""
+    for host in hosts:
+        result = subprocess.run([shoal_binary(), "admin", "status", "--host", host,
+                                 "--port", str(cluster.internode_port)], capture_output=True, text=True, timeout=30)
+        if result.returncode != 0 or result.stdout.count("UN ") != count:
+            return False
+    return True
 
 
 def test_admin_status_lists_every_node(cluster):
@@ -443,7 +447,7 @@ def test_a_paused_replica_gives_write_and_read_timeouts_with_counts(cluster):
             assert session.execute(at(ConsistencyLevel.QUORUM, f"SELECT v FROM {ks}.t WHERE k = 2")).one().v == 2
         finally:
             victim.process.send_signal(signal.SIGCONT)
-        wait_until(lambda: peers_up_in_status(cluster, 3), timeout=20, message="the node to be up again")
+        wait_until(lambda: peers_up_in_status(cluster, 3, ADDRESSES), timeout=20, message="the node to be up again")
         victim.process.send_signal(signal.SIGSTOP)
         try:
             with pytest.raises(ReadTimeout) as read_timeout:
@@ -451,7 +455,7 @@ def test_a_paused_replica_gives_write_and_read_timeouts_with_counts(cluster):
             assert (read_timeout.value.received_responses, read_timeout.value.required_responses) == (2, 3)
         finally:
             victim.process.send_signal(signal.SIGCONT)
-        wait_until(lambda: peers_up_in_status(cluster, 3), timeout=20, message="the node to be up again")
+        wait_until(lambda: peers_up_in_status(cluster, 3, ADDRESSES), timeout=20, message="the node to be up again")
     finally:
         driver.shutdown()
 
