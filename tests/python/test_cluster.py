@@ -523,3 +523,46 @@ def test_shoal_cluster_starts_reports_and_stops_a_local_cluster(tmp_path):
     assert "stopped 2 node(s)" in stopped.stdout
     status = subprocess.run([binary, "cluster", "status", "--dir", str(directory)], capture_output=True, text=True, timeout=30)
     assert status.stdout.count("stopped") == 2
+
+
+def test_a_joining_node_is_announced_and_schema_changes_are_pushed_by_every_node(tmp_path):
+    addresses = ["127.0.0.5", "127.0.0.6"]
+    cql_port = free_port_on_all(addresses)
+    internode_port = free_port_on_all(addresses)
+    while internode_port == cql_port:
+        internode_port = free_port_on_all(addresses)
+    first, second = (ShoalNode(tmp_path / address, address=address, port=cql_port, internode_port=internode_port,
+                               seeds=[addresses[0]]) for address in addresses)
+    events = None
+    try:
+        first.start(timeout=60)
+        events = register_for_events(addresses[0], cql_port)
+        second.start(timeout=60)
+        seen = []
+
+        def saw(kind, change):
+            events.settimeout(0.5)
+            try:
+                while True:
+                    seen.append(next_event(events))
+            except (socket.timeout, TimeoutError):
+                pass
+            return any(k == kind and c == change for k, c, _ in seen)
+
+        wait_until(lambda: saw("TOPOLOGY_CHANGE", "NEW_NODE"), timeout=15, message="TOPOLOGY_CHANGE NEW_NODE")
+        new_node = next(rest for k, c, rest in seen if k == "TOPOLOGY_CHANGE")
+        assert socket.inet_ntoa(new_node[1:5]) == addresses[1]
+        # DDL through the second node; the first node pushes the event to its clients.
+        driver = Cluster([addresses[1]], port=cql_port,
+                         execution_profiles={EXEC_PROFILE_DEFAULT: profile([addresses[1]])})
+        try:
+            driver.connect().execute(
+                "CREATE KEYSPACE pushed WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 2}")
+        finally:
+            driver.shutdown()
+        wait_until(lambda: saw("SCHEMA_CHANGE", "CREATED"), timeout=15, message="SCHEMA_CHANGE from the other node")
+    finally:
+        if events:
+            events.close()
+        first.kill()
+        second.kill()
