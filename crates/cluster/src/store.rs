@@ -66,6 +66,20 @@ struct LogInner {
     last_purged: Option<LogId<NodeId>>,
 }
 
+impl LogInner {
+    /// Deletes the log entries whose indexes are in `range`, on disk and in memory.
+    fn remove_entries(&mut self, range: impl RangeBounds<u64>) -> StorageResult<()> {
+        let doomed: Vec<u64> = self.entries.range(range).map(|(i, _)| *i).collect();
+        for index in doomed {
+            self.engine
+                .delete_metadata(&log_key(index))
+                .map_err(|e| StorageIOError::write_logs(&e))?;
+            self.entries.remove(&index);
+        }
+        Ok(())
+    }
+}
+
 /// Raft's log and vote.
 #[derive(Clone)]
 pub struct LogStore {
@@ -205,19 +219,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
         let mut inner = self.inner.lock().await;
-        let doomed: Vec<u64> = inner
-            .entries
-            .range(log_id.index..)
-            .map(|(i, _)| *i)
-            .collect();
-        for index in doomed {
-            inner
-                .engine
-                .delete_metadata(&log_key(index))
-                .map_err(|e| StorageIOError::write_logs(&e))?;
-            inner.entries.remove(&index);
-        }
-        Ok(())
+        inner.remove_entries(log_id.index..)
     }
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
@@ -228,19 +230,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .put_metadata(PURGED_KEY, &bytes)
             .map_err(|e| StorageIOError::write_logs(&e))?;
         inner.last_purged = Some(log_id);
-        let doomed: Vec<u64> = inner
-            .entries
-            .range(..=log_id.index)
-            .map(|(i, _)| *i)
-            .collect();
-        for index in doomed {
-            inner
-                .engine
-                .delete_metadata(&log_key(index))
-                .map_err(|e| StorageIOError::write_logs(&e))?;
-            inner.entries.remove(&index);
-        }
-        Ok(())
+        inner.remove_entries(..=log_id.index)
     }
 }
 

@@ -444,17 +444,7 @@ impl Coordinator {
         let required = consistency.required_replicas(replication_factor);
         let alive = replication_factor.min(1);
         if required > alive {
-            return Err(CqlError::new(
-                ErrorCode::Unavailable {
-                    consistency: consistency.code(),
-                    required: required as i32,
-                    alive: alive as i32,
-                },
-                format!(
-                    "Cannot achieve consistency level {}: {required} replicas required but only {alive} alive",
-                    consistency.name()
-                ),
-            ));
+            return Err(replication::unavailable(consistency, required, alive));
         }
         Ok(())
     }

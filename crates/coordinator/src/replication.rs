@@ -182,7 +182,8 @@ impl Requirement {
     }
 }
 
-fn unavailable(consistency: Consistency, required: usize, alive: usize) -> CqlError {
+/// `Unavailable`: fewer live replicas than `consistency` needs.
+pub(crate) fn unavailable(consistency: Consistency, required: usize, alive: usize) -> CqlError {
     CqlError::new(
         ErrorCode::Unavailable {
             consistency: consistency.code(),
@@ -965,35 +966,6 @@ impl Cursor for ReplicatedCursor<'_> {
     }
 }
 
-/// Reverse cursors are only used within one partition: read it forward, then reverse.
-struct ReversedCursor {
-    cells: Cells,
-    position: usize,
-}
-
-impl Cursor for ReversedCursor {
-    fn current(&self) -> Option<(&[u8], &[u8])> {
-        self.cells
-            .get(self.position)
-            .map(|(k, v)| (k.as_slice(), v.as_slice()))
-    }
-    fn advance(&mut self) {
-        self.position += 1;
-    }
-    fn skip_to(&mut self, key: &[u8]) {
-        while self
-            .cells
-            .get(self.position)
-            .is_some_and(|(k, _)| k.as_slice() >= key)
-        {
-            self.position += 1;
-        }
-    }
-    fn status(&self) -> shoal_storage::Result<()> {
-        Ok(())
-    }
-}
-
 impl Engine for ReplicatedView {
     fn write(&self, _batch: &WriteBatch) -> shoal_storage::Result<()> {
         Err(read_only())
@@ -1022,8 +994,9 @@ impl Engine for ReplicatedView {
             cursor.advance();
         }
         cursor.status()?;
+        // Reverse scans only happen within one partition: read it forward, then reverse.
         cells.reverse();
-        Ok(Box::new(ReversedCursor { cells, position: 0 }))
+        Ok(Box::new(shoal_storage::SnapshotCursor::new(cells, true)))
     }
 
     fn delete_range(&self, _lower: &[u8], _upper: &[u8]) -> shoal_storage::Result<()> {

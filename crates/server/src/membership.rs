@@ -130,6 +130,22 @@ pub struct Transport {
     pub peers: Arc<Peers>,
 }
 
+/// Sends `message` and takes the reply `extract` accepts; an error reply or any other
+/// kind of reply is an error.
+async fn expect_reply<T>(
+    peers: &Peers,
+    to: SocketAddr,
+    message: Message,
+    timeout: Duration,
+    extract: impl FnOnce(Reply) -> Result<T, Reply>,
+) -> Result<T, String> {
+    match extract(peers.call(to, &message, timeout).await?) {
+        Ok(value) => Ok(value),
+        Err(Reply::Error(error)) => Err(error),
+        Err(other) => Err(format!("unexpected reply {other:?}")),
+    }
+}
+
 impl ClusterTransport for Transport {
     fn call(
         &self,
@@ -139,11 +155,17 @@ impl ClusterTransport for Transport {
     ) -> BoxFuture<'static, Result<ClusterResponse, String>> {
         let peers = Arc::clone(&self.peers);
         Box::pin(async move {
-            match peers.call(to, &Message::Cluster(request), timeout).await? {
-                Reply::Cluster(response) => Ok(response),
-                Reply::Error(error) => Err(error),
-                other => Err(format!("unexpected reply {other:?}")),
-            }
+            expect_reply(
+                &peers,
+                to,
+                Message::Cluster(request),
+                timeout,
+                |reply| match reply {
+                    Reply::Cluster(response) => Ok(response),
+                    other => Err(other),
+                },
+            )
+            .await
         })
     }
 }
@@ -157,11 +179,17 @@ impl ReplicaTransport for Transport {
     ) -> BoxFuture<'static, Result<ReplicaResponse, String>> {
         let peers = Arc::clone(&self.peers);
         Box::pin(async move {
-            match peers.call(to, &Message::Replica(request), timeout).await? {
-                Reply::Replica(response) => Ok(response),
-                Reply::Error(error) => Err(error),
-                other => Err(format!("unexpected reply {other:?}")),
-            }
+            expect_reply(
+                &peers,
+                to,
+                Message::Replica(request),
+                timeout,
+                |reply| match reply {
+                    Reply::Replica(response) => Ok(response),
+                    other => Err(other),
+                },
+            )
+            .await
         })
     }
 }

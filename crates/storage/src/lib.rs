@@ -22,7 +22,7 @@ pub mod rocks;
 #[cfg(test)]
 mod tests;
 
-pub use memory::MemoryEngine;
+pub use memory::{MemoryEngine, SnapshotCursor};
 pub use rocks::{RocksEngine, RocksOptions};
 
 /// What can go wrong below the storage boundary.

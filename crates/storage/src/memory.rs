@@ -30,10 +30,22 @@ impl MemoryEngine {
     }
 }
 
-struct SnapshotCursor {
+/// A cursor over entries already collected, in the order given (`reverse`: descending,
+/// which `skip_to` honours).
+pub struct SnapshotCursor {
     entries: Vec<(Vec<u8>, Vec<u8>)>,
     position: usize,
     reverse: bool,
+}
+
+impl SnapshotCursor {
+    pub fn new(entries: Vec<(Vec<u8>, Vec<u8>)>, reverse: bool) -> SnapshotCursor {
+        SnapshotCursor {
+            entries,
+            position: 0,
+            reverse,
+        }
+    }
 }
 
 impl Cursor for SnapshotCursor {
@@ -100,11 +112,7 @@ impl Engine for MemoryEngine {
         if reverse {
             entries.reverse();
         }
-        Ok(Box::new(SnapshotCursor {
-            entries,
-            position: 0,
-            reverse,
-        }))
+        Ok(Box::new(SnapshotCursor::new(entries, reverse)))
     }
 
     fn delete_range(&self, lower: &[u8], upper: &[u8]) -> Result<()> {
