@@ -566,3 +566,24 @@ def test_a_joining_node_is_announced_and_schema_changes_are_pushed_by_every_node
             events.close()
         first.kill()
         second.kill()
+
+
+def test_truncate_and_drop_remove_the_data_on_every_node(cluster):
+    wait_until(lambda: peers_up_in_status(cluster, 3, ADDRESSES), timeout=30, message="all nodes up")
+    driver, session = connect(cluster, [ADDRESSES[0]], ConsistencyLevel.ALL)
+    try:
+        ks = new_keyspace(session, 3)
+        session.execute(f"CREATE TABLE {ks}.t (k int PRIMARY KEY, v int)")
+        for k in range(20):
+            session.execute(f"INSERT INTO {ks}.t (k, v) VALUES ({k}, {k})")
+        session.execute(f"TRUNCATE {ks}.t")
+        for address in ADDRESSES:
+            assert read_on(cluster, address, f"SELECT * FROM {ks}.t") == []
+        for k in range(5):
+            session.execute(f"INSERT INTO {ks}.t (k, v) VALUES ({k}, {k})")
+        session.execute(f"DROP TABLE {ks}.t")
+        session.execute(f"CREATE TABLE {ks}.t (k int PRIMARY KEY, v int)")
+        for address in ADDRESSES:
+            assert read_on(cluster, address, f"SELECT * FROM {ks}.t") == []
+    finally:
+        driver.shutdown()
