@@ -587,3 +587,33 @@ def test_truncate_and_drop_remove_the_data_on_every_node(cluster):
             assert read_on(cluster, address, f"SELECT * FROM {ks}.t") == []
     finally:
         driver.shutdown()
+
+
+def test_a_partition_too_large_to_gather_whole_reads_in_chunks_at_quorum(cluster):
+    wait_until(lambda: peers_up_in_status(cluster, 3, ADDRESSES), timeout=30, message="all nodes up")
+    driver, session = connect(cluster, [ADDRESSES[0]], ConsistencyLevel.QUORUM)
+    try:
+        ks = new_keyspace(session, 3)
+        session.execute(f"CREATE TABLE {ks}.series (k int, t int, v int, PRIMARY KEY (k, t))")
+        insert = session.prepare(f"INSERT INTO {ks}.series (k, t, v) VALUES (1, ?, ?)")
+        rows = 6000  # two cells a row: beyond what a point read gathers whole
+        for start in range(0, rows, 200):
+            futures = [session.execute_async(insert, (t, t * 2)) for t in range(start, start + 200)]
+            for future in futures:
+                future.result()
+    finally:
+        driver.shutdown()
+    for address in ADDRESSES:
+        driver, session = connect(cluster, [address], ConsistencyLevel.QUORUM)
+        try:
+            first = list(session.execute(f"SELECT t, v FROM {ks}.series WHERE k = 1 LIMIT 5"))
+            assert [(r.t, r.v) for r in first] == [(t, t * 2) for t in range(5)]
+            last = list(session.execute(f"SELECT t FROM {ks}.series WHERE k = 1 ORDER BY t DESC LIMIT 3"))
+            assert [r.t for r in last] == [rows - 1, rows - 2, rows - 3]
+            paged = [r.t for r in session.execute(SimpleStatement(f"SELECT t FROM {ks}.series WHERE k = 1",
+                                                                  fetch_size=1000))]
+            assert paged == list(range(rows))
+            sliced = list(session.execute(f"SELECT t FROM {ks}.series WHERE k = 1 AND t >= 4000 AND t < 4003"))
+            assert [r.t for r in sliced] == [4000, 4001, 4002]
+        finally:
+            driver.shutdown()

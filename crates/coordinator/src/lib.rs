@@ -287,23 +287,40 @@ impl Coordinator {
                 self.run_scan(session, select, parameters).await
             }
             Statement::Select(select) => {
-                let gathered = match read::partitions_of(self, session, select, bindings) {
-                    Some((table_id, partitions)) => {
-                        let gathered = self
-                            .gather_partitions(&table_id, &partitions, parameters.consistency)
-                            .await?;
-                        if gathered.is_none() {
-                            self.maybe_check_replicas_in_background(table_id, partitions);
-                        }
-                        gathered
+                let Some((table_id, partitions)) =
+                    read::partitions_of(self, session, select, bindings)
+                else {
+                    return read::execute_select(
+                        self,
+                        self.engine.as_ref(),
+                        session,
+                        select,
+                        parameters,
+                        bindings,
+                    );
+                };
+                match self
+                    .gather_partitions(&table_id, &partitions, parameters.consistency)
+                    .await?
+                {
+                    replication::Gathered::Local => {
+                        self.maybe_check_replicas_in_background(table_id, partitions);
+                        read::execute_select(
+                            self,
+                            self.engine.as_ref(),
+                            session,
+                            select,
+                            parameters,
+                            bindings,
+                        )
                     }
-                    None => None,
-                };
-                let engine: &dyn Engine = match &gathered {
-                    Some(engine) => engine,
-                    None => self.engine.as_ref(),
-                };
-                read::execute_select(self, engine, session, select, parameters, bindings)
+                    replication::Gathered::Merged(engine) => {
+                        read::execute_select(self, &engine, session, select, parameters, bindings)
+                    }
+                    replication::Gathered::TooLarge => {
+                        self.run_scan(session, select, parameters).await
+                    }
+                }
             }
             Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
                 write::execute_modification(self, session, statement, parameters, bindings).await
@@ -327,9 +344,10 @@ impl Coordinator {
         }
     }
 
-    /// Runs a scan (a SELECT not limited to named partitions) on a blocking thread, so
-    /// that it holds neither a runtime worker nor the point requests queued behind it on
-    /// its connection. At most [`SCAN_SLOTS`] scans run at once; more wait for a slot.
+    /// Runs a scan (a SELECT not limited to named partitions, or a partition read too
+    /// large to gather whole from its replicas) on a blocking thread, so that it holds
+    /// neither a runtime worker nor the point requests queued behind it on its
+    /// connection. At most [`SCAN_SLOTS`] run at once; more wait for a slot.
     async fn run_scan(
         self: &Arc<Self>,
         session: &Session,

@@ -36,6 +36,20 @@ use std::time::Duration;
 pub const WRITE_TIMEOUT: Duration = Duration::from_millis(2000);
 /// How long a read waits for the replicas its consistency level needs.
 pub const READ_TIMEOUT: Duration = Duration::from_millis(5000);
+/// Cells of one partition a point read gathers whole; larger partitions are read in
+/// chunks through [`ReplicatedView`].
+pub const GATHER_LIMIT_CELLS: u32 = 4096;
+
+/// Where a partition read finds its data.
+pub(crate) enum Gathered {
+    /// On this node (no cluster, or ONE on a local replica).
+    Local,
+    /// Reconciled from the replicas.
+    Merged(MemoryEngine),
+    /// A partition too large to gather whole: read it through [`ReplicatedView`].
+    TooLarge,
+}
+
 /// One in this many reads answered locally checks the other replicas in the background.
 pub const BACKGROUND_CHECK_EVERY: u64 = 10;
 /// Cells per chunk when a scan fetches from a replica.
@@ -420,17 +434,18 @@ impl Coordinator {
     }
 
     /// Reads the partitions `(token, partition key)` of `table_id` from their replicas at
-    /// `consistency`, repairs replicas that answered with stale cells, and returns the
-    /// reconciled cells in an engine the reader can walk. `None`: read locally instead
-    /// (no cluster, or ONE on a live local replica).
+    /// `consistency`, repairing replicas that answered with stale cells. Small partitions
+    /// (the common case) come back whole in an engine the reader can walk; a partition
+    /// beyond [`GATHER_LIMIT_CELLS`] is left to [`ReplicatedView`], which fetches only as
+    /// many chunks as the SELECT consumes.
     pub(crate) async fn gather_partitions(
         &self,
         table_id: &[u8; 16],
         partitions: &[PartitionRef],
         consistency: Consistency,
-    ) -> Result<Option<MemoryEngine>, CqlError> {
+    ) -> Result<Gathered, CqlError> {
         let Some(cluster) = &self.cluster else {
-            return Ok(None);
+            return Ok(Gathered::Local);
         };
         let state = cluster.metadata.state();
         let single = matches!(consistency, Consistency::One | Consistency::LocalOne);
@@ -441,26 +456,35 @@ impl Coordinator {
                 .any(|r| r.local)
         });
         if single && all_local {
-            return Ok(None);
+            return Ok(Gathered::Local);
         }
         let merged = MemoryEngine::new();
         for (token, partition_key) in partitions {
             let replicas = cluster.replicas_of(&state, table_id, *token);
             let lower = keys::partition_prefix(table_id, *token, partition_key);
             let upper = keys::increment_prefix(&lower).unwrap_or_else(|| vec![0xff; 64]);
-            let cells = self
-                .read_replicas(cluster, &replicas, consistency, &lower, &upper, u32::MAX)
-                .await?
-                .cells;
+            let reconciled = self
+                .read_replicas(
+                    cluster,
+                    &replicas,
+                    consistency,
+                    &lower,
+                    &upper,
+                    GATHER_LIMIT_CELLS,
+                )
+                .await?;
+            if reconciled.covered_until.is_some() {
+                return Ok(Gathered::TooLarge);
+            }
             let mut batch = WriteBatch::new();
-            for (key, value) in cells {
+            for (key, value) in reconciled.cells {
                 batch.merge(key, value);
             }
             merged
                 .write(&batch)
                 .map_err(|e| CqlError::server(e.to_string()))?;
         }
-        Ok(Some(merged))
+        Ok(Gathered::Merged(merged))
     }
 
     /// Every [`BACKGROUND_CHECK_EVERY`]th read answered locally (ONE on a replica) also
