@@ -617,3 +617,23 @@ def test_a_partition_too_large_to_gather_whole_reads_in_chunks_at_quorum(cluster
             assert [r.t for r in sliced] == [4000, 4001, 4002]
         finally:
             driver.shutdown()
+
+
+def test_schema_changes_continue_when_the_metadata_leader_dies(cluster):
+    wait_until(lambda: peers_up_in_status(cluster, 3, ADDRESSES), timeout=30, message="all nodes up")
+    first = cluster.nodes[0]  # it bootstrapped the cluster: the first leader
+    first.kill()
+    try:
+        driver, session = connect(cluster, [ADDRESSES[1]], ConsistencyLevel.QUORUM)
+        try:
+            ks = new_keyspace(session, 3)
+            session.execute(f"CREATE TABLE {ks}.t (k int PRIMARY KEY, v int)")
+            session.execute(f"INSERT INTO {ks}.t (k, v) VALUES (1, 1)")
+            assert session.execute(f"SELECT v FROM {ks}.t WHERE k = 1").one().v == 1
+        finally:
+            driver.shutdown()
+    finally:
+        first.start(timeout=60)
+    wait_until(lambda: peers_up_in_status(cluster, 3, ADDRESSES), timeout=30, message="all nodes up again")
+    rows = read_on(cluster, ADDRESSES[0], f"SELECT table_name FROM system_schema.tables WHERE keyspace_name = '{ks}'")
+    assert [r.table_name for r in rows] == ["t"]
