@@ -635,5 +635,7 @@ def test_schema_changes_continue_when_the_metadata_leader_dies(cluster):
     finally:
         first.start(timeout=60)
     wait_until(lambda: peers_up_in_status(cluster, 3, ADDRESSES), timeout=30, message="all nodes up again")
-    rows = read_on(cluster, ADDRESSES[0], f"SELECT table_name FROM system_schema.tables WHERE keyspace_name = '{ks}'")
-    assert [r.table_name for r in rows] == ["t"]
+    # The returned node catches up on the metadata log from the new leader.
+    wait_until(lambda: [r.table_name for r in read_on(
+        cluster, ADDRESSES[0], f"SELECT table_name FROM system_schema.tables WHERE keyspace_name = '{ks}'")] == ["t"],
+        timeout=20, message="the schema on the returned node")
