@@ -192,12 +192,9 @@ fn start(args: StartArgs) -> anyhow::Result<()> {
             }
             let child = command.spawn()?;
             std::fs::write(data_dir.join("pid"), child.id().to_string())?;
-            started.push(child.id());
-            wait_for_port(
-                SocketAddr::new(node_address(index), 9042),
-                child.id(),
-                &log_path,
-            )?;
+            let pid = child.id();
+            started.push(child);
+            wait_for_port(SocketAddr::new(node_address(index), 9042), pid, &log_path)?;
             println!(
                 "node {index} up on {} (log: {})",
                 node_address(index),
@@ -208,9 +205,10 @@ fn start(args: StartArgs) -> anyhow::Result<()> {
     })();
     if let Err(error) = result {
         // Stop what this command started, not nodes that were already running.
-        for pid in started {
-            signal(pid, "TERM");
+        for child in &started {
+            signal(child.id(), "TERM");
         }
+        reap(started);
         return Err(error);
     }
     println!(
@@ -227,8 +225,24 @@ fn start(args: StartArgs) -> anyhow::Result<()> {
         .build()?;
     runtime.block_on(crate::wait_for_shutdown_signal());
     let stopped = stop_nodes(dir);
+    reap(started);
     println!("stopped {stopped} node(s)");
     Ok(())
+}
+
+/// Waits for the nodes this command started once they were told to stop, so none is
+/// left behind as a zombie.
+fn reap(children: Vec<std::process::Child>) {
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    for mut child in children {
+        while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if matches!(child.try_wait(), Ok(None)) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 fn status(dir: &Path) -> anyhow::Result<()> {
