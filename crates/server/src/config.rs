@@ -37,6 +37,9 @@ pub struct Config {
     pub max_hint_window_ms: u64,
     /// Bound on all hints this node keeps.
     pub max_hints_mib: u64,
+    /// Threads running requests (0: one per core). Nodes sharing a machine (a local
+    /// cluster) do better with the cores divided among them.
+    pub worker_threads: usize,
     /// Datacenter and rack this node reports.
     pub datacenter: String,
     pub rack: String,
@@ -69,6 +72,7 @@ impl Default for Config {
             seeds: Vec::new(),
             max_hint_window_ms: 3 * 3600 * 1000,
             max_hints_mib: 1024,
+            worker_threads: 0,
             datacenter: "datacenter1".into(),
             rack: "rack1".into(),
             commitlog_sync: CommitLogSync::Periodic,
@@ -95,6 +99,10 @@ impl Config {
     pub fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!(self.cql_port != 0, "cql_port must not be 0");
         anyhow::ensure!(self.internode_port != 0, "internode_port must not be 0");
+        anyhow::ensure!(
+            self.worker_threads <= 1024,
+            "worker_threads must be at most 1024 (0 means one per core)"
+        );
         anyhow::ensure!(
             self.internode_port != self.cql_port,
             "internode_port and cql_port must differ"

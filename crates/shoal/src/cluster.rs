@@ -4,7 +4,8 @@
 //! Node `i` listens on 127.0.0.`i` (CQL 9042, internode 7000 — every address of 127/8 is
 //! loopback), keeps its data and log in `DIR/node<i>/`, and uses 127.0.0.1 as its seed.
 //! Nodes start one after another, each once the previous one accepts clients, so the
-//! first bootstraps the cluster and the others join it. `start` stays in the foreground
+//! first bootstraps the cluster and the others join it. The nodes share the machine, so
+//! each gets `cores / N` request threads (at least one). `start` stays in the foreground
 //! and stops every node on Ctrl-C unless `--detach` is given; `stop` stops a detached
 //! cluster from its pid files.
 
@@ -155,6 +156,9 @@ fn start(args: StartArgs) -> anyhow::Result<()> {
     );
     let dir = &args.dir.dir;
     let executable = std::env::current_exe()?;
+    // The nodes share this machine: divide its cores among them.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let worker_threads = (cores / args.nodes as usize).max(1);
     let mut started = Vec::new();
     let result = (|| -> anyhow::Result<()> {
         for index in 1..=args.nodes {
@@ -180,6 +184,8 @@ fn start(args: StartArgs) -> anyhow::Result<()> {
                 .arg(node_address(1).to_string())
                 .arg("--commitlog-sync")
                 .arg(&args.commitlog_sync)
+                .arg("--worker-threads")
+                .arg(worker_threads.to_string())
                 .stdin(Stdio::null())
                 .stdout(log.try_clone()?)
                 .stderr(log);

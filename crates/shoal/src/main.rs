@@ -61,6 +61,9 @@ struct ServerArgs {
     /// Internode port (overrides the file; default 7000).
     #[arg(long)]
     internode_port: Option<u16>,
+    /// Threads running requests; 0 means one per core (overrides the file).
+    #[arg(long)]
+    worker_threads: Option<usize>,
     /// Seed nodes' addresses, comma-separated (overrides the file). The first seed
     /// bootstraps a new cluster when it finds none; the other nodes join through them.
     #[arg(long, value_delimiter = ',')]
@@ -129,6 +132,9 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
     if let Some(port) = args.internode_port {
         config.internode_port = port;
     }
+    if let Some(threads) = args.worker_threads {
+        config.worker_threads = threads;
+    }
     if let Some(seeds) = args.seeds {
         config.seeds = seeds;
     }
@@ -137,10 +143,11 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
     }
     config.validate()?;
     init_logging(&config.log_level);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("shoal-worker")
-        .build()?;
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if config.worker_threads > 0 {
+        builder.worker_threads(config.worker_threads);
+    }
+    let runtime = builder.enable_all().thread_name("shoal-worker").build()?;
     runtime.block_on(async move {
         let node = shoal_server::Node::start(config).await?;
         wait_for_shutdown_signal().await;
