@@ -1,6 +1,6 @@
 //! Internode messaging: one multiplexed TCP connection per peer and direction.
 //!
-//! A frame is `u32 length | u64 request id | bincode payload`. The caller's side
+//! A frame is `u32 length | u8 protocol version | u64 request id | bincode payload`. The caller's side
 //! ([`Peers`]) keeps one connection per peer address: any number of requests are in
 //! flight on it, each waiting for the response with its id; a writer task coalesces every
 //! frame that is ready into one socket write. The serving side ([`serve`]) runs the
@@ -28,6 +28,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
+/// The internode protocol version every frame carries; a peer speaking another one is
+/// disconnected with a message saying so.
+pub const PROTOCOL_VERSION: u8 = 1;
+/// `version | request id` after the length.
+const HEADER_BYTES: usize = 9;
 /// The largest frame a peer may send (hints and scan chunks stay far below).
 pub const MAX_FRAME_BYTES: usize = 256 * 1024 * 1024;
 /// Frames queued per peer connection before callers wait.
@@ -92,14 +97,16 @@ pub trait Handler: Send + Sync + 'static {
 
 fn encode_frame(id: u64, payload: &impl Serialize) -> Result<Vec<u8>, String> {
     let body = bincode::serialize(payload).map_err(|e| e.to_string())?;
-    let mut frame = Vec::with_capacity(12 + body.len());
-    frame.extend_from_slice(&((8 + body.len()) as u32).to_be_bytes());
+    let mut frame = Vec::with_capacity(4 + HEADER_BYTES + body.len());
+    frame.extend_from_slice(&((HEADER_BYTES + body.len()) as u32).to_be_bytes());
+    frame.push(PROTOCOL_VERSION);
     frame.extend_from_slice(&id.to_be_bytes());
     frame.extend_from_slice(&body);
     Ok(frame)
 }
 
-/// Reads one frame: `(id, payload)`; `None` at a clean end of stream.
+/// Reads one frame: `(id, payload)`; `None` at a clean end of stream. A frame of another
+/// protocol version, or of an impossible length, is an error that ends the connection.
 async fn read_frame(
     reader: &mut (impl AsyncReadExt + Unpin),
 ) -> std::io::Result<Option<(u64, Vec<u8>)>> {
@@ -109,18 +116,23 @@ async fn read_frame(
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
         Err(e) => return Err(e),
     }
+    let invalid = |message: String| std::io::Error::new(std::io::ErrorKind::InvalidData, message);
     let length = u32::from_be_bytes(length) as usize;
-    if !(8..=MAX_FRAME_BYTES).contains(&length) {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("internode frame of {length} bytes"),
-        ));
+    if !(HEADER_BYTES..=MAX_FRAME_BYTES).contains(&length) {
+        return Err(invalid(format!("internode frame of {length} bytes")));
     }
-    let mut body = vec![0u8; length];
-    reader.read_exact(&mut body).await?;
+    let mut header = [0u8; HEADER_BYTES];
+    reader.read_exact(&mut header).await?;
+    if header[0] != PROTOCOL_VERSION {
+        return Err(invalid(format!(
+            "the peer speaks internode protocol version {}, this node version {PROTOCOL_VERSION}",
+            header[0]
+        )));
+    }
     let mut id = [0u8; 8];
-    id.copy_from_slice(&body[..8]);
-    body.drain(..8);
+    id.copy_from_slice(&header[1..]);
+    let mut body = vec![0u8; length - HEADER_BYTES];
+    reader.read_exact(&mut body).await?;
     Ok(Some((u64::from_be_bytes(id), body)))
 }
 
@@ -296,9 +308,20 @@ async fn serve_connection(socket: TcpStream, handler: Arc<dyn Handler>) {
     // race the replies in a select.
     let (requests_tx, mut requests) = mpsc::channel::<(u64, Vec<u8>)>(QUEUE_FRAMES);
     let reader_task = tokio::spawn(async move {
-        while let Ok(Some(frame)) = read_frame(&mut reader).await {
-            if requests_tx.send(frame).await.is_err() {
-                break;
+        loop {
+            match read_frame(&mut reader).await {
+                Ok(Some(frame)) => {
+                    if requests_tx.send(frame).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(error) => {
+                    if error.kind() == std::io::ErrorKind::InvalidData {
+                        tracing::warn!(%error, "closing an internode connection");
+                    }
+                    break;
+                }
             }
         }
     });
@@ -335,4 +358,28 @@ async fn serve_connection(socket: TcpStream, handler: Arc<dyn Handler>) {
     reader_task.abort();
     drop(frames);
     let _ = writer_task.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn frames_round_trip_and_other_versions_are_refused() {
+        let frame = encode_frame(42, &Message::Status).unwrap();
+        let (id, payload) = read_frame(&mut frame.as_slice()).await.unwrap().unwrap();
+        assert_eq!(id, 42);
+        assert!(matches!(
+            bincode::deserialize::<Message>(&payload).unwrap(),
+            Message::Status
+        ));
+        let mut other_version = frame.clone();
+        other_version[4] = PROTOCOL_VERSION + 1;
+        let error = read_frame(&mut other_version.as_slice()).await.unwrap_err();
+        assert!(error.to_string().contains("internode protocol version"));
+        let mut too_short = frame;
+        too_short[..4].copy_from_slice(&3u32.to_be_bytes());
+        assert!(read_frame(&mut too_short.as_slice()).await.is_err());
+        assert!(read_frame(&mut [].as_slice()).await.unwrap().is_none());
+    }
 }
