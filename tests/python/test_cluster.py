@@ -347,6 +347,12 @@ def test_repair_heals_a_replica_that_missed_writes_past_the_hint_window(cluster)
         driver.shutdown()
     wait_until(lambda: read_on(cluster, victim.address, f"SELECT k FROM {ks}.t WHERE k = {absent}") != [],
                timeout=10, message="background read repair")
+    # QUORUM through the stale replica: its data and the other replica's digest differ, so
+    # the coordinator reads both in full, answers the newest and repairs itself first.
+    stale = next(k for k in range(200) if k not in {r.k for r in missing} and k != absent)
+    rows = read_on(cluster, victim.address, f"SELECT k, v FROM {ks}.t WHERE k = {stale}", ConsistencyLevel.QUORUM)
+    assert [(r.k, r.v) for r in rows] == [(stale, stale)]
+    assert read_on(cluster, victim.address, f"SELECT k FROM {ks}.t WHERE k = {stale}") != []
     result = subprocess.run([shoal_binary(), "admin", "repair", ks, "--host", ADDRESSES[0],
                              "--port", str(cluster.internode_port)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use shoal_cql::request::Consistency;
 use shoal_model::{keys, Token};
 use shoal_storage::Engine;
-use std::hash::{Hash, Hasher};
+use std::hash::Hasher;
 
 /// Segments compared per tablet.
 pub const SEGMENTS_PER_TABLET: usize = 16;
@@ -45,8 +45,7 @@ pub fn range_hashes(engine: &dyn Engine, bounds: &[Vec<u8>]) -> Result<Vec<u64>,
             .scan(&range[0], &range[1], false)
             .map_err(|e| e.to_string())?;
         while let Some((key, value)) = cursor.current() {
-            key.hash(&mut hasher);
-            value.hash(&mut hasher);
+            crate::replication::hash_cell(&mut hasher, key, value);
             cursor.advance();
         }
         cursor.status().map_err(|e| e.to_string())?;

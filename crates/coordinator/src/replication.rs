@@ -77,6 +77,13 @@ pub enum ReplicaRequest {
     },
     /// Remove every cell of a table (TRUNCATE).
     Truncate([u8; 16]),
+    /// A digest of the cells `Read` would return (reads at CL > ONE ask one replica for
+    /// data and the others for digests).
+    Digest {
+        lower: Vec<u8>,
+        upper: Vec<u8>,
+        limit: u32,
+    },
     /// A hash of the cells in each of the consecutive key ranges `[bounds[i],
     /// bounds[i+1])` (anti-entropy repair compares them between replicas).
     RangeHashes { bounds: Vec<Vec<u8>> },
@@ -92,6 +99,11 @@ pub enum ReplicaResponse {
     },
     /// One hash per range asked for.
     Hashes(Vec<u64>),
+    /// The digest of the cells read; `complete` as for `Cells`.
+    Digest {
+        hash: u64,
+        complete: bool,
+    },
     Error(String),
 }
 
@@ -463,8 +475,8 @@ impl Coordinator {
             let replicas = cluster.replicas_of(&state, table_id, *token);
             let lower = keys::partition_prefix(table_id, *token, partition_key);
             let upper = keys::increment_prefix(&lower).unwrap_or_else(|| vec![0xff; 64]);
-            let reconciled = self
-                .read_replicas(
+            let agreed = self
+                .read_with_digests(
                     cluster,
                     &replicas,
                     consistency,
@@ -473,6 +485,21 @@ impl Coordinator {
                     GATHER_LIMIT_CELLS,
                 )
                 .await?;
+            let reconciled = match agreed {
+                Some(agreed) => agreed,
+                None => {
+                    tracing::debug!("digests disagree: reading every replica in full");
+                    self.read_replicas(
+                        cluster,
+                        &replicas,
+                        consistency,
+                        &lower,
+                        &upper,
+                        GATHER_LIMIT_CELLS,
+                    )
+                    .await?
+                }
+            };
             if reconciled.covered_until.is_some() {
                 return Ok(Gathered::TooLarge);
             }
@@ -534,6 +561,95 @@ impl Coordinator {
         });
     }
 
+    /// Reads `[lower, upper)` with data from one replica and digests from the others the
+    /// level needs. `Ok(None)` when that does not settle it — a digest differs, a replica
+    /// failed, or the range is beyond `limit` — and a full read must follow.
+    async fn read_with_digests(
+        &self,
+        cluster: &ClusterContext,
+        replicas: &TabletReplicas,
+        consistency: Consistency,
+        lower: &[u8],
+        upper: &[u8],
+        limit: u32,
+    ) -> Result<Option<Reconciled>, CqlError> {
+        let (requirement, chosen, _) = plan_read(cluster, replicas, consistency)?;
+        let Some((data_replica, digest_replicas)) = chosen.split_first() else {
+            return Ok(None);
+        };
+        if digest_replicas.is_empty() {
+            return Ok(None);
+        }
+        let data = async {
+            if data_replica.local {
+                return local_read(self.engine.as_ref(), lower, upper, limit);
+            }
+            let request = ReplicaRequest::Read {
+                lower: lower.to_vec(),
+                upper: upper.to_vec(),
+                limit,
+            };
+            match cluster
+                .transport
+                .send(data_replica.address, request, READ_TIMEOUT)
+                .await
+            {
+                Ok(ReplicaResponse::Cells { cells, complete }) => Ok((cells, complete)),
+                Ok(other) => Err(format!("unexpected answer {other:?}")),
+                Err(error) => Err(error),
+            }
+        };
+        let digests = futures::future::join_all(digest_replicas.iter().map(|replica| {
+            let local = replica.local;
+            let sent = (!local).then(|| {
+                cluster.transport.send(
+                    replica.address,
+                    ReplicaRequest::Digest {
+                        lower: lower.to_vec(),
+                        upper: upper.to_vec(),
+                        limit,
+                    },
+                    READ_TIMEOUT,
+                )
+            });
+            async move {
+                match sent {
+                    None => local_digest(self.engine.as_ref(), lower, upper, limit),
+                    Some(sent) => match sent.await {
+                        Ok(ReplicaResponse::Digest { hash, complete }) => Ok((hash, complete)),
+                        Ok(other) => Err(format!("unexpected answer {other:?}")),
+                        Err(error) => Err(error),
+                    },
+                }
+            }
+        }));
+        let Ok((data, digests)) =
+            tokio::time::timeout(READ_TIMEOUT, futures::future::join(data, digests)).await
+        else {
+            return Err(CqlError::new(
+                ErrorCode::ReadTimeout {
+                    consistency: consistency.code(),
+                    received: 0,
+                    block_for: requirement.block_for() as i32,
+                    data_present: false,
+                },
+                "Operation timed out - received only 0 responses.",
+            ));
+        };
+        let Ok((cells, true)) = data else {
+            return Ok(None);
+        };
+        let hash = cells_digest(&cells);
+        let agree = digests
+            .iter()
+            .all(|digest| matches!(digest, Ok((other, true)) if *other == hash));
+        Ok(agree.then_some(Reconciled {
+            cells,
+            covered_until: None,
+            repaired: 0,
+        }))
+    }
+
     /// Reads `[lower, upper)` from enough replicas for `consistency`, reconciles and
     /// repairs. With a `limit`, the result covers `[lower, covered_until)` only.
     pub(crate) async fn read_replicas(
@@ -545,31 +661,7 @@ impl Coordinator {
         upper: &[u8],
         limit: u32,
     ) -> Result<Reconciled, CqlError> {
-        let requirement = cluster.requirement(consistency, replicas);
-        // Prefer the local replica, then the others in placement order.
-        let mut candidates: Vec<&Replica> = replicas.iter().filter(|r| r.alive).collect();
-        candidates.sort_by_key(|r| !r.local);
-        if !requirement.met_by(candidates.iter().map(|r| r.datacenter.as_str())) {
-            return Err(unavailable(
-                consistency,
-                requirement.block_for(),
-                candidates.len(),
-            ));
-        }
-        // Just enough replicas to meet the requirement, local first.
-        let mut chosen: Vec<&Replica> = Vec::new();
-        for candidate in &candidates {
-            if requirement.met_by(chosen.iter().map(|r| r.datacenter.as_str())) {
-                break;
-            }
-            let useful = requirement.needs.iter().any(|(dc, _)| {
-                dc.as_deref()
-                    .is_none_or(|dc| dc == candidate.datacenter.as_str())
-            });
-            if useful {
-                chosen.push(candidate);
-            }
-        }
+        let (requirement, chosen, candidates) = plan_read(cluster, replicas, consistency)?;
         let start_read = |replica: Replica| -> ReplicaRead {
             if replica.local {
                 let result = local_read(self.engine.as_ref(), lower, upper, limit);
@@ -698,6 +790,14 @@ impl Coordinator {
                 Ok((cells, complete)) => ReplicaResponse::Cells { cells, complete },
                 Err(error) => ReplicaResponse::Error(error),
             },
+            ReplicaRequest::Digest {
+                lower,
+                upper,
+                limit,
+            } => match local_digest(self.engine.as_ref(), &lower, &upper, limit) {
+                Ok((hash, complete)) => ReplicaResponse::Digest { hash, complete },
+                Err(error) => ReplicaResponse::Error(error),
+            },
             ReplicaRequest::RangeHashes { bounds } => {
                 match crate::repair::range_hashes(self.engine.as_ref(), &bounds) {
                     Ok(hashes) => ReplicaResponse::Hashes(hashes),
@@ -800,6 +900,51 @@ fn local_read(
     Ok((cells, complete))
 }
 
+/// Adds one cell to a digest; every digest and repair hash is built this way.
+pub(crate) fn hash_cell(hasher: &mut std::hash::DefaultHasher, key: &[u8], value: &[u8]) {
+    use std::hash::Hash;
+    key.hash(hasher);
+    value.hash(hasher);
+}
+
+/// The digest of `cells` (what a replica computes with [`local_digest`]).
+fn cells_digest(cells: &Cells) -> u64 {
+    use std::hash::Hasher;
+    let mut hasher = std::hash::DefaultHasher::new();
+    for (key, value) in cells {
+        hash_cell(&mut hasher, key, value);
+    }
+    hasher.finish()
+}
+
+/// The digest of the cells of `[lower, upper)`, at most `limit`, hashed as they are read
+/// (nothing copied); `true` if complete.
+fn local_digest(
+    engine: &dyn Engine,
+    lower: &[u8],
+    upper: &[u8],
+    limit: u32,
+) -> Result<(u64, bool), String> {
+    use std::hash::Hasher;
+    let mut cursor = engine
+        .scan(lower, upper, false)
+        .map_err(|e| e.to_string())?;
+    let mut hasher = std::hash::DefaultHasher::new();
+    let mut count = 0u64;
+    let mut complete = true;
+    while let Some((key, value)) = cursor.current() {
+        if count >= limit as u64 {
+            complete = false;
+            break;
+        }
+        hash_cell(&mut hasher, key, value);
+        count += 1;
+        cursor.advance();
+    }
+    cursor.status().map_err(|e| e.to_string())?;
+    Ok((hasher.finish(), complete))
+}
+
 /// Replicas' answers merged by last-write-wins, covering `[lower, covered_until)`.
 pub(crate) struct Reconciled {
     pub cells: Cells,
@@ -867,6 +1012,39 @@ fn repairs_for(
         }
     }
     repairs
+}
+
+/// The replicas a read at `consistency` asks, local first: the requirement, the replicas
+/// chosen (just enough to meet it) and every live candidate (the rest stand by).
+fn plan_read<'r>(
+    cluster: &ClusterContext,
+    replicas: &'r TabletReplicas,
+    consistency: Consistency,
+) -> Result<(Requirement, Vec<&'r Replica>, Vec<&'r Replica>), CqlError> {
+    let requirement = cluster.requirement(consistency, replicas);
+    let mut candidates: Vec<&Replica> = replicas.iter().filter(|r| r.alive).collect();
+    candidates.sort_by_key(|r| !r.local);
+    if !requirement.met_by(candidates.iter().map(|r| r.datacenter.as_str())) {
+        return Err(unavailable(
+            consistency,
+            requirement.block_for(),
+            candidates.len(),
+        ));
+    }
+    let mut chosen: Vec<&Replica> = Vec::new();
+    for candidate in &candidates {
+        if requirement.met_by(chosen.iter().map(|r| r.datacenter.as_str())) {
+            break;
+        }
+        let useful = requirement.needs.iter().any(|(dc, _)| {
+            dc.as_deref()
+                .is_none_or(|dc| dc == candidate.datacenter.as_str())
+        });
+        if useful {
+            chosen.push(candidate);
+        }
+    }
+    Ok((requirement, chosen, candidates))
 }
 
 /// An [`Engine`] view of a table across the cluster, for scans (which run on blocking
@@ -1121,6 +1299,32 @@ mod tests {
         assert_eq!(repairs.len(), 2);
         assert_eq!(repairs[0].1, vec![(b"a".to_vec(), cell(2, b"new"))]);
         assert_eq!(repairs[1].1, vec![(b"b".to_vec(), cell(5, b"b"))]);
+    }
+
+    #[test]
+    fn a_replica_digest_matches_the_digest_of_the_same_cells_read_as_data() {
+        let engine = MemoryEngine::new();
+        let mut batch = WriteBatch::new();
+        for (key, value) in [(b"a", b"1"), (b"b", b"2"), (b"c", b"3")] {
+            batch.merge(key.to_vec(), cell(1, value));
+        }
+        engine.write(&batch).unwrap();
+        let (cells, complete) = local_read(&engine, b"a", b"z", u32::MAX).unwrap();
+        assert!(complete);
+        assert_eq!(
+            local_digest(&engine, b"a", b"z", u32::MAX).unwrap(),
+            (cells_digest(&cells), true)
+        );
+        // A newer cell on one replica changes its digest.
+        let mut newer = WriteBatch::new();
+        newer.merge(b"b".to_vec(), cell(2, b"2"));
+        engine.write(&newer).unwrap();
+        assert_ne!(
+            local_digest(&engine, b"a", b"z", u32::MAX).unwrap().0,
+            cells_digest(&cells)
+        );
+        // A limit cuts the digest short and says so.
+        assert!(!local_digest(&engine, b"a", b"z", 2).unwrap().1);
     }
 
     #[test]

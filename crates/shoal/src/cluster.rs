@@ -42,6 +42,10 @@ pub struct StartArgs {
     /// Leave the nodes running and return.
     #[arg(long)]
     pub detach: bool,
+    /// Request threads per node; by default the machine's cores divided among the nodes
+    /// (at least one); 0 means one per core for every node.
+    #[arg(long)]
+    pub worker_threads: Option<usize>,
     /// Commit log sync mode for every node: periodic or group.
     #[arg(long, default_value = "periodic")]
     pub commitlog_sync: String,
@@ -158,7 +162,9 @@ fn start(args: StartArgs) -> anyhow::Result<()> {
     let executable = std::env::current_exe()?;
     // The nodes share this machine: divide its cores among them.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let worker_threads = (cores / args.nodes as usize).max(1);
+    let worker_threads = args
+        .worker_threads
+        .unwrap_or((cores / args.nodes as usize).max(1));
     let mut started = Vec::new();
     let result = (|| -> anyhow::Result<()> {
         for index in 1..=args.nodes {
