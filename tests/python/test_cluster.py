@@ -434,6 +434,7 @@ def test_no_acknowledged_quorum_write_is_lost_when_a_node_dies_under_load(cluste
 
 
 def test_a_paused_replica_gives_write_and_read_timeouts_with_counts(cluster):
+    wait_until(lambda: peers_up_in_status(cluster, 3, ADDRESSES), timeout=30, message="all nodes up")
     driver, session = connect(cluster, [ADDRESSES[0]])
     victim = cluster.nodes[2]
     try:
@@ -477,6 +478,7 @@ def unavailable_at_all(session, ks):
 
 
 def test_any_succeeds_with_only_a_hint_which_reaches_the_replica_when_it_returns(cluster):
+    wait_until(lambda: peers_up_in_status(cluster, 3, ADDRESSES), timeout=30, message="all nodes up")
     driver, session = connect(cluster)
     victim = cluster.nodes[2]
     try:

@@ -287,17 +287,20 @@ impl Coordinator {
                 self.run_scan(session, select, parameters).await
             }
             Statement::Select(select) => {
-                let Some((table_id, partitions)) =
-                    read::partitions_of(self, session, select, bindings)
-                else {
-                    return read::execute_select(
+                let read_locally = || {
+                    read::execute_select(
                         self,
                         self.engine.as_ref(),
                         session,
                         select,
                         parameters,
                         bindings,
-                    );
+                    )
+                };
+                let Some((table_id, partitions)) =
+                    read::partitions_of(self, session, select, bindings)
+                else {
+                    return read_locally();
                 };
                 match self
                     .gather_partitions(&table_id, &partitions, parameters.consistency)
@@ -305,14 +308,7 @@ impl Coordinator {
                 {
                     replication::Gathered::Local => {
                         self.maybe_check_replicas_in_background(table_id, partitions);
-                        read::execute_select(
-                            self,
-                            self.engine.as_ref(),
-                            session,
-                            select,
-                            parameters,
-                            bindings,
-                        )
+                        read_locally()
                     }
                     replication::Gathered::Merged(engine) => {
                         read::execute_select(self, &engine, session, select, parameters, bindings)

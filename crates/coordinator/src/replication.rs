@@ -580,16 +580,27 @@ impl Coordinator {
         if digest_replicas.is_empty() {
             return Ok(None);
         }
+        // Answers so far, for a ReadTimeout's counts.
+        let answered = std::sync::atomic::AtomicUsize::new(0);
+        let data_present = std::sync::atomic::AtomicBool::new(false);
+        let count = |ok: bool| {
+            if ok {
+                answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        };
         let data = async {
             if data_replica.local {
-                return local_read(self.engine.as_ref(), lower, upper, limit);
+                let result = local_read(self.engine.as_ref(), lower, upper, limit);
+                count(result.is_ok());
+                data_present.store(result.is_ok(), std::sync::atomic::Ordering::Relaxed);
+                return result;
             }
             let request = ReplicaRequest::Read {
                 lower: lower.to_vec(),
                 upper: upper.to_vec(),
                 limit,
             };
-            match cluster
+            let result = match cluster
                 .transport
                 .send(data_replica.address, request, READ_TIMEOUT)
                 .await
@@ -597,7 +608,10 @@ impl Coordinator {
                 Ok(ReplicaResponse::Cells { cells, complete }) => Ok((cells, complete)),
                 Ok(other) => Err(format!("unexpected answer {other:?}")),
                 Err(error) => Err(error),
-            }
+            };
+            count(result.is_ok());
+            data_present.store(result.is_ok(), std::sync::atomic::Ordering::Relaxed);
+            result
         };
         let digests = futures::future::join_all(digest_replicas.iter().map(|replica| {
             let local = replica.local;
@@ -612,28 +626,32 @@ impl Coordinator {
                     READ_TIMEOUT,
                 )
             });
+            let count = &count;
             async move {
-                match sent {
+                let result = match sent {
                     None => local_digest(self.engine.as_ref(), lower, upper, limit),
                     Some(sent) => match sent.await {
                         Ok(ReplicaResponse::Digest { hash, complete }) => Ok((hash, complete)),
                         Ok(other) => Err(format!("unexpected answer {other:?}")),
                         Err(error) => Err(error),
                     },
-                }
+                };
+                count(result.is_ok());
+                result
             }
         }));
         let Ok((data, digests)) =
             tokio::time::timeout(READ_TIMEOUT, futures::future::join(data, digests)).await
         else {
+            let received = answered.load(std::sync::atomic::Ordering::Relaxed);
             return Err(CqlError::new(
                 ErrorCode::ReadTimeout {
                     consistency: consistency.code(),
-                    received: 0,
+                    received: received as i32,
                     block_for: requirement.block_for() as i32,
-                    data_present: false,
+                    data_present: data_present.load(std::sync::atomic::Ordering::Relaxed),
                 },
-                "Operation timed out - received only 0 responses.",
+                format!("Operation timed out - received only {received} responses."),
             ));
         };
         let Ok((cells, true)) = data else {
@@ -876,6 +894,33 @@ impl Coordinator {
     }
 }
 
+/// Visits the cells of `[lower, upper)` in the local engine, at most `limit` of them;
+/// `true` if that was all of them.
+fn walk_local(
+    engine: &dyn Engine,
+    lower: &[u8],
+    upper: &[u8],
+    limit: u32,
+    mut visit: impl FnMut(&[u8], &[u8]),
+) -> Result<bool, String> {
+    let mut cursor = engine
+        .scan(lower, upper, false)
+        .map_err(|e| e.to_string())?;
+    let mut visited = 0u64;
+    let mut complete = true;
+    while let Some((key, value)) = cursor.current() {
+        if visited >= limit as u64 {
+            complete = false;
+            break;
+        }
+        visit(key, value);
+        visited += 1;
+        cursor.advance();
+    }
+    cursor.status().map_err(|e| e.to_string())?;
+    Ok(complete)
+}
+
 /// Cells of `[lower, upper)` from the local engine, at most `limit`; `true` if complete.
 fn local_read(
     engine: &dyn Engine,
@@ -883,20 +928,10 @@ fn local_read(
     upper: &[u8],
     limit: u32,
 ) -> Result<(Cells, bool), String> {
-    let mut cursor = engine
-        .scan(lower, upper, false)
-        .map_err(|e| e.to_string())?;
     let mut cells = Vec::new();
-    let mut complete = true;
-    while let Some((key, value)) = cursor.current() {
-        if cells.len() as u64 >= limit as u64 {
-            complete = false;
-            break;
-        }
-        cells.push((key.to_vec(), value.to_vec()));
-        cursor.advance();
-    }
-    cursor.status().map_err(|e| e.to_string())?;
+    let complete = walk_local(engine, lower, upper, limit, |key, value| {
+        cells.push((key.to_vec(), value.to_vec()))
+    })?;
     Ok((cells, complete))
 }
 
@@ -926,22 +961,10 @@ fn local_digest(
     limit: u32,
 ) -> Result<(u64, bool), String> {
     use std::hash::Hasher;
-    let mut cursor = engine
-        .scan(lower, upper, false)
-        .map_err(|e| e.to_string())?;
     let mut hasher = std::hash::DefaultHasher::new();
-    let mut count = 0u64;
-    let mut complete = true;
-    while let Some((key, value)) = cursor.current() {
-        if count >= limit as u64 {
-            complete = false;
-            break;
-        }
-        hash_cell(&mut hasher, key, value);
-        count += 1;
-        cursor.advance();
-    }
-    cursor.status().map_err(|e| e.to_string())?;
+    let complete = walk_local(engine, lower, upper, limit, |key, value| {
+        hash_cell(&mut hasher, key, value)
+    })?;
     Ok((hasher.finish(), complete))
 }
 
