@@ -24,7 +24,7 @@ const REPLAY_BATCH: usize = 64;
 
 pub struct Hints {
     engine: Arc<dyn Engine>,
-    liveness: parking_lot::RwLock<Option<Arc<dyn Liveness>>>,
+    liveness: Arc<dyn Liveness>,
     window: Duration,
     max_bytes: u64,
     stored_bytes: AtomicU64,
@@ -39,7 +39,13 @@ fn host_prefix(host: &[u8; 16]) -> Vec<u8> {
 }
 
 impl Hints {
-    pub fn new(engine: Arc<dyn Engine>, window: Duration, max_bytes: u64) -> Hints {
+    /// Hints kept in `engine`; `liveness` says how long a replica has been down.
+    pub fn new(
+        engine: Arc<dyn Engine>,
+        liveness: Arc<dyn Liveness>,
+        window: Duration,
+        max_bytes: u64,
+    ) -> Hints {
         let stored = match engine.scan(&HINTS_TABLE_ID, &[0xff; 33], false) {
             Ok(mut cursor) => {
                 let mut bytes = 0u64;
@@ -53,7 +59,7 @@ impl Hints {
         };
         Hints {
             engine,
-            liveness: parking_lot::RwLock::new(None),
+            liveness,
             window,
             max_bytes,
             stored_bytes: AtomicU64::new(stored),
@@ -62,18 +68,12 @@ impl Hints {
         }
     }
 
-    pub fn set_liveness(&self, liveness: Arc<dyn Liveness>) {
-        *self.liveness.write() = Some(liveness);
-    }
-
     /// Keeps `cells` for `host`, unless it has been down past the hint window or the hints
     /// are full.
     pub fn store(&self, host: [u8; 16], cells: &Cells) {
         let beyond_window = self
             .liveness
-            .read()
-            .as_ref()
-            .and_then(|l| l.down_for(&host))
+            .down_for(&host)
             .is_some_and(|down| down > self.window);
         let payload = match bincode::serialize(cells) {
             Ok(payload) => payload,

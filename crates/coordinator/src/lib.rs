@@ -108,8 +108,6 @@ pub struct Coordinator {
     scan_slots: tokio::sync::Semaphore,
     /// The cluster this node is part of; `None` runs everything locally (tests).
     pub(crate) cluster: Option<replication::ClusterContext>,
-    /// Writes kept for replicas that are down.
-    pub(crate) hints: Arc<hints::Hints>,
     /// Local reads so far, for sampling background replica checks.
     pub(crate) local_reads: std::sync::atomic::AtomicU64,
 }
@@ -128,11 +126,6 @@ impl Coordinator {
         info: NodeInfo,
     ) -> Result<Coordinator, CqlError> {
         let schema = schema::SchemaStore::open(Arc::clone(&engine))?;
-        let hints = Arc::new(hints::Hints::new(
-            Arc::clone(&engine),
-            std::time::Duration::from_secs(3 * 3600),
-            1 << 30,
-        ));
         Ok(Coordinator {
             engine,
             schema,
@@ -142,7 +135,6 @@ impl Coordinator {
             condition_locks: (0..64).map(|_| tokio::sync::Mutex::new(())).collect(),
             scan_slots: tokio::sync::Semaphore::new(SCAN_SLOTS),
             cluster: None,
-            hints,
             local_reads: std::sync::atomic::AtomicU64::new(0),
         })
     }
@@ -154,24 +146,17 @@ impl Coordinator {
         log: Arc<dyn WriteLog>,
         info: NodeInfo,
         cluster: replication::ClusterContext,
-        hints: hints::Hints,
     ) -> Result<Coordinator, CqlError> {
         let mut coordinator = Coordinator::new(engine, log, info)?;
-        hints.set_liveness(Arc::clone(&cluster.liveness));
         coordinator
             .schema
             .attach_cluster(Arc::clone(&cluster.metadata));
-        coordinator.hints = Arc::new(hints);
         coordinator.cluster = Some(cluster);
         Ok(coordinator)
     }
 
     pub fn cluster(&self) -> Option<&replication::ClusterContext> {
         self.cluster.as_ref()
-    }
-
-    pub fn hints(&self) -> &Arc<hints::Hints> {
-        &self.hints
     }
 
     /// Installs the cluster's current schema (a node calls it whenever the cluster's

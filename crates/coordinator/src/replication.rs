@@ -131,6 +131,8 @@ pub struct ClusterContext {
     pub metadata: Arc<ClusterMetadata>,
     pub transport: Arc<dyn ReplicaTransport>,
     pub liveness: Arc<dyn Liveness>,
+    /// Writes kept for replicas that are down.
+    pub hints: Arc<crate::hints::Hints>,
 }
 
 /// A replica as one request sees it.
@@ -358,35 +360,26 @@ impl Coordinator {
         let requirement = cluster.requirement(consistency, &replicas);
         let mut deliveries = FuturesUnordered::new();
         for replica in replicas.iter() {
-            let cells = cells.clone();
             let datacenter = replica.datacenter.clone();
             let host_id = replica.host_id;
-            if replica.local {
-                let mut batch = WriteBatch::new();
-                for (key, value) in cells {
-                    batch.merge(key, value);
-                }
-                let log = Arc::clone(&self.log);
+            if replica.alive {
+                // A remote replica that fails gets these cells as a hint; a local write
+                // that fails has nothing to hint.
+                let hint = if replica.local {
+                    Vec::new()
+                } else {
+                    cells.clone()
+                };
+                let applied = self.apply_on(cluster, replica, cells.clone());
                 deliveries.push(Box::pin(async move {
-                    match log.append(batch).await {
-                        Ok(()) => Delivery::Acknowledged(datacenter),
-                        Err(_) => Delivery::Failed(host_id, Vec::new()),
+                    if applied.await {
+                        Delivery::Acknowledged(datacenter)
+                    } else {
+                        Delivery::Failed(host_id, hint)
                     }
                 }) as BoxFuture<'static, Delivery>);
-            } else if replica.alive {
-                let sent = cluster.transport.send(
-                    replica.address,
-                    ReplicaRequest::Apply(cells.clone()),
-                    WRITE_TIMEOUT,
-                );
-                deliveries.push(Box::pin(async move {
-                    match sent.await {
-                        Ok(ReplicaResponse::Applied) => Delivery::Acknowledged(datacenter),
-                        _ => Delivery::Failed(host_id, cells),
-                    }
-                }));
             } else {
-                self.hints.store(host_id, &cells);
+                cluster.hints.store(host_id, &cells);
                 deliveries.push(Box::pin(async { Delivery::Hinted }));
             }
         }
@@ -405,7 +398,7 @@ impl Coordinator {
                     Some(Delivery::Hinted) => hinted += 1,
                     Some(Delivery::Failed(host, cells)) => {
                         if !cells.is_empty() {
-                            self.hints.store(host, &cells);
+                            cluster.hints.store(host, &cells);
                         }
                     }
                     None => break,
@@ -416,7 +409,7 @@ impl Coordinator {
         let success = met(&acknowledged, hinted);
         // Replicas still on their way finish in the background; failures become hints.
         if !deliveries.is_empty() {
-            let hints = Arc::clone(&self.hints);
+            let hints = Arc::clone(&cluster.hints);
             tokio::spawn(async move {
                 while let Some(delivery) = deliveries.next().await {
                     if let Delivery::Failed(host, cells) = delivery {
@@ -503,12 +496,8 @@ impl Coordinator {
             if reconciled.covered_until.is_some() {
                 return Ok(Gathered::TooLarge);
             }
-            let mut batch = WriteBatch::new();
-            for (key, value) in reconciled.cells {
-                batch.merge(key, value);
-            }
             merged
-                .write(&batch)
+                .write(&WriteBatch::from(reconciled.cells))
                 .map_err(|e| CqlError::server(e.to_string()))?;
         }
         Ok(Gathered::Merged(merged))
@@ -764,42 +753,37 @@ impl Coordinator {
         let mut sends = FuturesUnordered::new();
         for (replica, cells) in repairs {
             tracing::debug!(replica = %replica.address, cells = cells.len(), "read repair");
-            if replica.local {
-                let mut batch = WriteBatch::new();
-                for (key, value) in cells {
-                    batch.merge(key, value);
-                }
-                let log = Arc::clone(&self.log);
-                sends.push(Box::pin(async move {
-                    let _ = log.append(batch).await;
-                }) as BoxFuture<'static, ()>);
-            } else {
-                let sent = cluster.transport.send(
-                    replica.address,
-                    ReplicaRequest::Apply(cells),
-                    WRITE_TIMEOUT,
-                );
-                sends.push(Box::pin(async move {
-                    let _ = sent.await;
-                }));
-            }
+            sends.push(self.apply_on(cluster, &replica, cells));
         }
         while sends.next().await.is_some() {}
+    }
+
+    /// Applies `cells` on `replica`: through this node's commit log when it is local,
+    /// as an `Apply` message otherwise. Resolves to whether the replica acknowledged.
+    fn apply_on(
+        &self,
+        cluster: &ClusterContext,
+        replica: &Replica,
+        cells: Cells,
+    ) -> BoxFuture<'static, bool> {
+        if replica.local {
+            let log = Arc::clone(&self.log);
+            return Box::pin(async move { log.append(WriteBatch::from(cells)).await.is_ok() });
+        }
+        let sent =
+            cluster
+                .transport
+                .send(replica.address, ReplicaRequest::Apply(cells), WRITE_TIMEOUT);
+        Box::pin(async move { matches!(sent.await, Ok(ReplicaResponse::Applied)) })
     }
 
     /// Answers a request from another node's coordinator.
     pub async fn serve_replica(&self, request: ReplicaRequest) -> ReplicaResponse {
         match request {
-            ReplicaRequest::Apply(cells) => {
-                let mut batch = WriteBatch::new();
-                for (key, value) in cells {
-                    batch.merge(key, value);
-                }
-                match self.log.append(batch).await {
-                    Ok(()) => ReplicaResponse::Applied,
-                    Err(error) => ReplicaResponse::Error(error.message),
-                }
-            }
+            ReplicaRequest::Apply(cells) => match self.log.append(WriteBatch::from(cells)).await {
+                Ok(()) => ReplicaResponse::Applied,
+                Err(error) => ReplicaResponse::Error(error.message),
+            },
             ReplicaRequest::Read {
                 lower,
                 upper,

@@ -154,11 +154,13 @@ impl Node {
             tokens: Vec::new(),
             gossip_generation: shoal_model::timestamp::now_seconds(),
         };
-        let hints = shoal_coordinator::hints::Hints::new(
+        let liveness = Arc::clone(&detector) as Arc<dyn shoal_coordinator::replication::Liveness>;
+        let hints = Arc::new(shoal_coordinator::hints::Hints::new(
             Arc::clone(&engine),
+            Arc::clone(&liveness),
             std::time::Duration::from_millis(config.max_hint_window_ms),
             config.max_hints_mib * 1024 * 1024,
-        );
+        ));
         let coordinator = Arc::new(
             Coordinator::clustered(
                 Arc::clone(&engine),
@@ -168,10 +170,9 @@ impl Node {
                     metadata: Arc::clone(&metadata),
                     transport: Arc::clone(&transport)
                         as Arc<dyn shoal_coordinator::replication::ReplicaTransport>,
-                    liveness: Arc::clone(&detector)
-                        as Arc<dyn shoal_coordinator::replication::Liveness>,
+                    liveness,
+                    hints,
                 },
-                hints,
             )
             .map_err(|e| anyhow::anyhow!("cannot load the schema: {}", e.message))?,
         );

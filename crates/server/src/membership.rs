@@ -341,14 +341,17 @@ pub async fn run_failure_detection(
             });
         }
         // Hints for members that are up.
+        let Some(hints) = coordinator.cluster().map(|c| &c.hints) else {
+            continue;
+        };
         for member in state.members.values().filter(|m| m.host_id != me) {
             if !detector.is_alive(&member.host_id)
-                || !coordinator.hints().pending_for(&member.host_id)
+                || !hints.pending_for(&member.host_id)
                 || !replaying.lock().insert(member.host_id)
             {
                 continue;
             }
-            let hints = Arc::clone(coordinator.hints());
+            let hints = Arc::clone(hints);
             let transport = Arc::clone(&transport);
             let replaying = Arc::clone(&replaying);
             let host = member.host_id;

@@ -63,37 +63,38 @@ pub fn run(command: AdminCommand) -> anyhow::Result<()> {
     }
 }
 
-async fn repair(args: RepairArgs) -> anyhow::Result<shoal_coordinator::repair::RepairReport> {
+/// Sends one message to the node `target` names and returns its reply.
+async fn ask(
+    target: &Target,
+    message: Message,
+    timeout: Duration,
+) -> anyhow::Result<(SocketAddr, Reply)> {
     let peers = Peers::default();
-    let address = SocketAddr::new(args.target.host, args.target.port);
+    let address = SocketAddr::new(target.host, target.port);
+    let reply = peers.call(address, &message, timeout).await;
+    peers.stop();
+    let reply =
+        reply.map_err(|e| anyhow::anyhow!("cannot reach a Shoal node at {address}: {e}"))?;
+    Ok((address, reply))
+}
+
+async fn repair(args: RepairArgs) -> anyhow::Result<shoal_coordinator::repair::RepairReport> {
     let message = Message::Repair {
         keyspace: args.keyspace,
         table: args.table,
     };
-    let reply = peers
-        .call(address, &message, Duration::from_secs(24 * 3600))
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot reach a Shoal node at {address}: {e}"))?;
-    peers.stop();
-    match reply {
-        Reply::Repaired(report) => Ok(report),
-        Reply::Error(error) => anyhow::bail!("repair failed: {error}"),
-        other => anyhow::bail!("{address} answered unexpectedly: {other:?}"),
+    match ask(&args.target, message, Duration::from_secs(24 * 3600)).await? {
+        (_, Reply::Repaired(report)) => Ok(report),
+        (_, Reply::Error(error)) => anyhow::bail!("repair failed: {error}"),
+        (address, other) => anyhow::bail!("{address} answered unexpectedly: {other:?}"),
     }
 }
 
 pub async fn fetch_status(target: &Target) -> anyhow::Result<Vec<MemberStatus>> {
-    let peers = Peers::default();
-    let address = SocketAddr::new(target.host, target.port);
-    let reply = peers
-        .call(address, &Message::Status, Duration::from_secs(5))
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot reach a Shoal node at {address}: {e}"))?;
-    peers.stop();
-    match reply {
-        Reply::Status(members) => Ok(members),
-        Reply::Error(error) => anyhow::bail!("{address} answered: {error}"),
-        other => anyhow::bail!("{address} answered unexpectedly: {other:?}"),
+    match ask(target, Message::Status, Duration::from_secs(5)).await? {
+        (_, Reply::Status(members)) => Ok(members),
+        (address, Reply::Error(error)) => anyhow::bail!("{address} answered: {error}"),
+        (address, other) => anyhow::bail!("{address} answered unexpectedly: {other:?}"),
     }
 }
 

@@ -76,6 +76,13 @@ impl WriteBatch {
     }
 }
 
+impl From<Vec<(Vec<u8>, Vec<u8>)>> for WriteBatch {
+    /// A batch of `(key, encoded cell)` entries, e.g. cells received from another node.
+    fn from(entries: Vec<(Vec<u8>, Vec<u8>)>) -> WriteBatch {
+        WriteBatch { entries }
+    }
+}
+
 /// A positioned iterator over `[lower, upper)` in one direction.
 pub trait Cursor {
     /// The current entry, or `None` when the range is exhausted.
