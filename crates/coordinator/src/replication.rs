@@ -577,27 +577,9 @@ impl Coordinator {
                 answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         };
+        let data_read = self.read_cells_on(cluster, data_replica, lower, upper, limit);
         let data = async {
-            if data_replica.local {
-                let result = local_read(self.engine.as_ref(), lower, upper, limit);
-                count(result.is_ok());
-                data_present.store(result.is_ok(), std::sync::atomic::Ordering::Relaxed);
-                return result;
-            }
-            let request = ReplicaRequest::Read {
-                lower: lower.to_vec(),
-                upper: upper.to_vec(),
-                limit,
-            };
-            let result = match cluster
-                .transport
-                .send(data_replica.address, request, READ_TIMEOUT)
-                .await
-            {
-                Ok(ReplicaResponse::Cells { cells, complete }) => Ok((cells, complete)),
-                Ok(other) => Err(format!("unexpected answer {other:?}")),
-                Err(error) => Err(error),
-            };
+            let result = data_read.await;
             count(result.is_ok());
             data_present.store(result.is_ok(), std::sync::atomic::Ordering::Relaxed);
             result
@@ -657,6 +639,38 @@ impl Coordinator {
         }))
     }
 
+    /// The cells of `[lower, upper)` on `replica`, at most `limit`: read from this node's
+    /// engine at once when it is local, asked for with a `Read` message otherwise.
+    fn read_cells_on(
+        &self,
+        cluster: &ClusterContext,
+        replica: &Replica,
+        lower: &[u8],
+        upper: &[u8],
+        limit: u32,
+    ) -> BoxFuture<'static, Result<(Cells, bool), String>> {
+        if replica.local {
+            let result = local_read(self.engine.as_ref(), lower, upper, limit);
+            return Box::pin(async move { result });
+        }
+        let sent = cluster.transport.send(
+            replica.address,
+            ReplicaRequest::Read {
+                lower: lower.to_vec(),
+                upper: upper.to_vec(),
+                limit,
+            },
+            READ_TIMEOUT,
+        );
+        Box::pin(async move {
+            match sent.await {
+                Ok(ReplicaResponse::Cells { cells, complete }) => Ok((cells, complete)),
+                Ok(other) => Err(format!("unexpected answer {other:?}")),
+                Err(error) => Err(error),
+            }
+        })
+    }
+
     /// Reads `[lower, upper)` from enough replicas for `consistency`, reconciles and
     /// repairs. With a `limit`, the result covers `[lower, covered_until)` only.
     pub(crate) async fn read_replicas(
@@ -670,27 +684,8 @@ impl Coordinator {
     ) -> Result<Reconciled, CqlError> {
         let (requirement, chosen, candidates) = plan_read(cluster, replicas, consistency)?;
         let start_read = |replica: Replica| -> ReplicaRead {
-            if replica.local {
-                let result = local_read(self.engine.as_ref(), lower, upper, limit);
-                return Box::pin(async move { (replica, result) });
-            }
-            let sent = cluster.transport.send(
-                replica.address,
-                ReplicaRequest::Read {
-                    lower: lower.to_vec(),
-                    upper: upper.to_vec(),
-                    limit,
-                },
-                READ_TIMEOUT,
-            );
-            Box::pin(async move {
-                let result = match sent.await {
-                    Ok(ReplicaResponse::Cells { cells, complete }) => Ok((cells, complete)),
-                    Ok(other) => Err(format!("unexpected answer {other:?}")),
-                    Err(error) => Err(error),
-                };
-                (replica, result)
-            })
+            let read = self.read_cells_on(cluster, &replica, lower, upper, limit);
+            Box::pin(async move { (replica, read.await) })
         };
         let mut reads = FuturesUnordered::new();
         for replica in &chosen {
