@@ -77,7 +77,7 @@ fn fill_from_row(
     table: &TableMetadata,
     row: Row,
     values: &mut [ColumnValue],
-    now_seconds: i32,
+    now_seconds: i64,
 ) -> Result<(), CqlError> {
     for column in row.columns {
         let Some(index) = table.column_index(&column.name) else {
@@ -440,7 +440,7 @@ struct SelectVisitor<'a> {
     page_size: usize,
     limit_remaining: u64,
     per_partition_limit: u64,
-    now_seconds: i32,
+    now_seconds: i64,
     // Per partition.
     partition_values: Vec<ColumnValue>,
     partition_rows: u64,

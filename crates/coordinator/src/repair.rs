@@ -35,20 +35,25 @@ pub struct RepairReport {
     pub cells_repaired: usize,
 }
 
-/// One hash per range `[bounds[i], bounds[i+1])`, over every key and encoded cell.
+/// One hash per range `[bounds[i], bounds[i+1])`, over every visible key and encoded cell
+/// (what a replica would send: see [`shoal_storage::shadow::visit_visible`]).
 /// (The standard library's hasher: every node runs the same binary.)
 pub fn range_hashes(engine: &dyn Engine, bounds: &[Vec<u8>]) -> Result<Vec<u64>, String> {
     let mut hashes = Vec::with_capacity(bounds.len().saturating_sub(1));
+    let now_seconds = shoal_model::timestamp::now_seconds();
     for range in bounds.windows(2) {
         let mut hasher = std::hash::DefaultHasher::new();
-        let mut cursor = engine
-            .scan(&range[0], &range[1], false)
-            .map_err(|e| e.to_string())?;
-        while let Some((key, value)) = cursor.current() {
-            crate::replication::hash_cell(&mut hasher, key, value);
-            cursor.advance();
-        }
-        cursor.status().map_err(|e| e.to_string())?;
+        shoal_storage::shadow::visit_visible(
+            engine,
+            &range[0],
+            &range[1],
+            now_seconds,
+            |key, value| {
+                crate::replication::hash_cell(&mut hasher, key, value);
+                true
+            },
+        )
+        .map_err(|e| e.to_string())?;
         hashes.push(hasher.finish());
     }
     Ok(hashes)
@@ -212,14 +217,17 @@ mod tests {
     fn equal_data_hashes_equal_and_a_difference_shows() {
         let a = shoal_storage::MemoryEngine::new();
         let b = shoal_storage::MemoryEngine::new();
+        let cell = |value: &[u8]| {
+            shoal_model::Cell::live(shoal_model::WriteTimestamp(1), value.to_vec()).encode()
+        };
         let mut batch = shoal_storage::WriteBatch::new();
-        batch.merge(b"k1".to_vec(), b"v1".to_vec());
+        batch.merge(b"k1".to_vec(), cell(b"v1"));
         a.write(&batch).unwrap();
         b.write(&batch).unwrap();
         let bounds = vec![b"k".to_vec(), b"k5".to_vec(), b"l".to_vec()];
         assert_eq!(range_hashes(&a, &bounds), range_hashes(&b, &bounds));
         let mut more = shoal_storage::WriteBatch::new();
-        more.merge(b"k7".to_vec(), b"v7".to_vec());
+        more.merge(b"k7".to_vec(), cell(b"v7"));
         b.write(&more).unwrap();
         let (ha, hb) = (
             range_hashes(&a, &bounds).unwrap(),

@@ -873,8 +873,10 @@ impl Coordinator {
     }
 }
 
-/// Visits the cells of `[lower, upper)` in the local engine, at most `limit` of them;
-/// `true` if that was all of them.
+/// Visits the visible cells of `[lower, upper)` in the local engine (neither shadowed by a
+/// deletion nor past their grace period: see [`shoal_storage::shadow`]), at most `limit`
+/// of them; `true` if that was all of them. Replicas answer reads, digests and repair
+/// hashes from this view, so two replicas that purged at different times still agree.
 fn walk_local(
     engine: &dyn Engine,
     lower: &[u8],
@@ -882,22 +884,22 @@ fn walk_local(
     limit: u32,
     mut visit: impl FnMut(&[u8], &[u8]),
 ) -> Result<bool, String> {
-    let mut cursor = engine
-        .scan(lower, upper, false)
-        .map_err(|e| e.to_string())?;
     let mut visited = 0u64;
-    let mut complete = true;
-    while let Some((key, value)) = cursor.current() {
-        if visited >= limit as u64 {
-            complete = false;
-            break;
-        }
-        visit(key, value);
-        visited += 1;
-        cursor.advance();
-    }
-    cursor.status().map_err(|e| e.to_string())?;
-    Ok(complete)
+    shoal_storage::shadow::visit_visible(
+        engine,
+        lower,
+        upper,
+        shoal_model::timestamp::now_seconds(),
+        |key, value| {
+            if visited >= limit as u64 {
+                return false;
+            }
+            visit(key, value);
+            visited += 1;
+            true
+        },
+    )
+    .map_err(|e| e.to_string())
 }
 
 /// Cells of `[lower, upper)` from the local engine, at most `limit`; `true` if complete.
@@ -976,10 +978,14 @@ fn reconcile(answers: &[(Replica, Cells, bool)]) -> Reconciled {
         }
     }
     Reconciled {
-        cells: merged
-            .into_iter()
-            .map(|(k, v)| (k.to_vec(), v.to_vec()))
-            .collect(),
+        // A deletion one replica holds hides what another still sends: reconcile to the
+        // visible cells, so that repair never sends a replica cells that are dead anyway.
+        cells: shoal_storage::shadow::without_shadowed(
+            merged
+                .into_iter()
+                .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                .collect(),
+        ),
         // Everything up to and including the last key: continue just after it.
         covered_until: covered_until.map(|mut key| {
             key.push(0);
@@ -1219,6 +1225,18 @@ impl Engine for ReplicatedView {
         Ok(Vec::new())
     }
     fn set_gc_grace_seconds(&self, _table_id: [u8; 16], _seconds: i32) {}
+    fn gc_grace_seconds(&self, _table_id: &[u8; 16]) -> Option<i32> {
+        None
+    }
+    fn collect_garbage(&self) -> shoal_storage::Result<shoal_storage::GarbageReport> {
+        Err(read_only())
+    }
+    fn flush(&self) -> shoal_storage::Result<()> {
+        Ok(())
+    }
+    fn compact_all(&self) -> shoal_storage::Result<()> {
+        Err(read_only())
+    }
     fn approximate_size_bytes(&self) -> u64 {
         0
     }

@@ -39,7 +39,7 @@ struct WriteContext<'a> {
     table: &'a TableMetadata,
     timestamp: WriteTimestamp,
     ttl_seconds: i32,
-    now_seconds: i32,
+    now_seconds: i64,
 }
 
 impl WriteContext<'_> {
@@ -63,7 +63,7 @@ struct RowWriter<'a> {
     prefix: Vec<u8>,
     timestamp: WriteTimestamp,
     ttl_seconds: i32,
-    now_seconds: i32,
+    now_seconds: i64,
 }
 
 impl RowWriter<'_> {
@@ -838,11 +838,21 @@ fn build_statement(
         Statement::Delete(_) => 0,
         _ => using_ttl(using, table, bindings)?,
     };
+    let now_seconds = shoal_model::timestamp::now_seconds();
+    ensure(
+        now_seconds + ttl_seconds as i64 <= shoal_model::cell::MAX_DELETION_TIME,
+        || {
+            CqlError::invalid(format!(
+                "Request on table {}.{} with ttl of {ttl_seconds} seconds exceeds maximum supported expiration date of 2106-02-07T06:28:15+00:00. Use a lower TTL.",
+                table.keyspace, table.name
+            ))
+        },
+    )?;
     let ctx = WriteContext {
         table,
         timestamp,
         ttl_seconds,
-        now_seconds: shoal_model::timestamp::now_seconds(),
+        now_seconds,
     };
     match statement {
         Statement::Insert(insert) => build_insert(&ctx, insert, bindings, batch),

@@ -8,16 +8,22 @@
 //!   | 0x30 | column part | L (u16)           static row
 //!   | 0x40 | clustering | column part | L    clustered row
 //! column part (L is its length, stored last so that it never affects ordering):
-//!   0x00                                     row marker (liveness from INSERT)
-//!   0x01                                     row deletion
-//!   0x02 | name length (u16) | name | path   cell (path: element key of a collection)
-//!   0x03 | name length (u16) | name          whole-collection deletion
+//!   0x00                                     row deletion
+//!   0x01                                     row marker (liveness from INSERT)
+//!   0x02 | name length (u16) | name          whole-collection deletion
+//!   0x03 | name length (u16) | name | path   cell (path: element key of a collection)
 //! ```
 //!
 //! Because the token comes first, a token range of a table — a tablet — is one contiguous
-//! key range: scans walk it in token order, truncation and streaming take it whole. Within
-//! a partition, deletions sort before the rows they may shadow, so a forward scan meets
-//! them first.
+//! key range: scans walk it in token order, truncation and streaming take it whole.
+//!
+//! **Deletions sort before what they shadow.** Within a partition the partition deletion
+//! comes first, then every range tombstone, then the static row and the rows; within a
+//! row the row deletion comes first, then the marker, then every collection deletion,
+//! then the cells. So a walk in key order meets every deletion before any cell it can
+//! shadow, which is what lets compaction drop shadowed cells as it passes them
+//! (`shoal_storage::shadow`) and a forward read apply deletions without looking back.
+//! [`STORAGE_FORMAT_VERSION`] changes whenever this layout does.
 
 use crate::Token;
 
@@ -31,10 +37,14 @@ pub const SECTION_RANGE_TOMBSTONE: u8 = 0x20;
 pub const SECTION_STATIC_ROW: u8 = 0x30;
 pub const SECTION_ROW: u8 = 0x40;
 
-pub const COLUMN_ROW_MARKER: u8 = 0x00;
-pub const COLUMN_ROW_DELETION: u8 = 0x01;
-pub const COLUMN_CELL: u8 = 0x02;
-pub const COLUMN_COLLECTION_DELETION: u8 = 0x03;
+pub const COLUMN_ROW_DELETION: u8 = 0x00;
+pub const COLUMN_ROW_MARKER: u8 = 0x01;
+pub const COLUMN_COLLECTION_DELETION: u8 = 0x02;
+pub const COLUMN_CELL: u8 = 0x03;
+
+/// The version of this key layout and of the cell encoding; a data directory written
+/// with another version is refused at start-up rather than misread.
+pub const STORAGE_FORMAT_VERSION: u32 = 2;
 
 /// Kinds of clustering bound in a range tombstone key.
 pub const BOUND_INCLUSIVE: u8 = 1;
@@ -111,7 +121,7 @@ pub fn split_row_key(rest: &[u8]) -> Option<(u8, &[u8], &[u8])> {
     ))
 }
 
-/// Appends a regular column's cell part: `0x02 | len | name | path`.
+/// Appends a regular column's cell part: `0x03 | len | name | path`.
 pub fn push_cell_column(key: &mut Vec<u8>, column: &str, path: &[u8]) {
     key.push(COLUMN_CELL);
     key.extend_from_slice(&(column.len() as u16).to_be_bytes());
@@ -119,7 +129,7 @@ pub fn push_cell_column(key: &mut Vec<u8>, column: &str, path: &[u8]) {
     key.extend_from_slice(path);
 }
 
-/// Appends a whole-collection deletion part: `0x03 | len | name`.
+/// Appends a whole-collection deletion part: `0x02 | len | name`.
 pub fn push_collection_deletion(key: &mut Vec<u8>, column: &str) {
     key.push(COLUMN_COLLECTION_DELETION);
     key.extend_from_slice(&(column.len() as u16).to_be_bytes());
@@ -289,5 +299,48 @@ mod tests {
         );
         assert_eq!(increment_prefix(&[1, 0xff]), Some(vec![2]));
         assert_eq!(increment_prefix(&[0xff]), None);
+    }
+
+    #[test]
+    fn within_a_partition_every_deletion_sorts_before_what_it_shadows() {
+        let table = [1u8; 16];
+        let partition = partition_prefix(&table, Token(3), b"pk");
+        let row = |clustering: &[u8], part: &dyn Fn(&mut Vec<u8>)| {
+            let mut key = partition.clone();
+            key.push(SECTION_ROW);
+            key.extend_from_slice(clustering);
+            push_column_part(&mut key, part);
+            key
+        };
+        let mut partition_deletion = partition.clone();
+        partition_deletion.push(SECTION_PARTITION_DELETION);
+        let mut range = partition.clone();
+        push_range_tombstone(&mut range, b"", true, b"", true);
+        let mut static_cell = partition.clone();
+        static_cell.push(SECTION_STATIC_ROW);
+        push_column_part(&mut static_cell, |k| push_cell_column(k, "a", b""));
+        let row_deletion = row(b"c", &|k| k.push(COLUMN_ROW_DELETION));
+        let marker = row(b"c", &|k| k.push(COLUMN_ROW_MARKER));
+        // Collection deletions of every column come before any cell of the row, including
+        // cells of columns whose names sort first.
+        let collection_deletion = row(b"c", &|k| push_collection_deletion(k, "zz"));
+        let cell = row(b"c", &|k| push_cell_column(k, "a", b"\x00"));
+        let ordered = [
+            &partition_deletion,
+            &range,
+            &static_cell,
+            &row_deletion,
+            &marker,
+            &collection_deletion,
+            &cell,
+        ];
+        for pair in ordered.windows(2) {
+            assert!(
+                pair[0] < pair[1],
+                "{:?} must sort before {:?}",
+                pair[0],
+                pair[1]
+            );
+        }
     }
 }

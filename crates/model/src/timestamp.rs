@@ -41,8 +41,8 @@ pub fn now_micros() -> i64 {
 }
 
 /// Wall-clock seconds since the epoch: the unit of TTL expiry and tombstone deletion times.
-pub fn now_seconds() -> i32 {
-    (now_micros() / 1_000_000) as i32
+pub fn now_seconds() -> i64 {
+    now_micros() / 1_000_000
 }
 
 #[cfg(test)]

@@ -240,6 +240,18 @@ mod tests {
         fn set_gc_grace_seconds(&self, table_id: [u8; 16], seconds: i32) {
             self.inner.set_gc_grace_seconds(table_id, seconds)
         }
+        fn gc_grace_seconds(&self, table_id: &[u8; 16]) -> Option<i32> {
+            self.inner.gc_grace_seconds(table_id)
+        }
+        fn collect_garbage(&self) -> shoal_storage::Result<shoal_storage::GarbageReport> {
+            self.inner.collect_garbage()
+        }
+        fn flush(&self) -> shoal_storage::Result<()> {
+            self.inner.flush()
+        }
+        fn compact_all(&self) -> shoal_storage::Result<()> {
+            self.inner.compact_all()
+        }
         fn approximate_size_bytes(&self) -> u64 {
             0
         }

@@ -5,7 +5,10 @@
 //!   the coordinator's `WriteLog`.
 //! - [`connection`] — one CQL client connection: frames in, requests run concurrently,
 //!   coalesced frames out.
-//! - [`events`] — pushing SCHEMA_CHANGE (and later topology/status) events.
+//! - [`events`] — pushing SCHEMA_CHANGE, TOPOLOGY_CHANGE and STATUS_CHANGE events.
+//! - [`internode`] — messaging between nodes; [`membership`] — the failure detector and
+//!   the loops that follow the cluster metadata.
+//! - [`maintenance`] — storage garbage collection in the background.
 //! - [`Node`] — opens storage, builds the coordinator, listens for clients, and shuts
 //!   everything down cleanly.
 
@@ -16,6 +19,7 @@ pub mod connection;
 pub mod durability;
 pub mod events;
 pub mod internode;
+pub mod maintenance;
 pub mod membership;
 
 use anyhow::Context;
@@ -152,7 +156,7 @@ impl Node {
             rack: config.rack.clone(),
             host_id,
             tokens: Vec::new(),
-            gossip_generation: shoal_model::timestamp::now_seconds(),
+            gossip_generation: shoal_model::timestamp::now_seconds() as i32,
         };
         let liveness = Arc::clone(&detector) as Arc<dyn shoal_coordinator::replication::Liveness>;
         let hints = Arc::new(shoal_coordinator::hints::Hints::new(
@@ -187,6 +191,9 @@ impl Node {
             Arc::clone(&peers),
             transport,
             Arc::clone(&events),
+        )));
+        background.push(tokio::spawn(maintenance::collect_garbage_regularly(
+            Arc::clone(&engine),
         )));
         background.push(tokio::spawn(membership::follow_metadata(
             Arc::clone(&metadata),

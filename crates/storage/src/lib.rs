@@ -10,6 +10,10 @@
 //! - Keys follow [`shoal_model::keys`]: a table's token range is one contiguous key range.
 //! - [`reader`] turns raw cells back into rows: it applies partition, range, row and
 //!   collection deletions and TTL expiry, so callers only ever see live data.
+//! - [`shadow`] is the one rule for which stored cells are dead for good — shadowed by a
+//!   deletion or past their grace period — shared by compaction, garbage collection,
+//!   replica reads and digests. A deletion is never dropped while a cell it shadows may
+//!   still exist: that is what keeps deleted data deleted.
 //! - Durability policy (periodic sync or epoch group commit) is the server's: it calls
 //!   [`Engine::sync`] and decides when a write may be acknowledged.
 
@@ -18,6 +22,7 @@
 pub mod memory;
 pub mod reader;
 pub mod rocks;
+pub mod shadow;
 
 #[cfg(test)]
 mod tests;
@@ -120,6 +125,13 @@ pub trait Engine: Send + Sync + 'static {
     /// Makes every write that has returned so far durable.
     fn sync(&self) -> Result<()>;
 
+    /// Writes memtables out to files (`shoal admin flush`).
+    fn flush(&self) -> Result<()>;
+
+    /// Compacts everything now and collects garbage in between, so that everything
+    /// purgeable at this moment is gone afterwards (`shoal admin compact`, tests).
+    fn compact_all(&self) -> Result<()>;
+
     /// Node metadata (schema, identity): a separate key space, durable on return.
     fn put_metadata(&self, key: &[u8], value: &[u8]) -> Result<()>;
     fn delete_metadata(&self, key: &[u8]) -> Result<()>;
@@ -127,55 +139,45 @@ pub trait Engine: Send + Sync + 'static {
     fn metadata_with_prefix(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
 
     /// Tells compaction how long deletions of `table_id` must be kept before they may be
-    /// purged (the table's `gc_grace_seconds`).
+    /// purged (the table's `gc_grace_seconds`). Until this is called for a table, nothing
+    /// of it is purged.
     fn set_gc_grace_seconds(&self, table_id: [u8; 16], seconds: i32);
+
+    /// The grace period registered for `table_id`, if any.
+    fn gc_grace_seconds(&self, table_id: &[u8; 16]) -> Option<i32>;
+
+    /// Lets compaction drop deletions that cover other keys once their grace period is
+    /// over: every cell such a deletion still shadows gets a tombstone of its own, and the
+    /// deletion is marked (see [`shadow`]). Call it regularly; it does work proportional
+    /// to the deletions that compaction found expired.
+    fn collect_garbage(&self) -> Result<GarbageReport>;
 
     /// Approximate bytes stored, for `nodetool status`-style load reports.
     fn approximate_size_bytes(&self) -> u64;
 }
 
-/// Decides whether compaction may drop a stored cell: deletions and expired values whose
-/// death is older than the table's grace period. Shared by every engine.
-pub(crate) fn purgeable(
-    key: &[u8],
-    encoded_cell: &[u8],
-    gc_grace: &GcGraceTable,
-    now_seconds: i32,
-) -> bool {
-    let Some(table_id) = key
-        .get(..shoal_model::keys::TABLE_ID_LENGTH)
-        .and_then(|bytes| <[u8; 16]>::try_from(bytes).ok())
-    else {
-        return false;
-    };
-    let Ok(cell) = shoal_model::Cell::decode(encoded_cell) else {
-        return false;
-    };
-    match cell.dead_since() {
-        Some(since) => {
-            let grace = gc_grace.get(&table_id);
-            now_seconds as i64 >= since as i64 + grace as i64
-        }
-        None => false,
-    }
+/// What one garbage collection pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GarbageReport {
+    /// Covering deletions whose shadowed cells were cleared (compaction may now drop them).
+    pub deletions_cleared: u64,
+    /// Cells that were still shadowed by them and got a tombstone of their own.
+    pub cells_tombstoned: u64,
 }
 
-/// Per-table gc_grace_seconds, readable from compaction threads.
+/// Per-table gc_grace_seconds, readable from compaction threads. A table not registered
+/// here (not yet in the installed schema, or internal) is never purged.
 #[derive(Default)]
 pub(crate) struct GcGraceTable {
     seconds_by_table: parking_lot::RwLock<std::collections::HashMap<[u8; 16], i32>>,
 }
 
-/// Cassandra's default gc_grace_seconds (10 days), used for tables not yet registered.
+/// Cassandra's default gc_grace_seconds (10 days).
 pub const DEFAULT_GC_GRACE_SECONDS: i32 = 864_000;
 
 impl GcGraceTable {
-    pub(crate) fn get(&self, table_id: &[u8; 16]) -> i32 {
-        self.seconds_by_table
-            .read()
-            .get(table_id)
-            .copied()
-            .unwrap_or(DEFAULT_GC_GRACE_SECONDS)
+    pub(crate) fn get(&self, table_id: &[u8; 16]) -> Option<i32> {
+        self.seconds_by_table.read().get(table_id).copied()
     }
 
     pub(crate) fn set(&self, table_id: [u8; 16], seconds: i32) {

@@ -1,7 +1,8 @@
 //! An in-memory [`Engine`] for tests: a sorted map under a lock. Cursors iterate a copy of
 //! their range taken when they are created, which is simple and, for tests, fast enough.
 
-use crate::{Cursor, Engine, GcGraceTable, Result, WriteBatch};
+use crate::shadow::{self, ShadowTracker, Verdict};
+use crate::{Cursor, Engine, GarbageReport, GcGraceTable, Result, WriteBatch};
 use parking_lot::RwLock;
 use shoal_model::Cell;
 use std::collections::BTreeMap;
@@ -18,10 +19,31 @@ impl MemoryEngine {
         MemoryEngine::default()
     }
 
-    /// Drops purgeable cells as compaction would, as of `now_seconds`.
-    pub fn compact(&self, now_seconds: i32) {
+    /// Compacts everything as of `now_seconds`: drops shadowed cells and everything past
+    /// its grace period. Unlike one RocksDB compaction this sees every version of every
+    /// key (there is only one), so a covering deletion can go in the same pass as what it
+    /// shadows.
+    pub fn compact(&self, now_seconds: i64) -> GarbageReport {
         let mut data = self.data.write();
-        data.retain(|key, value| !crate::purgeable(key, value, &self.gc_grace, now_seconds));
+        let mut tracker = ShadowTracker::new();
+        let mut report = GarbageReport::default();
+        data.retain(|key, value| {
+            let Some(grace) = shadow::grace_for(self, key, now_seconds) else {
+                return true;
+            };
+            let Ok(cell) = Cell::decode(value) else {
+                return true;
+            };
+            match tracker.judge(key, &cell, Some(grace)) {
+                Verdict::Keep => true,
+                Verdict::Shadowed | Verdict::Purgeable => false,
+                Verdict::PurgeableOnceCleared => {
+                    report.deletions_cleared += 1;
+                    false
+                }
+            }
+        });
+        report
     }
 
     /// Number of stored keys, live or not.
@@ -131,6 +153,15 @@ impl Engine for MemoryEngine {
         Ok(())
     }
 
+    fn flush(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn compact_all(&self) -> Result<()> {
+        self.compact(shoal_model::timestamp::now_seconds());
+        Ok(())
+    }
+
     fn put_metadata(&self, key: &[u8], value: &[u8]) -> Result<()> {
         self.metadata.write().insert(key.to_vec(), value.to_vec());
         Ok(())
@@ -153,6 +184,14 @@ impl Engine for MemoryEngine {
 
     fn set_gc_grace_seconds(&self, table_id: [u8; 16], seconds: i32) {
         self.gc_grace.set(table_id, seconds);
+    }
+
+    fn gc_grace_seconds(&self, table_id: &[u8; 16]) -> Option<i32> {
+        self.gc_grace.get(table_id)
+    }
+
+    fn collect_garbage(&self) -> Result<GarbageReport> {
+        Ok(self.compact(shoal_model::timestamp::now_seconds()))
     }
 
     fn approximate_size_bytes(&self) -> u64 {

@@ -60,6 +60,15 @@ impl RangeTombstone {
         };
         after_start && before_end
     }
+
+    /// True when every clustering at or after `clustering` lies past this tombstone's end.
+    pub fn ends_before(&self, clustering: &[u8]) -> bool {
+        match compare_with_prefix(clustering, &self.end) {
+            Ordering::Greater => true,
+            Ordering::Equal => !self.end_inclusive,
+            Ordering::Less => false,
+        }
+    }
 }
 
 /// A partition's identity and deletions, given to the visitor before its rows.
@@ -150,7 +159,7 @@ fn decode_cell(bytes: &[u8]) -> Result<Cell> {
 }
 
 /// Applies deletions and expiry to a raw row; `None` when nothing in it is live.
-fn assemble_row(raw: RawRow, floor: Option<WriteTimestamp>, now_seconds: i32) -> Option<Row> {
+fn assemble_row(raw: RawRow, floor: Option<WriteTimestamp>, now_seconds: i64) -> Option<Row> {
     let mut row_floor = floor;
     let mut collection_deletions: Vec<(Vec<u8>, WriteTimestamp)> = Vec::new();
     for (part, cell) in &raw.parts {
@@ -261,7 +270,7 @@ fn read_header(
     token: Token,
     key: &[u8],
     prefix: Vec<u8>,
-    now_seconds: i32,
+    now_seconds: i64,
 ) -> Result<PartitionHeader> {
     let mut header = PartitionHeader {
         token,
@@ -329,7 +338,7 @@ pub fn read_partition(
     key: &[u8],
     slices: &[ClusteringSlice],
     reversed: bool,
-    now_seconds: i32,
+    now_seconds: i64,
     visitor: &mut dyn Visitor,
 ) -> Result<Flow> {
     let prefix = keys::partition_prefix(table_id, token, key);
@@ -390,7 +399,7 @@ pub fn scan_partitions(
     engine: &dyn Engine,
     lower: &[u8],
     upper: &[u8],
-    now_seconds: i32,
+    now_seconds: i64,
     visitor: &mut dyn Visitor,
 ) -> Result<Flow> {
     let mut cursor = engine.scan(lower, upper, false)?;

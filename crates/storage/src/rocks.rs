@@ -2,8 +2,11 @@
 //!
 //! - Cell writes are RocksDB *merge* operands; the associative merge operator keeps the
 //!   last-write-wins winner, so writes never read (blind writes).
-//! - A compaction filter drops deletions and expired cells older than their table's
-//!   `gc_grace_seconds`.
+//! - A compaction filter (one per compaction, from [`PurgeFilterFactory`]) walks keys in
+//!   order with a [`ShadowTracker`]: it drops cells shadowed by a deletion it has passed,
+//!   and tombstones and expired cells past their table's `gc_grace_seconds` — except a
+//!   deletion covering other keys, which it only reports to garbage collection
+//!   ([`RocksEngine::collect_garbage`]) until that has cleared what it shadows.
 //! - A fixed 24-byte prefix extractor (`table id | token`) feeds prefix bloom filters, so a
 //!   partition read skips files that cannot hold its token. Scans that cross tokens use
 //!   total-order seeks.
@@ -11,19 +14,29 @@
 //!   commit policy in [`crate::commit`]), never per request.
 //! - Metadata lives in its own column family and is synced on every write.
 
-use crate::{Cursor, Engine, GcGraceTable, Result, StorageError, WriteBatch};
-use rocksdb::compaction_filter::Decision;
+use crate::shadow::{self, Grace, ShadowTracker, Verdict};
+use crate::{Cursor, Engine, GarbageReport, GcGraceTable, Result, StorageError, WriteBatch};
+use parking_lot::Mutex;
+use rocksdb::compaction_filter::{CompactionFilter, Decision};
+use rocksdb::compaction_filter_factory::{CompactionFilterContext, CompactionFilterFactory};
 use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBRawIteratorWithThreadMode, MergeOperands,
     Options, ReadOptions, SliceTransform, WriteOptions, DB,
 };
-use shoal_model::keys::TOKEN_PREFIX_LENGTH;
-use shoal_model::Cell;
+use shoal_model::keys::{self, TOKEN_PREFIX_LENGTH};
+use shoal_model::{Cell, CellKind};
+use std::collections::BTreeSet;
+use std::ffi::CStr;
 use std::path::Path;
 use std::sync::Arc;
 
 const DATA_FAMILY: &str = "data";
 const METADATA_FAMILY: &str = "metadata";
+/// Metadata key of the storage format version ([`keys::STORAGE_FORMAT_VERSION`]).
+const FORMAT_KEY: &[u8] = b"storage/format";
+/// Expired covering deletions remembered for garbage collection; compaction offers them
+/// again later when this is full.
+const MAX_GARBAGE_CANDIDATES: usize = 65_536;
 
 /// Tunables of the RocksDB engine (from the node's configuration).
 #[derive(Debug, Clone)]
@@ -49,6 +62,87 @@ impl Default for RocksOptions {
 pub struct RocksEngine {
     db: DB,
     gc_grace: Arc<GcGraceTable>,
+    /// Keys of expired covering deletions compaction met, for [`RocksEngine::collect_garbage`].
+    garbage: Arc<Mutex<BTreeSet<Vec<u8>>>>,
+}
+
+/// Creates a [`PurgeFilter`] for every compaction.
+struct PurgeFilterFactory {
+    gc_grace: Arc<GcGraceTable>,
+    garbage: Arc<Mutex<BTreeSet<Vec<u8>>>>,
+}
+
+impl CompactionFilterFactory for PurgeFilterFactory {
+    type Filter = PurgeFilter;
+
+    fn create(&mut self, _context: CompactionFilterContext) -> PurgeFilter {
+        PurgeFilter {
+            gc_grace: Arc::clone(&self.gc_grace),
+            garbage: Arc::clone(&self.garbage),
+            tracker: ShadowTracker::new(),
+            now_seconds: shoal_model::timestamp::now_seconds(),
+            table: None,
+        }
+    }
+
+    fn name(&self) -> &CStr {
+        c"shoal_purge"
+    }
+}
+
+/// One compaction's filter: sees the compaction's full values in key order (merge
+/// operands are never shown to it, and are kept).
+struct PurgeFilter {
+    gc_grace: Arc<GcGraceTable>,
+    garbage: Arc<Mutex<BTreeSet<Vec<u8>>>>,
+    tracker: ShadowTracker,
+    now_seconds: i64,
+    /// The last table seen and its grace period (`None`: never purge it).
+    table: Option<([u8; 16], Option<Grace>)>,
+}
+
+impl PurgeFilter {
+    fn grace(&mut self, key: &[u8]) -> Option<Grace> {
+        let table: [u8; 16] = key.get(..keys::TABLE_ID_LENGTH)?.try_into().ok()?;
+        match &self.table {
+            Some((cached, grace)) if *cached == table => *grace,
+            _ => {
+                let grace = self.gc_grace.get(&table).map(|seconds| Grace {
+                    gc_grace_seconds: seconds as i64,
+                    now_seconds: self.now_seconds,
+                });
+                self.table = Some((table, grace));
+                grace
+            }
+        }
+    }
+}
+
+impl CompactionFilter for PurgeFilter {
+    fn filter(&mut self, _level: u32, key: &[u8], value: &[u8]) -> Decision {
+        // Tables without a registered grace period are left alone entirely.
+        let Some(grace) = self.grace(key) else {
+            return Decision::Keep;
+        };
+        let Ok(cell) = Cell::decode(value) else {
+            return Decision::Keep;
+        };
+        match self.tracker.judge(key, &cell, Some(grace)) {
+            Verdict::Keep => Decision::Keep,
+            Verdict::Shadowed | Verdict::Purgeable => Decision::Remove,
+            Verdict::PurgeableOnceCleared => {
+                let mut garbage = self.garbage.lock();
+                if garbage.len() < MAX_GARBAGE_CANDIDATES {
+                    garbage.insert(key.to_vec());
+                }
+                Decision::Keep
+            }
+        }
+    }
+
+    fn name(&self) -> &CStr {
+        c"shoal_purge"
+    }
 }
 
 fn io_error(error: rocksdb::Error) -> StorageError {
@@ -98,18 +192,10 @@ impl RocksEngine {
         // A hot key updated again and again would pile up merge operands in the memtable,
         // and every read would merge them all; past a few, the write merges them instead.
         data_options.set_max_successive_merges(8);
-        let filter_grace = Arc::clone(&gc_grace);
-        data_options.set_compaction_filter("shoal_purge", move |_level, key, value| {
-            if crate::purgeable(
-                key,
-                value,
-                &filter_grace,
-                shoal_model::timestamp::now_seconds(),
-            ) {
-                Decision::Remove
-            } else {
-                Decision::Keep
-            }
+        let garbage = Arc::new(Mutex::new(BTreeSet::new()));
+        data_options.set_compaction_filter_factory(PurgeFilterFactory {
+            gc_grace: Arc::clone(&gc_grace),
+            garbage: Arc::clone(&garbage),
         });
 
         let metadata_options = Options::default();
@@ -118,7 +204,43 @@ impl RocksEngine {
             ColumnFamilyDescriptor::new(METADATA_FAMILY, metadata_options),
         ];
         let db = DB::open_cf_descriptors(&db_options, path, families).map_err(io_error)?;
-        Ok(RocksEngine { db, gc_grace })
+        let engine = RocksEngine {
+            db,
+            gc_grace,
+            garbage,
+        };
+        engine.check_format(path)?;
+        Ok(engine)
+    }
+
+    /// Refuses data written in another storage format; records the format in a new store.
+    fn check_format(&self, path: &Path) -> Result<()> {
+        let expected = keys::STORAGE_FORMAT_VERSION.to_be_bytes();
+        let stored = self
+            .db
+            .get_cf(self.metadata()?, FORMAT_KEY)
+            .map_err(io_error)?;
+        match stored {
+            Some(version) if version == expected => Ok(()),
+            Some(version) => Err(StorageError::Corrupt(format!(
+                "{} holds data in storage format {:?}, but this Shoal reads format {}; start it with an empty data directory",
+                path.display(),
+                version,
+                keys::STORAGE_FORMAT_VERSION
+            ))),
+            None => {
+                let mut first = self.db.raw_iterator_cf(self.data()?);
+                first.seek_to_first();
+                if first.valid() {
+                    return Err(StorageError::Corrupt(format!(
+                        "{} holds data written by an older Shoal (before storage format {}); start it with an empty data directory",
+                        path.display(),
+                        keys::STORAGE_FORMAT_VERSION
+                    )));
+                }
+                self.put_metadata(FORMAT_KEY, &expected)
+            }
+        }
     }
 
     fn data(&self) -> Result<&rocksdb::ColumnFamily> {
@@ -133,18 +255,92 @@ impl RocksEngine {
             .ok_or_else(|| StorageError::Corrupt("missing metadata column family".into()))
     }
 
-    /// Compacts everything now (tests and `shoal admin compact`).
-    ///
-    /// Two passes: RocksDB hands the compaction filter only full values, and a cell that was
-    /// only ever written as merge operands becomes a full value in the compaction that
-    /// merges it; the next one may then purge it. Background compactions get there over
-    /// time the same way.
-    pub fn compact_all(&self) -> Result<()> {
+    /// Compacts the keys of `[lower, upper)` (and whatever files they share).
+    pub fn compact_range(&self, lower: &[u8], upper: &[u8]) -> Result<()> {
+        self.db
+            .compact_range_cf(self.data()?, Some(lower), Some(upper));
+        Ok(())
+    }
+
+    /// How [`Engine::compact_all`] works here: several passes: RocksDB hands the compaction filter only full values, and a cell
+    /// written only as merge operands becomes a full value in the compaction that merges
+    /// it; the next one may then drop it. Garbage collection after the first pass marks the
+    /// covering deletions that pass reported; the marks merge in the second pass and the
+    /// third drops them. Background compactions get there over time the same way.
+    fn compact_in_passes(&self) -> Result<()> {
         let data = self.data()?;
+        self.db.compact_range_cf(data, None::<&[u8]>, None::<&[u8]>);
+        self.collect_garbage()?;
         for _ in 0..2 {
             self.db.compact_range_cf(data, None::<&[u8]>, None::<&[u8]>);
         }
         Ok(())
+    }
+
+    /// Clears what one expired covering deletion still shadows and marks it; returns the
+    /// cells tombstoned, or `None` when the deletion no longer needs it.
+    fn clear_shadow(&self, deletion_key: &[u8], now_seconds: i64) -> Result<Option<u64>> {
+        let data = self.data()?;
+        // The resolved value (merge operands applied): the deletion as it stands now.
+        let Some(value) = self.db.get_cf(data, deletion_key).map_err(io_error)? else {
+            return Ok(None);
+        };
+        let deletion = Cell::decode(&value).map_err(|e| StorageError::Corrupt(e.0))?;
+        let (
+            CellKind::Tombstone {
+                deleted_at,
+                shadow_cleared: false,
+            },
+            Some(grace),
+        ) = (
+            deletion.kind,
+            shadow::grace_for(self, deletion_key, now_seconds),
+        )
+        else {
+            return Ok(None);
+        };
+        if !grace.expired_for(&deletion) {
+            return Ok(None);
+        }
+        let Some((lower, upper, range)) = shadow::coverage(deletion_key) else {
+            return Ok(None);
+        };
+        // Every cell that would be live without this deletion gets a tombstone of the
+        // deletion's timestamp. A write racing with this one reconciles with it by
+        // last-write-wins: newer writes win, older ones were shadowed anyway.
+        let mut batch = rocksdb::WriteBatch::default();
+        let tombstone = Cell::tombstone(deletion.timestamp, deleted_at).encode();
+        let mut tombstoned = 0u64;
+        let mut cursor = self.scan(&lower, &upper, false)?;
+        while let Some((key, value)) = cursor.current() {
+            let inside = match &range {
+                None => true,
+                Some(range) => keys::split_partition(key)
+                    .and_then(|(_, _, rest)| keys::split_row_key(rest))
+                    .is_some_and(|(_, clustering, _)| range.covers(clustering)),
+            };
+            if inside && key != deletion_key {
+                let cell = Cell::decode(value).map_err(|e| StorageError::Corrupt(e.0))?;
+                if cell.timestamp <= deletion.timestamp && cell.is_live(now_seconds) {
+                    batch.merge_cf(data, key, &tombstone);
+                    tombstoned += 1;
+                }
+            }
+            cursor.advance();
+        }
+        cursor.status()?;
+        drop(cursor);
+        let cleared = Cell {
+            kind: CellKind::Tombstone {
+                deleted_at,
+                shadow_cleared: true,
+            },
+            ..deletion
+        };
+        batch.merge_cf(data, deletion_key, cleared.encode());
+        // No sync: losing this batch in a crash loses only progress, never a deletion.
+        self.db.write(batch).map_err(io_error)?;
+        Ok(Some(tombstoned))
     }
 }
 
@@ -241,6 +437,14 @@ impl Engine for RocksEngine {
         self.db.flush_wal(true).map_err(io_error)
     }
 
+    fn flush(&self) -> Result<()> {
+        self.db.flush_cf(self.data()?).map_err(io_error)
+    }
+
+    fn compact_all(&self) -> Result<()> {
+        self.compact_in_passes()
+    }
+
     fn put_metadata(&self, key: &[u8], value: &[u8]) -> Result<()> {
         let mut write_options = WriteOptions::default();
         write_options.set_sync(true);
@@ -277,6 +481,23 @@ impl Engine for RocksEngine {
 
     fn set_gc_grace_seconds(&self, table_id: [u8; 16], seconds: i32) {
         self.gc_grace.set(table_id, seconds);
+    }
+
+    fn gc_grace_seconds(&self, table_id: &[u8; 16]) -> Option<i32> {
+        self.gc_grace.get(table_id)
+    }
+
+    fn collect_garbage(&self) -> Result<GarbageReport> {
+        let candidates = std::mem::take(&mut *self.garbage.lock());
+        let now_seconds = shoal_model::timestamp::now_seconds();
+        let mut report = GarbageReport::default();
+        for key in candidates {
+            if let Some(tombstoned) = self.clear_shadow(&key, now_seconds)? {
+                report.deletions_cleared += 1;
+                report.cells_tombstoned += tombstoned;
+            }
+        }
+        Ok(report)
     }
 
     fn approximate_size_bytes(&self) -> u64 {

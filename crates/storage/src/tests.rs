@@ -6,7 +6,7 @@ use shoal_model::keys;
 use shoal_model::{Cell, Token, WriteTimestamp};
 
 const TABLE: [u8; 16] = [3; 16];
-const NOW: i32 = 1_000_000;
+const NOW: i64 = 1_000_000;
 
 fn with_each_engine(test: impl Fn(&dyn Engine)) {
     test(&MemoryEngine::new());
@@ -53,7 +53,7 @@ impl Visitor for Collect {
     }
 }
 
-fn read(engine: &dyn Engine, partition: &[u8], now: i32) -> Vec<Row> {
+fn read(engine: &dyn Engine, partition: &[u8], now: i64) -> Vec<Row> {
     let mut collect = Collect::default();
     reader::read_partition(
         engine,
@@ -324,4 +324,414 @@ fn rocksdb_compaction_purges_deletions_past_their_grace_period() {
         1,
         "the old tombstone is purged, the live cell stays"
     );
+}
+
+fn partition_deletion_key(partition: &[u8]) -> Vec<u8> {
+    let mut key = keys::partition_prefix(&TABLE, Token(1), partition);
+    key.push(keys::SECTION_PARTITION_DELETION);
+    key
+}
+
+fn element_key(partition: &[u8], clustering: &[u8], column: &str, element: &[u8]) -> Vec<u8> {
+    let mut key = keys::partition_prefix(&TABLE, Token(1), partition);
+    key.push(keys::SECTION_ROW);
+    key.extend_from_slice(clustering);
+    keys::push_column_part(&mut key, |k| keys::push_cell_column(k, column, element));
+    key
+}
+
+fn collection_deletion_key(partition: &[u8], clustering: &[u8], column: &str) -> Vec<u8> {
+    let mut key = keys::partition_prefix(&TABLE, Token(1), partition);
+    key.push(keys::SECTION_ROW);
+    key.extend_from_slice(clustering);
+    keys::push_column_part(&mut key, |k| keys::push_collection_deletion(k, column));
+    key
+}
+
+/// Every engine, each compacted the way it compacts.
+fn with_each_compacting_engine(test: impl Fn(&dyn Engine)) {
+    with_each_engine(|engine| {
+        engine.set_gc_grace_seconds(TABLE, 0);
+        test(engine)
+    });
+}
+
+#[test]
+fn a_deleted_partition_stays_deleted_after_its_tombstone_is_purged() {
+    // The reported defect: with gc_grace_seconds = 0, compaction dropped the partition
+    // deletion and kept the row it shadowed, which came back.
+    with_each_compacting_engine(|engine| {
+        write(
+            engine,
+            marker_key(b"p", b"a"),
+            Cell::live(WriteTimestamp(10), Vec::new()),
+        );
+        write(
+            engine,
+            row_key(b"p", b"a", "v"),
+            Cell::live(WriteTimestamp(10), b"old".to_vec()),
+        );
+        engine.flush().expect("flush");
+        write(
+            engine,
+            partition_deletion_key(b"p"),
+            Cell::tombstone(WriteTimestamp(20), NOW),
+        );
+        engine.compact_all().expect("compact");
+        assert!(
+            read(engine, b"p", NOW).is_empty(),
+            "the deleted row is back"
+        );
+        engine.compact_all().expect("compact again");
+        assert!(
+            read(engine, b"p", NOW).is_empty(),
+            "the deleted row is back"
+        );
+        // A newer write is not affected by the old deletion.
+        write(
+            engine,
+            row_key(b"p", b"b", "v"),
+            Cell::live(WriteTimestamp(30), b"new".to_vec()),
+        );
+        engine.compact_all().expect("compact");
+        let rows = read(engine, b"p", NOW);
+        assert_eq!(rows.len(), 1);
+        assert_eq!(value_of(&rows[0], "v"), Some(b"new".to_vec()));
+    });
+}
+
+#[test]
+fn an_overwritten_collection_keeps_only_its_new_elements_after_compaction() {
+    // `INSERT s = {'a'}` then `UPDATE SET s = {'b'}`: the overwrite is a collection
+    // deletion just before the new element. After compaction it read {'a', 'b'}.
+    with_each_compacting_engine(|engine| {
+        write(
+            engine,
+            element_key(b"p", b"r", "s", b"a"),
+            Cell::live(WriteTimestamp(10), Vec::new()),
+        );
+        engine.flush().expect("flush");
+        write(
+            engine,
+            collection_deletion_key(b"p", b"r", "s"),
+            Cell::tombstone(WriteTimestamp(19), NOW),
+        );
+        write(
+            engine,
+            element_key(b"p", b"r", "s", b"b"),
+            Cell::live(WriteTimestamp(20), Vec::new()),
+        );
+        engine.compact_all().expect("compact");
+        let rows = read(engine, b"p", NOW);
+        let elements: Vec<Vec<u8>> = rows[0]
+            .column("s")
+            .expect("the set")
+            .cells
+            .iter()
+            .map(|(path, _)| path.clone())
+            .collect();
+        assert_eq!(elements, vec![b"b".to_vec()]);
+    });
+}
+
+#[test]
+fn nothing_is_purged_from_a_table_whose_grace_period_is_unknown() {
+    // Until the schema is installed a node does not know a table's grace period; a
+    // compaction in that window must not purge anything of it.
+    with_each_engine(|engine| {
+        write(
+            engine,
+            row_key(b"p", b"a", "v"),
+            Cell::tombstone(WriteTimestamp(1), 0),
+        );
+        engine.compact_all().expect("compact");
+        let mut cursor = engine
+            .scan(&keys::table_prefix(&TABLE), &keys::table_end(&TABLE), false)
+            .expect("scan");
+        assert!(cursor.current().is_some(), "the tombstone was purged");
+        cursor.advance();
+    });
+}
+
+#[test]
+fn a_store_written_in_another_format_is_refused() {
+    let directory = tempfile::tempdir().expect("temporary directory");
+    {
+        let engine = RocksEngine::open(directory.path(), &RocksOptions::default()).expect("open");
+        engine
+            .put_metadata(b"storage/format", &1u32.to_be_bytes())
+            .expect("write");
+    }
+    let error = RocksEngine::open(directory.path(), &RocksOptions::default())
+        .err()
+        .expect("refused");
+    assert!(error.to_string().contains("storage format"), "{error}");
+}
+
+/// Random histories of writes, deletions, flushes, compactions and garbage collection:
+/// whatever the engines do to their files, a read returns what the same writes read from
+/// an engine that never compacts.
+mod model {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Write {
+        Live(u8),
+        Expired,
+        Expiring(u8),
+        Tombstone,
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Cell {
+            partition: u8,
+            /// `None`: the static row.
+            row: Option<u8>,
+            column: u8,
+            element: Option<u8>,
+            write: Write,
+        },
+        Marker {
+            partition: u8,
+            row: u8,
+        },
+        RowDeletion {
+            partition: u8,
+            row: u8,
+        },
+        RangeDeletion {
+            partition: u8,
+            from: u8,
+            to: u8,
+        },
+        PartitionDeletion {
+            partition: u8,
+        },
+        CollectionDeletion {
+            partition: u8,
+            row: u8,
+            column: u8,
+        },
+        Flush,
+        Compact {
+            from: u8,
+            to: u8,
+        },
+        CollectGarbage,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let write = prop_oneof![
+            (0u8..4).prop_map(Write::Live),
+            Just(Write::Expired),
+            (0u8..4).prop_map(Write::Expiring),
+            Just(Write::Tombstone),
+        ];
+        prop_oneof![
+            6 => (0u8..3, proptest::option::weighted(0.8, 0u8..4), 0u8..2, proptest::option::of(0u8..3), write)
+                .prop_map(|(partition, row, column, element, write)| Op::Cell { partition, row, column, element, write }),
+            2 => (0u8..3, 0u8..4).prop_map(|(partition, row)| Op::Marker { partition, row }),
+            1 => (0u8..3, 0u8..4).prop_map(|(partition, row)| Op::RowDeletion { partition, row }),
+            1 => (0u8..3, 0u8..4, 0u8..4).prop_map(|(partition, a, b)| Op::RangeDeletion { partition, from: a.min(b), to: a.max(b) }),
+            1 => (0u8..3).prop_map(|partition| Op::PartitionDeletion { partition }),
+            1 => (0u8..3, 0u8..4, 0u8..2).prop_map(|(partition, row, column)| Op::CollectionDeletion { partition, row, column }),
+            2 => Just(Op::Flush),
+            2 => (0u8..4, 0u8..4).prop_map(|(a, b)| Op::Compact { from: a.min(b), to: a.max(b) }),
+            1 => Just(Op::CollectGarbage),
+        ]
+    }
+
+    fn partition_prefix(partition: u8) -> Vec<u8> {
+        keys::partition_prefix(&TABLE, Token(partition as i64), &[partition])
+    }
+
+    fn row_prefix(partition: u8, row: Option<u8>) -> Vec<u8> {
+        let mut key = partition_prefix(partition);
+        match row {
+            Some(row) => {
+                key.push(keys::SECTION_ROW);
+                key.push(row);
+            }
+            None => key.push(keys::SECTION_STATIC_ROW),
+        }
+        key
+    }
+
+    fn with_part(mut key: Vec<u8>, part: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+        keys::push_column_part(&mut key, part);
+        key
+    }
+
+    /// The write an op makes, stamped `timestamp`; `None` for maintenance ops.
+    fn mutation(op: &Op, timestamp: i64) -> Option<(Vec<u8>, Cell)> {
+        let timestamp = WriteTimestamp(timestamp);
+        let deletion = Cell::tombstone(timestamp, NOW);
+        let long_ago = 1_000;
+        Some(match op {
+            Op::Cell {
+                partition,
+                row,
+                column,
+                element,
+                write,
+            } => {
+                let path: Vec<u8> = element.iter().copied().collect();
+                let key = with_part(row_prefix(*partition, *row), |k| {
+                    keys::push_cell_column(k, &format!("c{column}"), &path)
+                });
+                let cell = match write {
+                    Write::Live(value) => Cell::live(timestamp, vec![*value]),
+                    Write::Expired => Cell::with_ttl(timestamp, vec![9], 10, long_ago),
+                    Write::Expiring(value) => {
+                        Cell::with_ttl(timestamp, vec![*value], 1_000_000_000, NOW * 2000)
+                    }
+                    Write::Tombstone => deletion,
+                };
+                (key, cell)
+            }
+            Op::Marker { partition, row } => (
+                with_part(row_prefix(*partition, Some(*row)), |k| {
+                    k.push(keys::COLUMN_ROW_MARKER)
+                }),
+                Cell::live(timestamp, Vec::new()),
+            ),
+            Op::RowDeletion { partition, row } => (
+                with_part(row_prefix(*partition, Some(*row)), |k| {
+                    k.push(keys::COLUMN_ROW_DELETION)
+                }),
+                deletion,
+            ),
+            Op::RangeDeletion {
+                partition,
+                from,
+                to,
+            } => {
+                let mut key = partition_prefix(*partition);
+                keys::push_range_tombstone(&mut key, &[*from], true, &[*to], true);
+                (key, deletion)
+            }
+            Op::PartitionDeletion { partition } => {
+                let mut key = partition_prefix(*partition);
+                key.push(keys::SECTION_PARTITION_DELETION);
+                (key, deletion)
+            }
+            Op::CollectionDeletion {
+                partition,
+                row,
+                column,
+            } => (
+                with_part(row_prefix(*partition, Some(*row)), |k| {
+                    keys::push_collection_deletion(k, &format!("c{column}"))
+                }),
+                deletion,
+            ),
+            Op::Flush | Op::Compact { .. } | Op::CollectGarbage => return None,
+        })
+    }
+
+    fn everything(engine: &dyn Engine) -> Vec<(Vec<u8>, Row, Option<Row>)> {
+        struct All(Vec<(Vec<u8>, Row, Option<Row>)>);
+        impl Visitor for All {
+            fn partition(&mut self, _: &PartitionHeader) -> Flow {
+                Flow::Continue
+            }
+            fn row(&mut self, header: &PartitionHeader, row: Row) -> Flow {
+                self.0
+                    .push((header.key.clone(), row, header.static_row.clone()));
+                Flow::Continue
+            }
+            fn partition_end(&mut self, header: &PartitionHeader) -> Flow {
+                if let Some(static_row) = &header.static_row {
+                    self.0.push((header.key.clone(), static_row.clone(), None));
+                }
+                Flow::Continue
+            }
+        }
+        let mut all = All(Vec::new());
+        reader::scan_partitions(
+            engine,
+            &keys::table_prefix(&TABLE),
+            &keys::table_end(&TABLE),
+            shoal_model::timestamp::now_seconds(),
+            &mut all,
+        )
+        .expect("scan");
+        all.0
+    }
+
+    /// Runs `ops` against the model and both engines; timestamps are the op's position
+    /// (`ordered`) or the given ones.
+    fn check(ops: &[(Op, i64)], gc_grace_seconds: i32) {
+        let model = MemoryEngine::new();
+        let memory = MemoryEngine::new();
+        let directory = tempfile::tempdir().expect("temporary directory");
+        let rocks = RocksEngine::open(directory.path(), &RocksOptions::default()).expect("open");
+        for engine in [&memory as &dyn Engine, &rocks] {
+            engine.set_gc_grace_seconds(TABLE, gc_grace_seconds);
+        }
+        for (op, timestamp) in ops {
+            if let Some((key, cell)) = mutation(op, *timestamp) {
+                for engine in [&model as &dyn Engine, &memory, &rocks] {
+                    write(engine, key.clone(), cell.clone());
+                }
+                continue;
+            }
+            match op {
+                Op::Flush => rocks.flush().expect("flush"),
+                Op::Compact { from, to } => {
+                    let upper = keys::increment_prefix(&partition_prefix(*to)).expect("upper");
+                    rocks
+                        .compact_range(&partition_prefix(*from), &upper)
+                        .expect("compact");
+                    memory.compact(shoal_model::timestamp::now_seconds());
+                }
+                Op::CollectGarbage => {
+                    rocks.collect_garbage().expect("garbage");
+                }
+                _ => {}
+            }
+            assert_eq!(
+                everything(&memory),
+                everything(&model),
+                "memory after {op:?}"
+            );
+        }
+        let expected = everything(&model);
+        assert_eq!(everything(&rocks), expected, "rocksdb");
+        rocks.compact_all().expect("compact");
+        assert_eq!(
+            everything(&rocks),
+            expected,
+            "rocksdb after a full compaction"
+        );
+        memory.compact_all().expect("compact");
+        assert_eq!(
+            everything(&memory),
+            expected,
+            "memory after a full compaction"
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        /// Arrival order is timestamp order and deletions are purgeable at once
+        /// (gc_grace_seconds = 0): purging must never bring anything back.
+        #[test]
+        fn purging_never_resurrects(ops in proptest::collection::vec(op(), 1..60)) {
+            let ops: Vec<(Op, i64)> = ops.into_iter().enumerate().map(|(i, op)| (op, i as i64 + 1)).collect();
+            check(&ops, 0);
+        }
+
+        /// Writes arrive in any timestamp order (within the grace period, which is long):
+        /// dropping shadowed cells must never change what a read returns.
+        #[test]
+        fn dropping_shadowed_cells_never_changes_a_read(
+            ops in proptest::collection::vec((op(), 1i64..40), 1..60)
+        ) {
+            check(&ops, i32::MAX);
+        }
+    }
 }

@@ -1,0 +1,34 @@
+//! Background storage maintenance the node runs on its own.
+//!
+//! Garbage collection ([`shoal_storage::Engine::collect_garbage`]) lets compaction drop
+//! covering deletions (partition, range, row and collection deletions) once their grace
+//! period is over and what they shadowed has been cleared. Compaction reports such
+//! deletions as it meets them; this loop clears them on a blocking thread every
+//! [`GARBAGE_COLLECTION_INTERVAL`], so the work follows compaction's pace and never runs
+//! on the request path.
+
+use shoal_storage::Engine;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often reported deletions are cleared.
+pub const GARBAGE_COLLECTION_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Runs garbage collection every [`GARBAGE_COLLECTION_INTERVAL`] until the task is
+/// dropped.
+pub async fn collect_garbage_regularly(engine: Arc<dyn Engine>) {
+    let mut interval = tokio::time::interval(GARBAGE_COLLECTION_INTERVAL);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        let engine = Arc::clone(&engine);
+        match tokio::task::spawn_blocking(move || engine.collect_garbage()).await {
+            Ok(Ok(report)) if report.deletions_cleared > 0 => {
+                tracing::debug!(?report, "cleared expired deletions for compaction")
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => tracing::warn!(%error, "storage garbage collection failed"),
+            Err(_) => return,
+        }
+    }
+}

@@ -1,0 +1,526 @@
+//! Which stored cells are dead for good: the one rule compaction, replica reads, digests
+//! and repair share.
+//!
+//! A deletion in Shoal is a cell of its own. A cell tombstone shadows only its own key,
+//! but a partition deletion, a range tombstone, a row deletion and a collection deletion
+//! each shadow *other* keys — every cell they cover whose write timestamp is not newer.
+//! Two consequences shape this module:
+//!
+//! - A shadowed cell is dead: compaction may drop it as soon as it meets it, replicas
+//!   leave it out of what they send and of their digests, and reconciliation drops it.
+//! - A covering deletion may only be dropped once nothing it shadows can still exist
+//!   beneath it. Dropping it earlier is how deleted rows came back after compaction. A
+//!   compaction sees only some of the data (never the memtable, often not every level), so
+//!   it cannot know that by itself: it reports such a deletion as
+//!   [`Verdict::PurgeableOnceCleared`], and garbage collection
+//!   ([`crate::RocksEngine::collect_garbage`]) replaces every cell it still shadows by a
+//!   tombstone of its own and marks it `shadow_cleared`; from then on it is
+//!   [`Verdict::Purgeable`] like any tombstone.
+//!
+//! [`ShadowTracker`] judges `(key, cell)` pairs given in ascending key order. It works
+//! because the key layout puts every deletion before what it can shadow (see
+//! [`shoal_model::keys`]): by the time a cell passes, every deletion that could cover it in
+//! this walk has passed already. A walk that starts in the middle of a partition must
+//! first show the tracker that partition's deletions ([`visit_visible`] does).
+//!
+//! Purging follows Cassandra: a tombstone is purgeable `gc_grace_seconds` after its
+//! deletion, an expired cell `gc_grace_seconds` after it was written (and not before it
+//! expired). Tables with no known grace period (not yet in the schema this node has
+//! installed, or internal) are never purged.
+
+use crate::reader::RangeTombstone;
+use crate::{Engine, Result, StorageError};
+use shoal_model::keys::{self, ColumnPart};
+use shoal_model::{Cell, WriteTimestamp};
+
+/// Range tombstones of one partition the tracker remembers; beyond this it stops using
+/// further ones to shadow cells (they stay in storage and are still applied by readers,
+/// only their shadowed cells are kept longer).
+pub const MAX_TRACKED_RANGE_TOMBSTONES: usize = 4096;
+
+/// What may happen to one stored cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// It still matters: keep it, send it, digest it.
+    Keep,
+    /// A deletion met earlier in the walk covers it: dead, may be dropped now.
+    Shadowed,
+    /// Dead for longer than the grace period and shadowing nothing else: may be dropped.
+    Purgeable,
+    /// A covering deletion past its grace period that may still shadow cells elsewhere:
+    /// keep it until garbage collection has cleared what it shadows.
+    PurgeableOnceCleared,
+}
+
+impl Verdict {
+    /// True when the cell is part of what a replica answers (data, digests, repair).
+    pub fn is_visible(self) -> bool {
+        self == Verdict::Keep
+    }
+}
+
+/// A table's grace period as of a moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grace {
+    pub gc_grace_seconds: i64,
+    pub now_seconds: i64,
+}
+
+impl Grace {
+    /// True when `cell` has been dead for the whole grace period.
+    pub fn expired_for(&self, cell: &Cell) -> bool {
+        cell.dead_since(self.now_seconds)
+            .is_some_and(|since| self.now_seconds >= since.saturating_add(self.gc_grace_seconds))
+    }
+}
+
+/// Follows one partition's deletions through a walk in ascending key order.
+#[derive(Debug, Default)]
+pub struct ShadowTracker {
+    /// `table id | token | partition key` of the partition being walked.
+    partition: Vec<u8>,
+    partition_deletion: Option<WriteTimestamp>,
+    range_tombstones: Vec<RangeTombstone>,
+    /// `section | clustering` of the row being walked.
+    row: Vec<u8>,
+    /// The newest partition-level deletion covering the current row (partition deletion
+    /// and range tombstones; the static row only knows the partition deletion).
+    row_partition_floor: Option<WriteTimestamp>,
+    row_deletion: Option<WriteTimestamp>,
+    collection_deletions: Vec<(Vec<u8>, WriteTimestamp)>,
+}
+
+fn covered(floor: Option<WriteTimestamp>, cell: &Cell) -> bool {
+    floor.is_some_and(|deleted| cell.timestamp <= deleted)
+}
+
+impl ShadowTracker {
+    pub fn new() -> ShadowTracker {
+        ShadowTracker::default()
+    }
+
+    /// Judges the cell stored under `key`. Keys must come in ascending order. `grace`
+    /// `None` never purges (shadowing still applies). Keys that do not parse as user
+    /// data are kept.
+    pub fn judge(&mut self, key: &[u8], cell: &Cell, grace: Option<Grace>) -> Verdict {
+        let Some((_, _, rest)) = keys::split_partition(key) else {
+            return Verdict::Keep;
+        };
+        let partition = &key[..key.len() - rest.len()];
+        if self.partition != partition {
+            *self = ShadowTracker {
+                partition: partition.to_vec(),
+                ..ShadowTracker::default()
+            };
+        }
+        let standing = |covering: bool| -> Verdict {
+            match grace {
+                Some(grace) if grace.expired_for(cell) => {
+                    let cleared = matches!(
+                        cell.kind,
+                        shoal_model::CellKind::Tombstone {
+                            shadow_cleared: true,
+                            ..
+                        }
+                    );
+                    if covering && !cleared {
+                        Verdict::PurgeableOnceCleared
+                    } else {
+                        Verdict::Purgeable
+                    }
+                }
+                _ => Verdict::Keep,
+            }
+        };
+        match rest.first() {
+            Some(&keys::SECTION_PARTITION_DELETION) => {
+                if !cell.is_tombstone() {
+                    return Verdict::Keep;
+                }
+                self.partition_deletion = self.partition_deletion.max(Some(cell.timestamp));
+                standing(true)
+            }
+            Some(&keys::SECTION_RANGE_TOMBSTONE) => {
+                let Some((start, start_inclusive, end, end_inclusive)) =
+                    keys::parse_range_tombstone(rest)
+                else {
+                    return Verdict::Keep;
+                };
+                if !cell.is_tombstone() {
+                    return Verdict::Keep;
+                }
+                if covered(self.partition_deletion, cell) {
+                    return Verdict::Shadowed;
+                }
+                if self.range_tombstones.len() < MAX_TRACKED_RANGE_TOMBSTONES {
+                    self.range_tombstones.push(RangeTombstone {
+                        start: start.to_vec(),
+                        start_inclusive,
+                        end: end.to_vec(),
+                        end_inclusive,
+                        timestamp: cell.timestamp,
+                    });
+                }
+                standing(true)
+            }
+            Some(&keys::SECTION_STATIC_ROW) | Some(&keys::SECTION_ROW) => {
+                let Some((section, clustering, part)) = keys::split_row_key(rest) else {
+                    return Verdict::Keep;
+                };
+                let row_length = 1 + clustering.len();
+                if self.row != rest[..row_length] {
+                    self.enter_row(&rest[..row_length], section, clustering);
+                }
+                let row_floor = self.row_partition_floor.max(self.row_deletion);
+                match keys::parse_column_part(part) {
+                    Some(ColumnPart::RowDeletion) => {
+                        if !cell.is_tombstone() {
+                            return Verdict::Keep;
+                        }
+                        if covered(self.row_partition_floor, cell) {
+                            return Verdict::Shadowed;
+                        }
+                        self.row_deletion = self.row_deletion.max(Some(cell.timestamp));
+                        standing(true)
+                    }
+                    Some(ColumnPart::RowMarker) => {
+                        if covered(row_floor, cell) {
+                            Verdict::Shadowed
+                        } else {
+                            standing(false)
+                        }
+                    }
+                    Some(ColumnPart::CollectionDeletion { column }) => {
+                        if !cell.is_tombstone() {
+                            return Verdict::Keep;
+                        }
+                        if covered(row_floor, cell) {
+                            return Verdict::Shadowed;
+                        }
+                        self.collection_deletions
+                            .push((column.to_vec(), cell.timestamp));
+                        standing(true)
+                    }
+                    Some(ColumnPart::Cell { column, .. }) => {
+                        let collection_floor = self
+                            .collection_deletions
+                            .iter()
+                            .filter(|(name, _)| name == column)
+                            .map(|(_, timestamp)| *timestamp)
+                            .max();
+                        if covered(row_floor.max(collection_floor), cell) {
+                            Verdict::Shadowed
+                        } else {
+                            standing(false)
+                        }
+                    }
+                    None => Verdict::Keep,
+                }
+            }
+            _ => Verdict::Keep,
+        }
+    }
+
+    fn enter_row(&mut self, row: &[u8], section: u8, clustering: &[u8]) {
+        self.row.clear();
+        self.row.extend_from_slice(row);
+        self.row_deletion = None;
+        self.collection_deletions.clear();
+        self.row_partition_floor = if section == keys::SECTION_ROW {
+            // Rows come in ascending clustering order: a range tombstone that ends before
+            // this row can cover no later one.
+            self.range_tombstones
+                .retain(|tombstone| !tombstone.ends_before(clustering));
+            self.range_tombstones
+                .iter()
+                .filter(|tombstone| tombstone.covers(clustering))
+                .map(|tombstone| tombstone.timestamp)
+                .chain(self.partition_deletion)
+                .max()
+        } else {
+            self.partition_deletion
+        };
+    }
+}
+
+fn decode(value: &[u8]) -> Result<Cell> {
+    Cell::decode(value).map_err(|e| StorageError::Corrupt(e.0))
+}
+
+/// The grace period of the table `key` belongs to, as `engine` knows it.
+pub fn grace_for(engine: &dyn Engine, key: &[u8], now_seconds: i64) -> Option<Grace> {
+    let table: [u8; 16] = key.get(..keys::TABLE_ID_LENGTH)?.try_into().ok()?;
+    engine.gc_grace_seconds(&table).map(|seconds| Grace {
+        gc_grace_seconds: seconds as i64,
+        now_seconds,
+    })
+}
+
+/// Feeds the tracker every key of `[lower, upper)` without visiting it.
+fn show_tracker(
+    engine: &dyn Engine,
+    tracker: &mut ShadowTracker,
+    lower: &[u8],
+    upper: &[u8],
+) -> Result<()> {
+    if lower >= upper {
+        return Ok(());
+    }
+    let mut cursor = engine.scan(lower, upper, false)?;
+    while let Some((key, value)) = cursor.current() {
+        tracker.judge(key, &decode(value)?, None);
+        cursor.advance();
+    }
+    cursor.status()
+}
+
+/// Visits the *visible* cells of `[lower, upper)` in key order — neither shadowed nor
+/// purgeable — which is what a replica sends, digests and compares in repair. When
+/// `lower` falls inside a partition (a chunked read resuming), that partition's deletions
+/// before it are shown to the tracker first, so what it covers stays hidden. `visit`
+/// returns `false` to stop; the result is `true` when the whole range was visited.
+pub fn visit_visible(
+    engine: &dyn Engine,
+    lower: &[u8],
+    upper: &[u8],
+    now_seconds: i64,
+    mut visit: impl FnMut(&[u8], &[u8]) -> bool,
+) -> Result<bool> {
+    let mut cursor = engine.scan(lower, upper, false)?;
+    let mut tracker = ShadowTracker::new();
+    if let Some((first, _)) = cursor.current() {
+        seed_mid_partition(engine, &mut tracker, lower, first)?;
+    }
+    let mut grace: Option<(Vec<u8>, Option<Grace>)> = None;
+    while let Some((key, value)) = cursor.current() {
+        let table = &key[..key.len().min(keys::TABLE_ID_LENGTH)];
+        if grace.as_ref().is_none_or(|(cached, _)| cached != table) {
+            grace = Some((table.to_vec(), grace_for(engine, key, now_seconds)));
+        }
+        let table_grace = grace.as_ref().and_then(|(_, g)| *g);
+        let cell = decode(value)?;
+        if tracker.judge(key, &cell, table_grace).is_visible() && !visit(key, value) {
+            cursor.status()?;
+            return Ok(false);
+        }
+        cursor.advance();
+    }
+    cursor.status()?;
+    Ok(true)
+}
+
+/// When `first` (the first key at or after `lower`) belongs to a partition — or a row —
+/// that started before `lower`, shows the tracker the deletions it skipped.
+fn seed_mid_partition(
+    engine: &dyn Engine,
+    tracker: &mut ShadowTracker,
+    lower: &[u8],
+    first: &[u8],
+) -> Result<()> {
+    let Some((_, _, rest)) = keys::split_partition(first) else {
+        return Ok(());
+    };
+    let partition = &first[..first.len() - rest.len()];
+    if partition >= lower {
+        return Ok(());
+    }
+    let mut deletions_end = partition.to_vec();
+    deletions_end.push(keys::SECTION_STATIC_ROW);
+    let deletions_upper = std::cmp::min(deletions_end.as_slice(), lower).to_vec();
+    show_tracker(engine, tracker, partition, &deletions_upper)?;
+    if let Some((_, clustering, _)) = keys::split_row_key(rest) {
+        let row = &first[..partition.len() + 1 + clustering.len()];
+        if row < lower {
+            let row_lower = std::cmp::max(row, deletions_upper.as_slice()).to_vec();
+            show_tracker(engine, tracker, &row_lower, lower)?;
+        }
+    }
+    Ok(())
+}
+
+/// Drops the shadowed cells of `cells` (sorted by key): what reconciliation keeps.
+pub fn without_shadowed(cells: Vec<(Vec<u8>, Vec<u8>)>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut tracker = ShadowTracker::new();
+    cells
+        .into_iter()
+        .filter(|(key, value)| match Cell::decode(value) {
+            Ok(cell) => tracker.judge(key, &cell, None) != Verdict::Shadowed,
+            Err(_) => true,
+        })
+        .collect()
+}
+
+/// The key range a covering deletion stored under `key` covers: `[lower, upper)`, and
+/// for a range tombstone the tombstone itself (rows inside the range must still be
+/// checked with [`RangeTombstone::covers`]).
+pub(crate) fn coverage(key: &[u8]) -> Option<(Vec<u8>, Vec<u8>, Option<RangeTombstone>)> {
+    let (_, _, rest) = keys::split_partition(key)?;
+    let partition = &key[..key.len() - rest.len()];
+    let end_of = |prefix: &[u8]| keys::increment_prefix(prefix);
+    match *rest.first()? {
+        keys::SECTION_PARTITION_DELETION => Some((partition.to_vec(), end_of(partition)?, None)),
+        keys::SECTION_RANGE_TOMBSTONE => {
+            let (start, start_inclusive, end, end_inclusive) = keys::parse_range_tombstone(rest)?;
+            let mut rows = partition.to_vec();
+            rows.push(keys::SECTION_ROW);
+            let upper = end_of(&rows)?;
+            Some((
+                rows,
+                upper,
+                Some(RangeTombstone {
+                    start: start.to_vec(),
+                    start_inclusive,
+                    end: end.to_vec(),
+                    end_inclusive,
+                    timestamp: WriteTimestamp(0),
+                }),
+            ))
+        }
+        keys::SECTION_STATIC_ROW | keys::SECTION_ROW => {
+            let (_, clustering, part) = keys::split_row_key(rest)?;
+            let row = &key[..partition.len() + 1 + clustering.len()];
+            match keys::parse_column_part(part)? {
+                ColumnPart::RowDeletion => Some((row.to_vec(), end_of(row)?, None)),
+                ColumnPart::CollectionDeletion { column } => {
+                    let mut cells = row.to_vec();
+                    keys::push_cell_column(&mut cells, &String::from_utf8_lossy(column), b"");
+                    let upper = end_of(&cells)?;
+                    Some((cells, upper, None))
+                }
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shoal_model::Token;
+
+    const TABLE: [u8; 16] = [9; 16];
+
+    fn partition() -> Vec<u8> {
+        keys::partition_prefix(&TABLE, Token(5), b"p")
+    }
+
+    fn row_key(clustering: &[u8], part: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+        let mut key = partition();
+        key.push(keys::SECTION_ROW);
+        key.extend_from_slice(clustering);
+        keys::push_column_part(&mut key, part);
+        key
+    }
+
+    fn cell_key(clustering: &[u8], column: &str, path: &[u8]) -> Vec<u8> {
+        row_key(clustering, |k| keys::push_cell_column(k, column, path))
+    }
+
+    fn live(timestamp: i64) -> Cell {
+        Cell::live(WriteTimestamp(timestamp), b"v".to_vec())
+    }
+
+    fn deletion(timestamp: i64, deleted_at: i64) -> Cell {
+        Cell::tombstone(WriteTimestamp(timestamp), deleted_at)
+    }
+
+    #[test]
+    fn a_partition_deletion_shadows_older_cells_and_not_newer_ones() {
+        let mut tracker = ShadowTracker::new();
+        let mut deletion_key = partition();
+        deletion_key.push(keys::SECTION_PARTITION_DELETION);
+        assert_eq!(
+            tracker.judge(&deletion_key, &deletion(20, 100), None),
+            Verdict::Keep
+        );
+        assert_eq!(
+            tracker.judge(&cell_key(b"a", "v", b""), &live(20), None),
+            Verdict::Shadowed,
+            "a tie goes to the deletion"
+        );
+        assert_eq!(
+            tracker.judge(&cell_key(b"b", "v", b""), &live(21), None),
+            Verdict::Keep
+        );
+    }
+
+    #[test]
+    fn an_expired_covering_deletion_waits_for_its_shadow_to_be_cleared() {
+        let grace = Some(Grace {
+            gc_grace_seconds: 10,
+            now_seconds: 1_000,
+        });
+        let mut tracker = ShadowTracker::new();
+        let marker = row_key(b"a", |k| k.push(keys::COLUMN_ROW_DELETION));
+        assert_eq!(
+            tracker.judge(&marker, &deletion(5, 100), grace),
+            Verdict::PurgeableOnceCleared
+        );
+        let cleared = Cell {
+            kind: shoal_model::CellKind::Tombstone {
+                deleted_at: 100,
+                shadow_cleared: true,
+            },
+            ..deletion(5, 100)
+        };
+        let mut tracker = ShadowTracker::new();
+        assert_eq!(tracker.judge(&marker, &cleared, grace), Verdict::Purgeable);
+        // A cell tombstone covers only itself: purgeable alone.
+        assert_eq!(
+            tracker.judge(&cell_key(b"a", "v", b""), &deletion(6, 100), grace),
+            Verdict::Purgeable
+        );
+        // Within the grace period nothing is purgeable.
+        let young = Some(Grace {
+            gc_grace_seconds: 10_000,
+            now_seconds: 1_000,
+        });
+        let mut tracker = ShadowTracker::new();
+        assert_eq!(
+            tracker.judge(&marker, &deletion(5, 100), young),
+            Verdict::Keep
+        );
+    }
+
+    #[test]
+    fn a_collection_deletion_shadows_only_its_column_of_its_row() {
+        let mut tracker = ShadowTracker::new();
+        let collection = row_key(b"a", |k| keys::push_collection_deletion(k, "s"));
+        tracker.judge(&collection, &deletion(10, 1), None);
+        assert_eq!(
+            tracker.judge(&cell_key(b"a", "s", b"x"), &live(9), None),
+            Verdict::Shadowed
+        );
+        assert_eq!(
+            tracker.judge(&cell_key(b"a", "t", b""), &live(9), None),
+            Verdict::Keep
+        );
+        assert_eq!(
+            tracker.judge(&cell_key(b"b", "s", b"x"), &live(9), None),
+            Verdict::Keep,
+            "another row"
+        );
+    }
+
+    #[test]
+    fn range_tombstones_shadow_rows_inside_their_bounds() {
+        let mut tracker = ShadowTracker::new();
+        let mut range = partition();
+        keys::push_range_tombstone(&mut range, b"b", true, b"c", false);
+        tracker.judge(&range, &deletion(10, 1), None);
+        assert_eq!(
+            tracker.judge(&cell_key(b"a", "v", b""), &live(1), None),
+            Verdict::Keep
+        );
+        assert_eq!(
+            tracker.judge(&cell_key(b"b", "v", b""), &live(1), None),
+            Verdict::Shadowed
+        );
+        assert_eq!(
+            tracker.judge(&cell_key(b"c", "v", b""), &live(1), None),
+            Verdict::Keep,
+            "exclusive end"
+        );
+    }
+}
