@@ -60,10 +60,30 @@ class ShoalNode:
         return command + self.extra_args
 
     def start(self, timeout=30):
+        self.launch()
+        return self.wait_listening(timeout)
+
+    def launch(self):
+        """Starts the process without waiting for it to serve clients."""
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
         log.close()
+        return self
+
+    def wait_for_log(self, text, timeout=30):
+        """Waits until the node's log contains `text`."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if text in self.log_path.read_text(errors="replace"):
+                return
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"shoal exited with {self.process.returncode}: {self.log()}")
+            time.sleep(0.05)
+        raise AssertionError(f"{text!r} never appeared in the log: {self.log()}")
+
+    def wait_listening(self, timeout=30):
+        """Waits until the node accepts CQL connections."""
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.process.poll() is not None:

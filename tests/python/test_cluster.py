@@ -647,3 +647,33 @@ def test_schema_changes_continue_when_the_metadata_leader_dies(cluster):
     wait_until(lambda: [r.table_name for r in read_on(
         cluster, ADDRESSES[0], f"SELECT table_name FROM system_schema.tables WHERE keyspace_name = '{ks}'")] == ["t"],
         timeout=20, message="the schema on the returned node")
+
+
+def test_seeds_form_a_cluster_whatever_order_they_start_in(tmp_path):
+    """`--seeds A,B` with B started first: B waits for A, A bootstraps, B joins. (Both
+    used to wait for a leader until their deadline and exit.)"""
+    addresses = ["127.0.0.5", "127.0.0.6"]
+    cql_port = free_port_on_all(addresses)
+    internode_port = free_port_on_all(addresses)
+    while internode_port == cql_port:
+        internode_port = free_port_on_all(addresses)
+    first, second = [
+        ShoalNode(tmp_path / f"node-{address}", address=address, port=cql_port,
+                  internode_port=internode_port, seeds=addresses)
+        for address in addresses
+    ]
+    try:
+        second.launch()
+        second.wait_for_log("waiting for a seed to let this node join")
+        first.start(timeout=60)
+        second.wait_listening(timeout=60)
+        driver = Cluster([first.address], port=cql_port)
+        try:
+            session = driver.connect()
+            wait_until(lambda: len(list(session.execute("SELECT peer FROM system.peers"))) == 1,
+                       message="the second seed to be a peer of the first")
+        finally:
+            driver.shutdown()
+    finally:
+        second.kill()
+        first.kill()

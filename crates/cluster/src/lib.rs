@@ -66,6 +66,8 @@ pub enum ClusterRequest {
     Propose(Command),
     /// Does the receiving node hold any user data?
     HoldsData,
+    /// Is the receiving node a member of a cluster (bootstrapped or joined)?
+    Membership,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -77,6 +79,8 @@ pub enum ClusterResponse {
     /// The outcome, and the log index at which the command was applied.
     Proposed(CommandOutcome, u64),
     HoldsData(bool),
+    /// Whether the node belongs to a cluster yet (a seed waiting to join does not).
+    Membership(bool),
     /// The request failed; the message says why (for people).
     Error(String),
 }
@@ -203,17 +207,27 @@ impl ClusterMetadata {
         Ok(())
     }
 
+    /// True when one of `seeds` already belongs to a cluster. A seed that answers but is
+    /// itself still waiting to join (it was started first) does not count: the first seed
+    /// must bootstrap, whatever order the seeds start in.
     async fn any_seed_has_cluster(&self, seeds: &[SocketAddr]) -> bool {
         for seed in seeds {
             let answer = self
                 .transport
-                .call(*seed, ClusterRequest::HoldsData, Duration::from_secs(1))
+                .call(*seed, ClusterRequest::Membership, Duration::from_secs(1))
                 .await;
-            if answer.is_ok() {
+            tracing::debug!(%seed, ?answer, "asked a seed whether it belongs to a cluster");
+            if matches!(answer, Ok(ClusterResponse::Membership(true))) {
+                tracing::info!(%seed, "another seed already belongs to a cluster: joining it");
                 return true;
             }
         }
         false
+    }
+
+    /// True once this node belongs to a cluster.
+    pub fn is_member(&self) -> bool {
+        self.state().members.contains_key(&self.me.node_id())
     }
 
     async fn join(&self, seeds: &[SocketAddr]) -> Result<(), ClusterError> {
@@ -347,6 +361,7 @@ impl ClusterMetadata {
             ClusterRequest::HoldsData => {
                 ClusterResponse::HoldsData(self.local_data.holds_user_data())
             }
+            ClusterRequest::Membership => ClusterResponse::Membership(self.is_member()),
             ClusterRequest::Propose(command) => match self.raft.client_write(command).await {
                 Ok(response) => ClusterResponse::Proposed(response.data, response.log_id.index),
                 Err(e) => error(&e),
