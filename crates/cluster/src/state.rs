@@ -12,7 +12,7 @@
 //! schema moved on, and retries against the newer one.
 
 use serde::{Deserialize, Serialize};
-use shoal_model::Token;
+use shoal_model::{HostId, TableId, Token};
 use shoal_placement::{NodeDescriptor, ReplicationStrategy, TabletMap};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -24,9 +24,9 @@ pub type NodeId = u64;
 /// tablets, so each node is first replica for about this many of them.
 pub const TABLETS_PER_NODE: usize = 8;
 
-pub fn node_id_of(host_id: &[u8; 16]) -> NodeId {
+pub fn node_id_of(host_id: &HostId) -> NodeId {
     let mut first = [0u8; 8];
-    first.copy_from_slice(&host_id[..8]);
+    first.copy_from_slice(&host_id.0[..8]);
     u64::from_be_bytes(first)
 }
 
@@ -48,7 +48,7 @@ impl MemberState {
 /// A cluster member as every node knows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Member {
-    pub host_id: [u8; 16],
+    pub host_id: HostId,
     /// Where peers reach it (internode messaging and Raft).
     pub internode_address: SocketAddr,
     /// Where clients reach it (CQL).
@@ -88,7 +88,7 @@ pub enum Command {
     ChangeSchema {
         base_version: Option<[u8; 16]>,
         schema: SchemaRecord,
-        tables: BTreeMap<[u8; 16], ReplicationStrategy>,
+        tables: BTreeMap<TableId, ReplicationStrategy>,
     },
 }
 
@@ -108,7 +108,7 @@ pub enum CommandOutcome {
 pub struct ClusterState {
     pub members: BTreeMap<NodeId, Member>,
     pub schema: Option<SchemaRecord>,
-    pub tables: BTreeMap<[u8; 16], TablePlacement>,
+    pub tables: BTreeMap<TableId, TablePlacement>,
 }
 
 impl ClusterState {
@@ -188,7 +188,7 @@ impl ClusterState {
     /// The tokens `host_id` reports to drivers: the last tokens of the tablets it is first
     /// replica for. Every table places its first replicas the same way (tablet `i` starts
     /// at member `i`), so one ring describes them all.
-    pub fn tokens_of(&self, host_id: &[u8; 16]) -> Vec<Token> {
+    pub fn tokens_of(&self, host_id: &HostId) -> Vec<Token> {
         match self.place(&ReplicationStrategy::Simple { factor: 1 }) {
             Ok(ring) => ring.tokens_of(host_id),
             Err(_) => Vec::new(),
@@ -196,18 +196,18 @@ impl ClusterState {
     }
 
     /// The replicas of `token` in table `table_id`, first replica first.
-    pub fn replicas(&self, table_id: &[u8; 16], token: Token) -> Option<&[[u8; 16]]> {
+    pub fn replicas(&self, table_id: &TableId, token: Token) -> Option<&[HostId]> {
         self.tables
             .get(table_id)
             .map(|placement| placement.tablets.tablet_for(token).replicas.as_slice())
     }
 
-    pub fn member_by_host(&self, host_id: &[u8; 16]) -> Option<&Member> {
+    pub fn member_by_host(&self, host_id: &HostId) -> Option<&Member> {
         self.members.get(&node_id_of(host_id))
     }
 
     /// How many tablets of any table `host_id` holds a replica of.
-    pub fn tablet_replicas_on(&self, host_id: &[u8; 16]) -> usize {
+    pub fn tablet_replicas_on(&self, host_id: &HostId) -> usize {
         self.tables
             .values()
             .flat_map(|p| p.tablets.tablets())
@@ -222,7 +222,7 @@ mod tests {
 
     fn member(id: u8) -> Member {
         Member {
-            host_id: [id; 16],
+            host_id: HostId([id; 16]),
             internode_address: SocketAddr::from(([127, 0, 0, id], 7000)),
             cql_address: SocketAddr::from(([127, 0, 0, id], 9042)),
             datacenter: "datacenter1".into(),
@@ -253,7 +253,7 @@ mod tests {
         let second = Command::ChangeSchema {
             base_version: Some([1; 16]),
             schema: schema(2),
-            tables: BTreeMap::from([([9; 16], ReplicationStrategy::Simple { factor: 3 })]),
+            tables: BTreeMap::from([(TableId([9; 16]), ReplicationStrategy::Simple { factor: 3 })]),
         };
         assert_eq!(state.apply(second), CommandOutcome::Applied);
         assert_eq!(state.schema, Some(schema(2)));
@@ -267,12 +267,15 @@ mod tests {
         state.apply(Command::ChangeSchema {
             base_version: None,
             schema: schema(1),
-            tables: BTreeMap::from([([9; 16], ReplicationStrategy::Simple { factor: 2 })]),
+            tables: BTreeMap::from([(TableId([9; 16]), ReplicationStrategy::Simple { factor: 2 })]),
         });
-        assert_eq!(state.replicas(&[9; 16], Token(0)).unwrap().len(), 1);
+        assert_eq!(
+            state.replicas(&TableId([9; 16]), Token(0)).unwrap().len(),
+            1
+        );
         state.apply(Command::AddMember(member(2)));
         state.apply(Command::AddMember(member(3)));
-        let placement = &state.tables[&[9; 16]];
+        let placement = &state.tables[&TableId([9; 16])];
         assert_eq!(placement.tablets.tablets().len(), 3 * TABLETS_PER_NODE);
         for tablet in placement.tablets.tablets() {
             assert_eq!(tablet.replicas.len(), 2);
@@ -280,10 +283,13 @@ mod tests {
         // Each node reports the tokens of the tablets it is first replica for, and those
         // are exactly the tablets whose first replica the table placed on it.
         for id in 1..=3u8 {
-            let tokens = state.tokens_of(&[id; 16]);
+            let tokens = state.tokens_of(&HostId([id; 16]));
             assert_eq!(tokens.len(), TABLETS_PER_NODE);
             for token in tokens {
-                assert_eq!(state.replicas(&[9; 16], token).unwrap()[0], [id; 16]);
+                assert_eq!(
+                    state.replicas(&TableId([9; 16]), token).unwrap()[0],
+                    HostId([id; 16])
+                );
             }
         }
     }
@@ -295,13 +301,13 @@ mod tests {
         state.apply(Command::ChangeSchema {
             base_version: None,
             schema: schema(1),
-            tables: BTreeMap::from([([9; 16], ReplicationStrategy::Simple { factor: 1 })]),
+            tables: BTreeMap::from([(TableId([9; 16]), ReplicationStrategy::Simple { factor: 1 })]),
         });
         state.apply(Command::ChangeSchema {
             base_version: Some([1; 16]),
             schema: schema(2),
             tables: BTreeMap::new(),
         });
-        assert!(state.replicas(&[9; 16], Token(0)).is_none());
+        assert!(state.replicas(&TableId([9; 16]), Token(0)).is_none());
     }
 }

@@ -1,15 +1,15 @@
 //! Schema statements: CREATE/ALTER/DROP KEYSPACE and TABLE, and TRUNCATE.
 
-use crate::schema::{
-    validate_name, ColumnKind, ColumnMetadata, KeyspaceMetadata, Schema, TableMetadata,
-    TableOptions,
-};
 use crate::{ensure, Coordinator, CqlError, ErrorCode, Session};
 use shoal_cql::ast::{
     AlterTableAction, ColumnDefinition, CreateTable, Literal, Properties, Statement, Term,
 };
 use shoal_cql::response::{ResultBody, SchemaChange};
 use shoal_model::CqlType;
+use shoal_schema::{
+    validate_name, ColumnKind, ColumnMetadata, KeyspaceMetadata, Schema, TableMetadata,
+    TableOptions,
+};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -190,7 +190,7 @@ pub(crate) async fn execute(
                     table.name
                 ))
             })?;
-            coordinator.truncate_everywhere(metadata.id).await?;
+            coordinator.replication.truncate(metadata.id).await?;
             Ok(ResultBody::Void)
         }
         _ => Err(CqlError::server("not a schema statement")),
@@ -290,7 +290,7 @@ fn validate_replication(
         "NetworkTopologyStrategy" => {
             if let Some(factor) = options.remove("replication_factor") {
                 check_factor("replication_factor", &factor)?;
-                options.insert(crate::system_tables::DEFAULT_DATACENTER.to_string(), factor);
+                options.insert(shoal_schema::system::DEFAULT_DATACENTER.to_string(), factor);
             }
             for (datacenter, factor) in &options {
                 check_factor(datacenter, factor)?;
@@ -455,7 +455,7 @@ async fn create_table(
     let mut table = TableMetadata {
         keyspace: keyspace.clone(),
         name: name.clone(),
-        id: *uuid::Uuid::new_v4().as_bytes(),
+        id: shoal_model::TableId::random(),
         columns,
         options,
         dropped_columns: BTreeMap::new(),
@@ -599,7 +599,7 @@ fn alter_table(
                 let dropped = table.columns.remove(index);
                 table.dropped_columns.insert(
                     dropped.name,
-                    crate::schema::DroppedColumn {
+                    shoal_schema::DroppedColumn {
                         cql_type: dropped.cql_type,
                         dropped_at_micros: shoal_model::WriteTimestamp::now().0,
                     },

@@ -4,11 +4,11 @@
 //! Listing forms (`DESCRIBE KEYSPACES`, `TABLES`, ...) return `keyspace_name, type, name`;
 //! element forms (`DESCRIBE KEYSPACE ks`, `TABLE t`, `SCHEMA`) add `create_statement`.
 
-use crate::schema::{ColumnKind, KeyspaceMetadata, TableMetadata};
 use crate::{Coordinator, CqlError, Session};
 use shoal_cql::ast::{DescribeTarget, QualifiedName};
 use shoal_cql::response::{ColumnSpec, ResultBody, Rows, RowsBuffer};
 use shoal_model::{CqlType, Value};
+use shoal_schema::{ColumnKind, KeyspaceMetadata, TableMetadata};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 

@@ -1,78 +1,50 @@
-//! The coordinator: executes CQL statements against the node's data.
+//! The coordinator: executes CQL statements for the clients connected to this node.
 //!
 //! A request arrives as text (QUERY), as a prepared id (EXECUTE) or as a BATCH, with
 //! [`QueryParameters`]. The [`Coordinator`] parses it (or finds the prepared statement),
-//! checks the consistency level against the keyspace's replication, and runs it:
+//! checks it against the schema, and runs it:
 //!
 //! - [`ddl`] — CREATE/ALTER/DROP of keyspaces and tables, TRUNCATE, USE, through the
-//!   [`schema::SchemaStore`];
-//! - [`write`] — INSERT, UPDATE, DELETE and BATCH become cell mutations ([`WriteBatch`])
-//!   handed to the [`WriteLog`], which acknowledges them once durable by the node's
-//!   commit policy;
-//! - [`read`] — SELECT becomes partition reads or token-ordered scans over the storage
-//!   engine, filtered, projected and paged ([`paging`]);
+//!   [`SchemaStore`];
+//! - [`write`] — INSERT, UPDATE, DELETE and BATCH become cell mutations ([`WriteBatch`]);
+//! - [`read`] — SELECT becomes partition reads or token-ordered scans, filtered, projected
+//!   and paged ([`paging`]);
 //! - [`system_tables`] and [`describe`] — the virtual `system` / `system_schema` tables
 //!   and the server-side `DESCRIBE` statements, generated from the schema;
 //! - [`prepared`] — prepared statements and the types of their bind markers.
 //!
-//! This crate owns no sockets and no threads: the server layer calls it and performs
-//! the I/O. In a single-node deployment every replica is local; the cluster issue replaces
-//! the local [`WriteLog`]/engine calls with fan-out to replicas behind the same API.
+//! Everything a statement reads or writes goes through one trait,
+//! [`shoal_replication::Replication`]: how many replicas, which consistency level, digests
+//! and repair are its business, not the statement code's. This crate owns no sockets and
+//! no threads: the server layer calls it and performs the I/O.
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod ddl;
 pub mod describe;
-pub mod hints;
 pub mod paging;
 pub mod prepared;
 pub mod read;
-pub mod repair;
-pub mod replication;
 pub mod restrictions;
-pub mod schema;
 pub mod system_tables;
 pub mod values;
 pub mod write;
 
-pub use shoal_cql::{CqlError, ErrorCode};
+pub use shoal_cql::{ensure, CqlError, ErrorCode};
 
-use futures::future::BoxFuture;
+use shoal_cluster::ClusterMetadata;
 use shoal_cql::ast::Statement;
 use shoal_cql::request::{BatchRequest, Consistency, QueryParameters};
 use shoal_cql::response::ResultBody;
-use shoal_storage::{Engine, WriteBatch};
+use shoal_model::{HostId, TableId};
+use shoal_replication::{
+    ImmediateWriteLog, Liveness, LocalReplica, LocalReplication, PartitionSource, Replication,
+    ScanSource,
+};
+use shoal_schema::SchemaStore;
+use shoal_storage::Engine;
 use std::net::IpAddr;
 use std::sync::Arc;
-
-/// Returns `error()` unless `condition` holds.
-pub fn ensure(condition: bool, error: impl FnOnce() -> CqlError) -> Result<(), CqlError> {
-    if condition {
-        Ok(())
-    } else {
-        Err(error())
-    }
-}
-
-/// Where acknowledged writes go. The server implements it with its commit policy
-/// (periodic sync or epoch group commit); the future resolves when the batch may be
-/// acknowledged to the client.
-pub trait WriteLog: Send + Sync {
-    fn append(&self, batch: WriteBatch) -> BoxFuture<'_, Result<(), CqlError>>;
-}
-
-/// A [`WriteLog`] that applies writes to the engine and acknowledges at once (tests).
-pub struct ImmediateWriteLog(pub Arc<dyn Engine>);
-
-impl WriteLog for ImmediateWriteLog {
-    fn append(&self, batch: WriteBatch) -> BoxFuture<'_, Result<(), CqlError>> {
-        let result = self
-            .0
-            .write(&batch)
-            .map_err(|e| CqlError::server(e.to_string()));
-        Box::pin(async move { result })
-    }
-}
 
 /// What this node tells clients about itself (`system.local`, `system.peers`).
 #[derive(Debug, Clone)]
@@ -82,8 +54,8 @@ pub struct NodeInfo {
     pub cql_port: u16,
     pub datacenter: String,
     pub rack: String,
-    pub host_id: [u8; 16],
-    /// The tokens this node reports (the ring drivers build).
+    pub host_id: HostId,
+    /// The tokens this node reports when it is not part of a cluster.
     pub tokens: Vec<i64>,
     pub gossip_generation: i32,
 }
@@ -95,21 +67,24 @@ pub struct Session {
     pub keyspace: Option<String>,
 }
 
+/// The cluster as the system tables show it: members and their state.
+pub struct ClusterView {
+    pub metadata: Arc<ClusterMetadata>,
+    pub liveness: Arc<dyn Liveness>,
+}
+
 /// Executes statements for one node.
 pub struct Coordinator {
-    pub(crate) engine: Arc<dyn Engine>,
-    pub(crate) schema: schema::SchemaStore,
-    pub(crate) log: Arc<dyn WriteLog>,
+    pub(crate) schema: Arc<SchemaStore>,
+    pub(crate) replication: Arc<dyn Replication>,
     pub(crate) prepared: prepared::PreparedCache,
     pub(crate) info: NodeInfo,
     /// Serializes conditional (IF ...) writes per partition stripe on this node.
     pub(crate) condition_locks: Vec<tokio::sync::Mutex<()>>,
     /// Scans running at once (see [`Coordinator::run_scan`]).
     scan_slots: tokio::sync::Semaphore,
-    /// The cluster this node is part of; `None` runs everything locally (tests).
-    pub(crate) cluster: Option<replication::ClusterContext>,
-    /// Local reads so far, for sampling background replica checks.
-    pub(crate) local_reads: std::sync::atomic::AtomicU64,
+    /// The cluster this node is part of, for the system tables; `None` on its own.
+    cluster: Option<ClusterView>,
 }
 
 /// How many scans may run at once; further scans wait for a slot.
@@ -120,42 +95,41 @@ pub const RELEASE_VERSION: &str = "5.0.0-shoal";
 pub const CQL_VERSION: &str = "3.4.7";
 
 impl Coordinator {
+    /// A coordinator whose data is replicated by `replication` and whose schema is kept by
+    /// `schema` (through the cluster's metadata when `cluster` is given).
     pub fn new(
-        engine: Arc<dyn Engine>,
-        log: Arc<dyn WriteLog>,
+        schema: Arc<SchemaStore>,
+        replication: Arc<dyn Replication>,
         info: NodeInfo,
-    ) -> Result<Coordinator, CqlError> {
-        let schema = schema::SchemaStore::open(Arc::clone(&engine))?;
-        Ok(Coordinator {
-            engine,
+        cluster: Option<ClusterView>,
+    ) -> Coordinator {
+        if let Some(cluster) = &cluster {
+            schema.attach_cluster(Arc::clone(&cluster.metadata));
+        }
+        Coordinator {
             schema,
-            log,
+            replication,
             prepared: prepared::PreparedCache::new(prepared::PREPARED_CACHE_CAPACITY),
             info,
             condition_locks: (0..64).map(|_| tokio::sync::Mutex::new(())).collect(),
             scan_slots: tokio::sync::Semaphore::new(SCAN_SLOTS),
-            cluster: None,
-            local_reads: std::sync::atomic::AtomicU64::new(0),
-        })
+            cluster,
+        }
     }
 
-    /// A coordinator that is part of a cluster: schema changes go through the cluster's
-    /// metadata and data is replicated by tablet.
-    pub fn clustered(
-        engine: Arc<dyn Engine>,
-        log: Arc<dyn WriteLog>,
-        info: NodeInfo,
-        cluster: replication::ClusterContext,
-    ) -> Result<Coordinator, CqlError> {
-        let mut coordinator = Coordinator::new(engine, log, info)?;
-        coordinator
-            .schema
-            .attach_cluster(Arc::clone(&cluster.metadata));
-        coordinator.cluster = Some(cluster);
-        Ok(coordinator)
+    /// A node on its own, without a cluster: every write is applied to `engine` at once
+    /// ([`LocalReplication`]). For tests and embedding.
+    pub fn local(engine: Arc<dyn Engine>, info: NodeInfo) -> Result<Coordinator, CqlError> {
+        let schema = Arc::new(SchemaStore::open(Arc::clone(&engine))?);
+        let log = Arc::new(ImmediateWriteLog(Arc::clone(&engine)));
+        let replication = Arc::new(LocalReplication::new(
+            LocalReplica::new(engine, log),
+            Arc::clone(&schema),
+        ));
+        Ok(Coordinator::new(schema, replication, info, None))
     }
 
-    pub fn cluster(&self) -> Option<&replication::ClusterContext> {
+    pub fn cluster(&self) -> Option<&ClusterView> {
         self.cluster.as_ref()
     }
 
@@ -196,12 +170,36 @@ impl Coordinator {
         &self.info
     }
 
-    pub fn schema(&self) -> Arc<schema::Schema> {
+    pub fn schema(&self) -> Arc<shoal_schema::Schema> {
         self.schema.current()
     }
 
+    /// This node's storage engine.
     pub fn engine(&self) -> &Arc<dyn Engine> {
-        &self.engine
+        self.replication.local_engine()
+    }
+
+    /// The ids of the stored tables of `keyspace` (or just `keyspace.table`; every user
+    /// table without a keyspace), for repair.
+    pub fn table_ids(
+        &self,
+        keyspace: Option<&str>,
+        table: Option<&str>,
+    ) -> Result<Vec<TableId>, CqlError> {
+        let schema = self.schema();
+        if let Some(keyspace) = keyspace {
+            schema.keyspace(keyspace)?;
+            if let Some(table) = table {
+                schema.table(keyspace, table)?;
+            }
+        }
+        Ok(schema
+            .user_keyspaces()
+            .filter(|k| keyspace.is_none_or(|name| name == k.name))
+            .flat_map(|k| k.tables.values())
+            .filter(|t| table.is_none_or(|name| name == t.name))
+            .map(|t| t.id)
+            .collect())
     }
 
     /// QUERY: parse and run.
@@ -275,7 +273,7 @@ impl Coordinator {
                 let read_locally = || {
                     read::execute_select(
                         self,
-                        self.engine.as_ref(),
+                        self.engine().as_ref(),
                         session,
                         select,
                         parameters,
@@ -288,19 +286,18 @@ impl Coordinator {
                     return read_locally();
                 };
                 match self
-                    .gather_partitions(&table_id, &partitions, parameters.consistency)
+                    .replication
+                    .read_partitions(table_id, &partitions, parameters.consistency)
                     .await?
                 {
-                    replication::Gathered::Local => {
-                        self.maybe_check_replicas_in_background(table_id, partitions);
+                    PartitionSource::Local => {
+                        Arc::clone(&self.replication).after_local_read(table_id, partitions);
                         read_locally()
                     }
-                    replication::Gathered::Merged(engine) => {
+                    PartitionSource::Merged(engine) => {
                         read::execute_select(self, &engine, session, select, parameters, bindings)
                     }
-                    replication::Gathered::TooLarge => {
-                        self.run_scan(session, select, parameters).await
-                    }
+                    PartitionSource::TooLarge => self.run_scan(session, select, parameters).await,
                 }
             }
             Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
@@ -350,20 +347,17 @@ impl Coordinator {
                 values: &parameters.values,
                 names: parameters.names.as_deref(),
             };
-            let replicated = coordinator.member_count() > 1;
-            let view = match coordinator.scan_table_id(&session, &select) {
-                Some(table_id) if replicated => Some(replication::ReplicatedView {
-                    coordinator: Arc::clone(&coordinator),
+            let source = match coordinator.scan_table_id(&session, &select) {
+                Some(table_id) => Arc::clone(&coordinator.replication).scan_source(
                     table_id,
-                    consistency: parameters.consistency,
+                    parameters.consistency,
                     runtime,
-                    error: Default::default(),
-                }),
-                _ => None,
+                ),
+                None => ScanSource::Local,
             };
-            let engine: &dyn Engine = match &view {
-                Some(view) => view,
-                None => coordinator.engine.as_ref(),
+            let engine: &dyn Engine = match &source {
+                ScanSource::Replicated(view) => view,
+                ScanSource::Local => coordinator.engine().as_ref(),
             };
             let result = read::execute_select(
                 &coordinator,
@@ -375,7 +369,11 @@ impl Coordinator {
             );
             // A replicated scan's reader sees only a storage error; the client gets the
             // real one (Unavailable, ReadTimeout).
-            match view.and_then(|v| v.error.lock().take()) {
+            let scan_error = match &source {
+                ScanSource::Replicated(view) => view.take_error(),
+                ScanSource::Local => None,
+            };
+            match scan_error {
                 Some(error) => Err(error),
                 None => result,
             }
@@ -385,11 +383,7 @@ impl Coordinator {
     }
 
     /// The stored table a scan reads (`None` for virtual tables and unknown names).
-    fn scan_table_id(
-        &self,
-        session: &Session,
-        select: &shoal_cql::ast::Select,
-    ) -> Option<[u8; 16]> {
+    fn scan_table_id(&self, session: &Session, select: &shoal_cql::ast::Select) -> Option<TableId> {
         let keyspace = self.keyspace_for(session, &select.table.keyspace).ok()?;
         let schema = self.schema();
         let table = schema.table(&keyspace, &select.table.name).ok()?;
@@ -410,7 +404,7 @@ impl Coordinator {
     /// Checks that enough replicas are alive for `consistency` (one node: one replica).
     pub(crate) fn check_consistency(
         &self,
-        keyspace: &schema::KeyspaceMetadata,
+        keyspace: &shoal_schema::KeyspaceMetadata,
         consistency: Consistency,
         is_write: bool,
     ) -> Result<(), CqlError> {
@@ -434,16 +428,6 @@ impl Coordinator {
                 "{} consistency is only for lightweight transactions (conditional statements), which need a single node for now",
                 consistency.name()
             )));
-        }
-        if consistency == Consistency::Any || self.cluster.is_some() {
-            // On a cluster the replication layer checks the live replicas per tablet.
-            return Ok(());
-        }
-        let replication_factor = keyspace.replication_factor();
-        let required = consistency.required_replicas(replication_factor);
-        let alive = replication_factor.min(1);
-        if required > alive {
-            return Err(replication::unavailable(consistency, required, alive));
         }
         Ok(())
     }

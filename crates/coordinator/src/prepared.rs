@@ -3,7 +3,6 @@
 //! drivers serialize values with) and which markers make up the partition key (what
 //! token-aware drivers route with).
 
-use crate::schema::{ColumnKind, TableMetadata};
 use crate::{Coordinator, CqlError, Session};
 use parking_lot::RwLock;
 use shoal_cql::ast::{
@@ -11,6 +10,7 @@ use shoal_cql::ast::{
 };
 use shoal_cql::response::{ColumnSpec, Prepared, ResultBody};
 use shoal_model::CqlType;
+use shoal_schema::{ColumnKind, TableMetadata};
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -348,7 +348,7 @@ impl MarkerTypes<'_> {
 fn table_of<'s>(
     coordinator: &Coordinator,
     session: &Session,
-    schema: &'s crate::schema::Schema,
+    schema: &'s shoal_schema::Schema,
     statement: &Statement,
 ) -> Result<Option<&'s Arc<TableMetadata>>, CqlError> {
     let name = match statement {

@@ -9,7 +9,6 @@
 
 use crate::paging::PagingState;
 use crate::restrictions::{Filter, Restrictions};
-use crate::schema::{ColumnKind, TableMetadata};
 use crate::values::{evaluate, timeuuid_millis, Bindings, Bound};
 use crate::{ensure, Coordinator, CqlError, Session};
 use shoal_cql::ast::{Operator, Select, Selector};
@@ -18,7 +17,8 @@ use shoal_cql::response::{ColumnSpec, ResultBody, Rows, RowsBuffer};
 use shoal_model::clustering::decode_component;
 use shoal_model::keys::{self, increment_prefix};
 use shoal_model::token::murmur3_token;
-use shoal_model::{Cell, CqlType, Token, Value};
+use shoal_model::{Cell, CqlType, TableId, Token, Value};
+use shoal_schema::{ColumnKind, TableMetadata};
 use shoal_storage::reader::{self, ClusteringSlice, Flow, PartitionHeader, Row, Visitor};
 use std::sync::Arc;
 
@@ -847,7 +847,7 @@ fn positive_int(
 
 /// Storage key bounds of a token range.
 fn token_range_keys(
-    table_id: &[u8; 16],
+    table_id: &TableId,
     lower: Option<(i64, bool)>,
     upper: Option<(i64, bool)>,
 ) -> Option<(Vec<u8>, Vec<u8>)> {
@@ -918,7 +918,7 @@ pub(crate) fn partitions_of(
     session: &Session,
     select: &Select,
     bindings: Bindings<'_>,
-) -> Option<([u8; 16], Vec<crate::replication::PartitionRef>)> {
+) -> Option<(TableId, Vec<shoal_replication::PartitionRef>)> {
     let keyspace = coordinator
         .keyspace_for(session, &select.table.keyspace)
         .ok()?;
@@ -1248,7 +1248,7 @@ fn finish(
 
 fn select_virtual(
     coordinator: &Coordinator,
-    schema: &crate::schema::Schema,
+    schema: &shoal_schema::Schema,
     table: &TableMetadata,
     select: &Select,
     selection: &Selection,
@@ -1354,7 +1354,7 @@ pub(crate) fn read_single_row(
     };
     let now = shoal_model::timestamp::now_seconds();
     reader::read_partition(
-        coordinator.engine.as_ref(),
+        coordinator.engine().as_ref(),
         &table.id,
         token,
         partition_key,

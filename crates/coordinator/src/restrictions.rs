@@ -6,13 +6,13 @@
 //! clustering slices. Everything else is a row filter, allowed on reads only with
 //! `ALLOW FILTERING` — Cassandra's rules, so the same queries are accepted and refused.
 
-use crate::schema::{ColumnKind, TableMetadata};
 use crate::values::{evaluate, Bindings, Bound};
 use crate::{ensure, CqlError};
 use shoal_cql::ast::{Operator, Relation, RelationTarget, Term};
 use shoal_model::clustering::encode_component;
 use shoal_model::keys::{increment_prefix, serialize_partition_key};
 use shoal_model::{CqlType, Value};
+use shoal_schema::{ColumnKind, TableMetadata};
 use shoal_storage::reader::ClusteringSlice;
 
 /// A row filter on one column.

@@ -1,7 +1,7 @@
 //! Statement execution against the in-memory engine: behaviour that is easier to pin down
 //! here than through a driver (paging states, bind-marker metadata, schema persistence).
 
-use crate::{Coordinator, ImmediateWriteLog, NodeInfo, Session};
+use crate::{Coordinator, NodeInfo, Session};
 use shoal_cql::request::{BoundValue, QueryParameters};
 use shoal_cql::response::ResultBody;
 use shoal_cql::ErrorCode;
@@ -16,21 +16,14 @@ fn info() -> NodeInfo {
         cql_port: 9042,
         datacenter: "datacenter1".into(),
         rack: "rack1".into(),
-        host_id: [1; 16],
+        host_id: shoal_model::HostId([1; 16]),
         tokens: vec![0],
         gossip_generation: 1,
     }
 }
 
 fn coordinator(engine: Arc<dyn Engine>) -> Arc<Coordinator> {
-    Arc::new(
-        Coordinator::new(
-            Arc::clone(&engine),
-            Arc::new(ImmediateWriteLog(engine)),
-            info(),
-        )
-        .unwrap(),
-    )
+    Arc::new(Coordinator::local(engine, info()).unwrap())
 }
 
 fn run(

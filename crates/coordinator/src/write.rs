@@ -8,7 +8,6 @@
 
 use crate::read;
 use crate::restrictions::Restrictions;
-use crate::schema::{ColumnKind, ColumnMetadata, KeyspaceMetadata, TableMetadata};
 use crate::values::{evaluate, new_timeuuid, Bindings, Bound};
 use crate::{ensure, Coordinator, CqlError, Session};
 use shoal_cql::ast::{
@@ -21,6 +20,8 @@ use shoal_model::clustering::{decode_component, encode_component};
 use shoal_model::keys;
 use shoal_model::token::murmur3_token;
 use shoal_model::{Cell, CqlType, Token, Value, WriteTimestamp};
+use shoal_replication::WriteType;
+use shoal_schema::{ColumnKind, ColumnMetadata, KeyspaceMetadata, TableMetadata};
 use shoal_storage::WriteBatch;
 use std::sync::Arc;
 
@@ -892,7 +893,7 @@ fn conditions_of(statement: &Statement) -> Option<Conditions> {
 fn resolve_table<'s>(
     coordinator: &Coordinator,
     session: &Session,
-    schema: &'s crate::schema::Schema,
+    schema: &'s shoal_schema::Schema,
     statement: &Statement,
 ) -> Result<(&'s KeyspaceMetadata, Arc<TableMetadata>), CqlError> {
     let name = statement_table(statement);
@@ -940,7 +941,8 @@ pub(crate) async fn execute_modification(
         &mut batch,
     )?;
     coordinator
-        .replicate_write(batch, parameters.consistency, "SIMPLE")
+        .replication
+        .write(batch, parameters.consistency, WriteType::Simple)
         .await?;
     Ok(ResultBody::Void)
 }
@@ -1045,7 +1047,10 @@ async fn execute_conditional(
             parameters.default_timestamp,
             &mut batch,
         )?;
-        coordinator.log.append(batch).await?;
+        coordinator
+            .replication
+            .write(batch, Consistency::One, WriteType::Simple)
+            .await?;
     }
     let mut columns = vec![ColumnSpec {
         keyspace: table.keyspace.clone(),
@@ -1203,7 +1208,8 @@ async fn apply_batch(
     }
     if !batch.is_empty() {
         coordinator
-            .replicate_write(batch, consistency, "BATCH")
+            .replication
+            .write(batch, consistency, WriteType::Batch)
             .await?;
     }
     Ok(ResultBody::Void)

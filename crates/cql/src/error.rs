@@ -127,3 +127,12 @@ impl From<shoal_model::DecodeError> for CqlError {
         CqlError::invalid(error.0)
     }
 }
+
+/// Returns `error()` unless `condition` holds.
+pub fn ensure(condition: bool, error: impl FnOnce() -> CqlError) -> Result<(), CqlError> {
+    if condition {
+        Ok(())
+    } else {
+        Err(error())
+    }
+}

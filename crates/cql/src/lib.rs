@@ -24,4 +24,4 @@ pub mod request;
 pub mod response;
 mod wire;
 
-pub use error::{CqlError, ErrorCode};
+pub use error::{ensure, CqlError, ErrorCode};

@@ -25,7 +25,7 @@
 //! (`shoal_storage::shadow`) and a forward read apply deletions without looking back.
 //! [`STORAGE_FORMAT_VERSION`] changes whenever this layout does.
 
-use crate::Token;
+use crate::{TableId, Token};
 
 /// Length of the table id prefix.
 pub const TABLE_ID_LENGTH: usize = 16;
@@ -51,27 +51,27 @@ pub const BOUND_INCLUSIVE: u8 = 1;
 pub const BOUND_EXCLUSIVE: u8 = 0;
 
 /// `table id` — all of a table's keys start with it.
-pub fn table_prefix(table_id: &[u8; 16]) -> Vec<u8> {
-    table_id.to_vec()
+pub fn table_prefix(table_id: &TableId) -> Vec<u8> {
+    table_id.0.to_vec()
 }
 
 /// The first key after every key of the table.
-pub fn table_end(table_id: &[u8; 16]) -> Vec<u8> {
-    increment_prefix(table_id).unwrap_or_else(|| vec![0xff; TABLE_ID_LENGTH + 1])
+pub fn table_end(table_id: &TableId) -> Vec<u8> {
+    increment_prefix(&table_id.0).unwrap_or_else(|| vec![0xff; TABLE_ID_LENGTH + 1])
 }
 
 /// `table id | token`: the start of a token's keys.
-pub fn token_prefix(table_id: &[u8; 16], token: Token) -> Vec<u8> {
+pub fn token_prefix(table_id: &TableId, token: Token) -> Vec<u8> {
     let mut key = Vec::with_capacity(TOKEN_PREFIX_LENGTH);
-    key.extend_from_slice(table_id);
+    key.extend_from_slice(&table_id.0);
     key.extend_from_slice(&token.to_sortable_bytes());
     key
 }
 
 /// `table id | token | partition key`: the prefix of every key of one partition.
-pub fn partition_prefix(table_id: &[u8; 16], token: Token, partition_key: &[u8]) -> Vec<u8> {
+pub fn partition_prefix(table_id: &TableId, token: Token, partition_key: &[u8]) -> Vec<u8> {
     let mut key = Vec::with_capacity(TOKEN_PREFIX_LENGTH + 2 + partition_key.len() + 64);
-    key.extend_from_slice(table_id);
+    key.extend_from_slice(&table_id.0);
     key.extend_from_slice(&token.to_sortable_bytes());
     key.extend_from_slice(&(partition_key.len() as u16).to_be_bytes());
     key.extend_from_slice(partition_key);
@@ -257,7 +257,7 @@ mod tests {
 
     #[test]
     fn partition_keys_split_back() {
-        let table = [7u8; 16];
+        let table = TableId([7u8; 16]);
         let key = partition_prefix(&table, Token(-5), b"pk");
         let mut full = key.clone();
         full.push(SECTION_ROW);
@@ -303,7 +303,7 @@ mod tests {
 
     #[test]
     fn within_a_partition_every_deletion_sorts_before_what_it_shadows() {
-        let table = [1u8; 16];
+        let table = TableId([1u8; 16]);
         let partition = partition_prefix(&table, Token(3), b"pk");
         let row = |clustering: &[u8], part: &dyn Fn(&mut Vec<u8>)| {
             let mut key = partition.clone();

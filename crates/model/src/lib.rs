@@ -17,11 +17,13 @@
 //! - [`keys`] — the storage key layout `(table id, token, partition key, section,
 //!   clustering, column)` that keeps a token range one contiguous key range.
 //! - [`WriteTimestamp`] — microseconds since the epoch, the clock of last-write-wins.
+//! - [`HostId`], [`TableId`], [`TabletId`] — identifiers as types.
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod cell;
 pub mod clustering;
+pub mod ids;
 pub mod keys;
 pub mod timestamp;
 pub mod token;
@@ -29,6 +31,7 @@ pub mod types;
 pub mod value;
 
 pub use cell::{Cell, CellKind};
+pub use ids::{HostId, TableId, TabletId};
 pub use timestamp::WriteTimestamp;
 pub use token::Token;
 pub use types::CqlType;

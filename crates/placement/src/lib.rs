@@ -20,14 +20,14 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 use serde::{Deserialize, Serialize};
-use shoal_model::Token;
+use shoal_model::{HostId, TabletId, Token};
 use std::collections::BTreeMap;
 
 /// A node of the cluster, as placement sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeDescriptor {
     /// The node's host id.
-    pub id: [u8; 16],
+    pub id: HostId,
     pub datacenter: String,
     pub rack: String,
 }
@@ -45,8 +45,10 @@ pub enum ReplicationStrategy {
 /// first.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tablet {
+    /// Stable while the tablet exists (a move keeps it; a split makes new ones).
+    pub id: TabletId,
     pub last_token: Token,
-    pub replicas: Vec<[u8; 16]>,
+    pub replicas: Vec<HostId>,
 }
 
 /// A table's tablets, in token order, covering the whole ring.
@@ -102,7 +104,7 @@ impl TabletMap {
 
     /// The tokens `node` reports in `system.local`/`system.peers`: the last tokens of the
     /// tablets it is the primary replica of.
-    pub fn tokens_of(&self, node: &[u8; 16]) -> Vec<Token> {
+    pub fn tokens_of(&self, node: &HostId) -> Vec<Token> {
         self.tablets
             .iter()
             .filter(|tablet| tablet.replicas.first() == Some(node))
@@ -114,7 +116,7 @@ impl TabletMap {
 /// Chooses replicas for `replicas_wanted` more nodes out of `candidates` (already in
 /// preference order), skipping nodes already chosen and, while possible, racks already
 /// used.
-fn choose(candidates: &[&NodeDescriptor], start: usize, wanted: usize, chosen: &mut Vec<[u8; 16]>) {
+fn choose(candidates: &[&NodeDescriptor], start: usize, wanted: usize, chosen: &mut Vec<HostId>) {
     let mut racks_used: Vec<&str> = Vec::new();
     let mut picked = 0;
     // First pass: distinct racks; second pass: any node.
@@ -136,7 +138,8 @@ fn choose(candidates: &[&NodeDescriptor], start: usize, wanted: usize, chosen: &
     }
 }
 
-/// Places `tablet_count` evenly sized tablets over `nodes` following `strategy`.
+/// Places `tablet_count` evenly sized tablets over `nodes` following `strategy`; the
+/// tablets are numbered from 0 in token order.
 ///
 /// Tablet `i` starts its replica walk at node `i` (in host-id order), so each node is the
 /// primary of an equal share of tablets (±1) and holds an equal share of replicas (±1).
@@ -177,6 +180,7 @@ pub fn place(
                 }
             }
             Tablet {
+                id: TabletId(index as u64),
                 last_token,
                 replicas,
             }
@@ -191,7 +195,7 @@ mod tests {
 
     fn node(id: u8, datacenter: &str, rack: &str) -> NodeDescriptor {
         NodeDescriptor {
-            id: [id; 16],
+            id: HostId([id; 16]),
             datacenter: datacenter.into(),
             rack: rack.into(),
         }

@@ -16,7 +16,8 @@
 use crate::config::CommitLogSync;
 use futures::future::BoxFuture;
 use parking_lot::{Condvar, Mutex};
-use shoal_coordinator::{CqlError, WriteLog};
+use shoal_coordinator::CqlError;
+use shoal_replication::WriteLog;
 use shoal_storage::{Engine, WriteBatch};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -237,10 +238,10 @@ mod tests {
         ) -> shoal_storage::Result<Vec<(Vec<u8>, Vec<u8>)>> {
             self.inner.metadata_with_prefix(prefix)
         }
-        fn set_gc_grace_seconds(&self, table_id: [u8; 16], seconds: i32) {
+        fn set_gc_grace_seconds(&self, table_id: shoal_model::TableId, seconds: i32) {
             self.inner.set_gc_grace_seconds(table_id, seconds)
         }
-        fn gc_grace_seconds(&self, table_id: &[u8; 16]) -> Option<i32> {
+        fn gc_grace_seconds(&self, table_id: &shoal_model::TableId) -> Option<i32> {
             self.inner.gc_grace_seconds(table_id)
         }
         fn collect_garbage(&self) -> shoal_storage::Result<shoal_storage::GarbageReport> {

@@ -16,7 +16,8 @@ use futures::StreamExt;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use shoal_cluster::{ClusterRequest, ClusterResponse};
-use shoal_coordinator::replication::{ReplicaRequest, ReplicaResponse};
+use shoal_model::HostId;
+use shoal_replication::{ReplicaRequest, ReplicaResponse};
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -48,7 +49,7 @@ pub enum Message {
     Replica(ReplicaRequest),
     /// Failure detection: "I am alive, and this is my schema".
     Ping {
-        from: [u8; 16],
+        from: HostId,
         schema_version: [u8; 16],
         load_bytes: u64,
     },
@@ -66,12 +67,12 @@ pub enum Reply {
     Cluster(ClusterResponse),
     Replica(ReplicaResponse),
     Pong {
-        host_id: [u8; 16],
+        host_id: HostId,
         schema_version: [u8; 16],
         load_bytes: u64,
     },
     Status(Vec<MemberStatus>),
-    Repaired(shoal_coordinator::repair::RepairReport),
+    Repaired(shoal_replication::RepairReport),
     Error(String),
 }
 
@@ -79,7 +80,7 @@ pub enum Reply {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MemberStatus {
     pub address: std::net::IpAddr,
-    pub host_id: [u8; 16],
+    pub host_id: HostId,
     pub datacenter: String,
     pub rack: String,
     pub up: bool,

@@ -25,8 +25,10 @@ pub mod membership;
 use anyhow::Context;
 use config::Config;
 use durability::CommitLog;
-use shoal_coordinator::replication::ClusterContext as ReplicationContext;
-use shoal_coordinator::{Coordinator, NodeInfo};
+use shoal_coordinator::{ClusterView, Coordinator, NodeInfo};
+use shoal_model::HostId;
+use shoal_replication::{Hints, Liveness, LocalReplica, ReplicaTransport, StorageProxy};
+use shoal_schema::SchemaStore;
 use shoal_storage::{Engine, RocksEngine, RocksOptions};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -34,7 +36,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
 /// This node's identity, created on first start and kept in the engine's metadata.
-fn load_host_id(engine: &dyn Engine) -> anyhow::Result<[u8; 16]> {
+fn load_host_id(engine: &dyn Engine) -> anyhow::Result<HostId> {
     const KEY: &[u8] = b"local/host_id";
     if let Some((_, value)) = engine
         .metadata_with_prefix(KEY)?
@@ -42,11 +44,11 @@ fn load_host_id(engine: &dyn Engine) -> anyhow::Result<[u8; 16]> {
         .find(|(k, _)| k == KEY)
     {
         if let Ok(id) = <[u8; 16]>::try_from(value.as_slice()) {
-            return Ok(id);
+            return Ok(HostId(id));
         }
     }
-    let id = *uuid::Uuid::new_v4().as_bytes();
-    engine.put_metadata(KEY, &id)?;
+    let id = HostId::random();
+    engine.put_metadata(KEY, &id.0)?;
     Ok(id)
 }
 
@@ -56,7 +58,7 @@ struct EngineData(Arc<dyn Engine>);
 impl shoal_cluster::LocalData for EngineData {
     fn holds_user_data(&self) -> bool {
         self.0
-            .scan(&[], &shoal_coordinator::hints::HINTS_TABLE_ID, false)
+            .scan(&[], &shoal_replication::hints::HINTS_TABLE_ID.0, false)
             .map(|cursor| cursor.current().is_some())
             .unwrap_or(true)
     }
@@ -110,6 +112,7 @@ impl Node {
             detector: Arc::clone(&detector),
             cluster: Default::default(),
             coordinator: Default::default(),
+            proxy: Default::default(),
         });
         let internode_address = SocketAddr::new(config.listen_address, config.internode_port);
         let internode_listener = TcpListener::bind(internode_address)
@@ -158,35 +161,42 @@ impl Node {
             tokens: Vec::new(),
             gossip_generation: shoal_model::timestamp::now_seconds() as i32,
         };
-        let liveness = Arc::clone(&detector) as Arc<dyn shoal_coordinator::replication::Liveness>;
-        let hints = Arc::new(shoal_coordinator::hints::Hints::new(
+        let liveness = Arc::clone(&detector) as Arc<dyn Liveness>;
+        let hints = Arc::new(Hints::new(
             Arc::clone(&engine),
             Arc::clone(&liveness),
             std::time::Duration::from_millis(config.max_hint_window_ms),
             config.max_hints_mib * 1024 * 1024,
         ));
-        let coordinator = Arc::new(
-            Coordinator::clustered(
-                Arc::clone(&engine),
-                commit_log.clone(),
-                info,
-                ReplicationContext {
-                    metadata: Arc::clone(&metadata),
-                    transport: Arc::clone(&transport)
-                        as Arc<dyn shoal_coordinator::replication::ReplicaTransport>,
-                    liveness,
-                    hints,
-                },
-            )
-            .map_err(|e| anyhow::anyhow!("cannot load the schema: {}", e.message))?,
+        let proxy = Arc::new(StorageProxy::new(
+            Arc::clone(&metadata) as Arc<dyn shoal_replication::Topology>,
+            Arc::clone(&transport) as Arc<dyn ReplicaTransport>,
+            Arc::clone(&liveness),
+            Arc::new(LocalReplica::new(Arc::clone(&engine), commit_log.clone())),
+            hints,
+        ));
+        let schema = Arc::new(
+            SchemaStore::open(Arc::clone(&engine))
+                .map_err(|e| anyhow::anyhow!("cannot load the schema: {}", e.message))?,
         );
+        let coordinator = Arc::new(Coordinator::new(
+            schema,
+            Arc::clone(&proxy) as Arc<dyn shoal_replication::Replication>,
+            info,
+            Some(ClusterView {
+                metadata: Arc::clone(&metadata),
+                liveness,
+            }),
+        ));
         coordinator
             .sync_schema()
             .map_err(|e| anyhow::anyhow!("cannot install the cluster's schema: {}", e.message))?;
         let _ = handler.coordinator.set(Arc::clone(&coordinator));
+        let _ = handler.proxy.set(Arc::clone(&proxy));
         background.push(tokio::spawn(membership::run_failure_detection(
             Arc::clone(&metadata),
             Arc::clone(&coordinator),
+            Arc::clone(&proxy),
             detector,
             Arc::clone(&peers),
             transport,

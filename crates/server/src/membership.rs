@@ -13,9 +13,12 @@ use crate::internode::{Handler, MemberStatus, Message, Peers, Reply};
 use futures::future::BoxFuture;
 use parking_lot::RwLock;
 use shoal_cluster::{ClusterMetadata, ClusterRequest, ClusterResponse, ClusterTransport};
-use shoal_coordinator::replication::{Liveness, ReplicaRequest, ReplicaResponse, ReplicaTransport};
 use shoal_coordinator::Coordinator;
 use shoal_cql::response::Event;
+use shoal_model::HostId;
+use shoal_replication::{
+    Liveness, ReplicaRequest, ReplicaResponse, ReplicaTransport, StorageProxy,
+};
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::net::SocketAddr;
@@ -38,13 +41,13 @@ struct PeerHealth {
 
 /// Which peers are alive, from pings.
 pub struct FailureDetector {
-    me: [u8; 16],
+    me: HostId,
     started: Instant,
-    peers: RwLock<HashMap<[u8; 16], PeerHealth>>,
+    peers: RwLock<HashMap<HostId, PeerHealth>>,
 }
 
 impl FailureDetector {
-    pub fn new(me: [u8; 16]) -> FailureDetector {
+    pub fn new(me: HostId) -> FailureDetector {
         FailureDetector {
             me,
             started: Instant::now(),
@@ -52,7 +55,7 @@ impl FailureDetector {
         }
     }
 
-    pub fn heard_from(&self, host: [u8; 16], schema_version: [u8; 16], load_bytes: u64) {
+    pub fn heard_from(&self, host: HostId, schema_version: [u8; 16], load_bytes: u64) {
         let mut peers = self.peers.write();
         let health = peers.entry(host).or_insert(PeerHealth {
             last_heard: None,
@@ -67,7 +70,7 @@ impl FailureDetector {
 
     /// A peer pinged us: remember what it reported, but only our own pings decide
     /// whether it is up (up means *we* can reach it).
-    pub fn noted(&self, host: [u8; 16], schema_version: [u8; 16], load_bytes: u64) {
+    pub fn noted(&self, host: HostId, schema_version: [u8; 16], load_bytes: u64) {
         let mut peers = self.peers.write();
         let health = peers.entry(host).or_insert(PeerHealth {
             last_heard: None,
@@ -79,7 +82,7 @@ impl FailureDetector {
         health.load_bytes = Some(load_bytes);
     }
 
-    pub fn load_of(&self, host: &[u8; 16]) -> Option<u64> {
+    pub fn load_of(&self, host: &HostId) -> Option<u64> {
         self.peers.read().get(host).and_then(|h| h.load_bytes)
     }
 
@@ -90,7 +93,7 @@ impl FailureDetector {
     }
 
     /// Peers whose state changed since the last call: `(host, now up)`.
-    fn transitions(&self) -> Vec<([u8; 16], bool)> {
+    fn transitions(&self) -> Vec<(HostId, bool)> {
         let mut peers = self.peers.write();
         let mut changed = Vec::new();
         for (host, health) in peers.iter_mut() {
@@ -105,11 +108,11 @@ impl FailureDetector {
 }
 
 impl Liveness for FailureDetector {
-    fn is_alive(&self, host_id: &[u8; 16]) -> bool {
+    fn is_alive(&self, host_id: &HostId) -> bool {
         *host_id == self.me || self.peers.read().get(host_id).is_some_and(Self::up)
     }
 
-    fn down_for(&self, host_id: &[u8; 16]) -> Option<Duration> {
+    fn down_for(&self, host_id: &HostId) -> Option<Duration> {
         if self.is_alive(host_id) {
             return None;
         }
@@ -117,7 +120,7 @@ impl Liveness for FailureDetector {
         Some(last.unwrap_or(self.started).elapsed())
     }
 
-    fn schema_version(&self, host_id: &[u8; 16]) -> Option<[u8; 16]> {
+    fn schema_version(&self, host_id: &HostId) -> Option<[u8; 16]> {
         self.peers
             .read()
             .get(host_id)
@@ -196,10 +199,11 @@ impl ReplicaTransport for Transport {
 
 /// Answers internode messages; parts are filled in as the node starts.
 pub struct NodeHandler {
-    pub host_id: [u8; 16],
+    pub host_id: HostId,
     pub detector: Arc<FailureDetector>,
     pub cluster: OnceLock<Arc<ClusterMetadata>>,
     pub coordinator: OnceLock<Arc<Coordinator>>,
+    pub proxy: OnceLock<Arc<StorageProxy>>,
 }
 
 impl NodeHandler {
@@ -263,18 +267,23 @@ impl Handler for NodeHandler {
                         load_bytes: self.load_bytes(),
                     }
                 }
-                Message::Repair { keyspace, table } => match self.coordinator.get() {
-                    Some(coordinator) => {
-                        match coordinator
-                            .repair(keyspace.as_deref(), table.as_deref())
-                            .await
-                        {
-                            Ok(report) => Reply::Repaired(report),
-                            Err(error) => Reply::Error(error.message),
+                Message::Repair { keyspace, table } => {
+                    match (self.coordinator.get(), self.proxy.get()) {
+                        (Some(coordinator), Some(proxy)) => {
+                            let repaired = match coordinator
+                                .table_ids(keyspace.as_deref(), table.as_deref())
+                            {
+                                Ok(tables) => proxy.repair(tables).await,
+                                Err(error) => Err(error),
+                            };
+                            match repaired {
+                                Ok(report) => Reply::Repaired(report),
+                                Err(error) => Reply::Error(error.message),
+                            }
                         }
+                        _ => Reply::Error("this node is still starting".into()),
                     }
-                    None => Reply::Error("this node is still starting".into()),
-                },
+                }
                 Message::Status => match self.cluster.get() {
                     Some(cluster) => Reply::Status(self.status(cluster)),
                     None => Reply::Error("this node is still starting".into()),
@@ -283,8 +292,8 @@ impl Handler for NodeHandler {
                     Some(cluster) => Reply::Cluster(cluster.handle(request).await),
                     None => Reply::Error("this node is still starting".into()),
                 },
-                Message::Replica(request) => match self.coordinator.get() {
-                    Some(coordinator) => Reply::Replica(coordinator.serve_replica(request).await),
+                Message::Replica(request) => match self.proxy.get() {
+                    Some(proxy) => Reply::Replica(proxy.local().serve(request).await),
                     None => Reply::Error("this node is still starting".into()),
                 },
             }
@@ -296,6 +305,7 @@ impl Handler for NodeHandler {
 pub async fn run_failure_detection(
     cluster: Arc<ClusterMetadata>,
     coordinator: Arc<Coordinator>,
+    proxy: Arc<StorageProxy>,
     detector: Arc<FailureDetector>,
     peers: Arc<Peers>,
     transport: Arc<Transport>,
@@ -304,7 +314,7 @@ pub async fn run_failure_detection(
     let me = cluster.me().host_id;
     let mut interval = tokio::time::interval(PING_INTERVAL);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let replaying: Arc<parking_lot::Mutex<BTreeSet<[u8; 16]>>> = Arc::default();
+    let replaying: Arc<parking_lot::Mutex<BTreeSet<HostId>>> = Arc::default();
     loop {
         interval.tick().await;
         let state = cluster.state();
@@ -341,9 +351,7 @@ pub async fn run_failure_detection(
             });
         }
         // Hints for members that are up.
-        let Some(hints) = coordinator.cluster().map(|c| &c.hints) else {
-            continue;
-        };
+        let hints = proxy.hints();
         for member in state.members.values().filter(|m| m.host_id != me) {
             if !detector.is_alive(&member.host_id)
                 || !hints.pending_for(&member.host_id)
@@ -376,7 +384,7 @@ pub async fn follow_metadata(
     events: Arc<EventBus>,
 ) {
     let mut states = cluster.subscribe();
-    let mut known: BTreeSet<[u8; 16]> = states
+    let mut known: BTreeSet<HostId> = states
         .borrow()
         .members
         .values()

@@ -78,7 +78,7 @@ async fn ask(
     Ok((address, reply))
 }
 
-async fn repair(args: RepairArgs) -> anyhow::Result<shoal_coordinator::repair::RepairReport> {
+async fn repair(args: RepairArgs) -> anyhow::Result<shoal_replication::RepairReport> {
     let message = Message::Repair {
         keyspace: args.keyspace,
         table: args.table,
@@ -113,18 +113,6 @@ fn human_bytes(bytes: u64) -> String {
     }
 }
 
-fn uuid_text(id: &[u8; 16]) -> String {
-    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..]
-    )
-}
-
 /// The `nodetool status` layout.
 pub fn render_status(members: &[MemberStatus]) -> String {
     let mut out = String::new();
@@ -157,7 +145,7 @@ pub fn render_status(members: &[MemberStatus]) -> String {
                 member.address.to_string(),
                 member.load_bytes.map_or("?".to_string(), human_bytes),
                 member.tablets,
-                uuid_text(&member.host_id),
+                member.host_id.to_string(),
                 member.rack,
                 if member.voter { "voter" } else { "learner" },
             ));

@@ -44,6 +44,8 @@ pub enum StorageError {
 
 pub type Result<T> = std::result::Result<T, StorageError>;
 
+use shoal_model::TableId;
+
 /// A set of cell writes applied atomically. Each entry is `(key, encoded cell)`, merged by
 /// last-write-wins with what the key already holds.
 #[derive(Debug, Default, Clone)]
@@ -141,10 +143,10 @@ pub trait Engine: Send + Sync + 'static {
     /// Tells compaction how long deletions of `table_id` must be kept before they may be
     /// purged (the table's `gc_grace_seconds`). Until this is called for a table, nothing
     /// of it is purged.
-    fn set_gc_grace_seconds(&self, table_id: [u8; 16], seconds: i32);
+    fn set_gc_grace_seconds(&self, table_id: TableId, seconds: i32);
 
     /// The grace period registered for `table_id`, if any.
-    fn gc_grace_seconds(&self, table_id: &[u8; 16]) -> Option<i32>;
+    fn gc_grace_seconds(&self, table_id: &TableId) -> Option<i32>;
 
     /// Lets compaction drop deletions that cover other keys once their grace period is
     /// over: every cell such a deletion still shadows gets a tombstone of its own, and the
@@ -169,18 +171,18 @@ pub struct GarbageReport {
 /// here (not yet in the installed schema, or internal) is never purged.
 #[derive(Default)]
 pub(crate) struct GcGraceTable {
-    seconds_by_table: parking_lot::RwLock<std::collections::HashMap<[u8; 16], i32>>,
+    seconds_by_table: parking_lot::RwLock<std::collections::HashMap<TableId, i32>>,
 }
 
 /// Cassandra's default gc_grace_seconds (10 days).
 pub const DEFAULT_GC_GRACE_SECONDS: i32 = 864_000;
 
 impl GcGraceTable {
-    pub(crate) fn get(&self, table_id: &[u8; 16]) -> Option<i32> {
+    pub(crate) fn get(&self, table_id: &TableId) -> Option<i32> {
         self.seconds_by_table.read().get(table_id).copied()
     }
 
-    pub(crate) fn set(&self, table_id: [u8; 16], seconds: i32) {
+    pub(crate) fn set(&self, table_id: TableId, seconds: i32) {
         self.seconds_by_table.write().insert(table_id, seconds);
     }
 }

@@ -4,7 +4,7 @@
 use crate::shadow::{self, ShadowTracker, Verdict};
 use crate::{Cursor, Engine, GarbageReport, GcGraceTable, Result, WriteBatch};
 use parking_lot::RwLock;
-use shoal_model::Cell;
+use shoal_model::{Cell, TableId};
 use std::collections::BTreeMap;
 
 #[derive(Default)]
@@ -182,11 +182,11 @@ impl Engine for MemoryEngine {
             .collect())
     }
 
-    fn set_gc_grace_seconds(&self, table_id: [u8; 16], seconds: i32) {
+    fn set_gc_grace_seconds(&self, table_id: TableId, seconds: i32) {
         self.gc_grace.set(table_id, seconds);
     }
 
-    fn gc_grace_seconds(&self, table_id: &[u8; 16]) -> Option<i32> {
+    fn gc_grace_seconds(&self, table_id: &TableId) -> Option<i32> {
         self.gc_grace.get(table_id)
     }
 

@@ -11,7 +11,7 @@
 
 use crate::{Cursor, Engine, Result, StorageError};
 use shoal_model::keys::{self, ColumnPart};
-use shoal_model::{Cell, Token, WriteTimestamp};
+use shoal_model::{Cell, TableId, Token, WriteTimestamp};
 use std::cmp::Ordering;
 
 /// What the visitor wants next.
@@ -333,7 +333,7 @@ fn read_header(
 #[allow(clippy::too_many_arguments)]
 pub fn read_partition(
     engine: &dyn Engine,
-    table_id: &[u8; 16],
+    table_id: &TableId,
     token: Token,
     key: &[u8],
     slices: &[ClusteringSlice],

@@ -24,7 +24,7 @@ use rocksdb::{
     Options, ReadOptions, SliceTransform, WriteOptions, DB,
 };
 use shoal_model::keys::{self, TOKEN_PREFIX_LENGTH};
-use shoal_model::{Cell, CellKind};
+use shoal_model::{Cell, CellKind, TableId};
 use std::collections::BTreeSet;
 use std::ffi::CStr;
 use std::path::Path;
@@ -98,12 +98,12 @@ struct PurgeFilter {
     tracker: ShadowTracker,
     now_seconds: i64,
     /// The last table seen and its grace period (`None`: never purge it).
-    table: Option<([u8; 16], Option<Grace>)>,
+    table: Option<(TableId, Option<Grace>)>,
 }
 
 impl PurgeFilter {
     fn grace(&mut self, key: &[u8]) -> Option<Grace> {
-        let table: [u8; 16] = key.get(..keys::TABLE_ID_LENGTH)?.try_into().ok()?;
+        let table = TableId::of_key(key)?;
         match &self.table {
             Some((cached, grace)) if *cached == table => *grace,
             _ => {
@@ -479,11 +479,11 @@ impl Engine for RocksEngine {
         Ok(entries)
     }
 
-    fn set_gc_grace_seconds(&self, table_id: [u8; 16], seconds: i32) {
+    fn set_gc_grace_seconds(&self, table_id: TableId, seconds: i32) {
         self.gc_grace.set(table_id, seconds);
     }
 
-    fn gc_grace_seconds(&self, table_id: &[u8; 16]) -> Option<i32> {
+    fn gc_grace_seconds(&self, table_id: &TableId) -> Option<i32> {
         self.gc_grace.get(table_id)
     }
 

@@ -31,7 +31,7 @@
 use crate::reader::RangeTombstone;
 use crate::{Engine, Result, StorageError};
 use shoal_model::keys::{self, ColumnPart};
-use shoal_model::{Cell, WriteTimestamp};
+use shoal_model::{Cell, TableId, WriteTimestamp};
 
 /// Range tombstones of one partition the tracker remembers; beyond this it stops using
 /// further ones to shadow cells (they stay in storage and are still applied by readers,
@@ -249,7 +249,7 @@ fn decode(value: &[u8]) -> Result<Cell> {
 
 /// The grace period of the table `key` belongs to, as `engine` knows it.
 pub fn grace_for(engine: &dyn Engine, key: &[u8], now_seconds: i64) -> Option<Grace> {
-    let table: [u8; 16] = key.get(..keys::TABLE_ID_LENGTH)?.try_into().ok()?;
+    let table = TableId::of_key(key)?;
     engine.gc_grace_seconds(&table).map(|seconds| Grace {
         gc_grace_seconds: seconds as i64,
         now_seconds,
@@ -399,7 +399,7 @@ mod tests {
     use super::*;
     use shoal_model::Token;
 
-    const TABLE: [u8; 16] = [9; 16];
+    const TABLE: TableId = TableId([9; 16]);
 
     fn partition() -> Vec<u8> {
         keys::partition_prefix(&TABLE, Token(5), b"p")

@@ -3,9 +3,9 @@
 use crate::reader::{self, ClusteringSlice, Flow, PartitionHeader, Row, Visitor};
 use crate::{Engine, MemoryEngine, RocksEngine, RocksOptions, WriteBatch};
 use shoal_model::keys;
-use shoal_model::{Cell, Token, WriteTimestamp};
+use shoal_model::{Cell, TableId, Token, WriteTimestamp};
 
-const TABLE: [u8; 16] = [3; 16];
+const TABLE: TableId = TableId([3; 16]);
 const NOW: i64 = 1_000_000;
 
 fn with_each_engine(test: impl Fn(&dyn Engine)) {

@@ -1,227 +1,17 @@
-//! Schema: keyspaces, tables and columns, as Cassandra defines them.
-//!
-//! [`Schema`] is an immutable snapshot; [`SchemaStore`] holds the current one behind an
-//! `Arc` (readers clone the `Arc`, never lock across a request) and persists every change
-//! in the engine's metadata before publishing it. Each change gets a new schema version
-//! (a UUID), which `system.local.schema_version` reports and drivers compare.
-//!
-//! Columns keep Cassandra's order: partition key components, then clustering columns, then
-//! static and regular columns by name. Tables of the system keyspaces (`system`,
-//! `system_schema`, ...) are *virtual*: defined here, answered by
-//! [`crate::system_tables`], never stored.
+//! The current schema: an immutable [`Schema`] snapshot behind an `Arc`, and the
+//! [`SchemaStore`] that changes it through the cluster's replicated metadata.
 
-use crate::{ensure, CqlError};
+use crate::{replication_strategy, KeyspaceMetadata, TableMetadata};
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 use shoal_cluster::{ClusterMetadata, Command, CommandOutcome, SchemaRecord};
 use shoal_cql::response::SchemaChange;
-use shoal_model::keys;
-use shoal_model::CqlType;
+use shoal_cql::{ensure, CqlError};
+use shoal_model::{keys, TableId};
 use shoal_placement::ReplicationStrategy;
 use shoal_storage::Engine;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ColumnKind {
-    PartitionKey,
-    Clustering,
-    Static,
-    Regular,
-}
-
-impl ColumnKind {
-    /// The name `system_schema.columns.kind` uses.
-    pub fn schema_name(self) -> &'static str {
-        match self {
-            ColumnKind::PartitionKey => "partition_key",
-            ColumnKind::Clustering => "clustering",
-            ColumnKind::Static => "static",
-            ColumnKind::Regular => "regular",
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ColumnMetadata {
-    pub name: String,
-    pub cql_type: CqlType,
-    pub kind: ColumnKind,
-    /// Position within the partition key or the clustering key; -1 otherwise.
-    pub position: i32,
-    /// Clustering columns only: stored in descending order.
-    pub descending: bool,
-}
-
-/// Table options, with Cassandra 5.0's defaults. Shoal honours `default_time_to_live` and
-/// `gc_grace_seconds`; the others are kept and shown so that tools round-trip them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TableOptions {
-    pub comment: String,
-    pub default_time_to_live: i32,
-    pub gc_grace_seconds: i32,
-    pub bloom_filter_fp_chance: f64,
-    pub crc_check_chance: f64,
-    pub memtable_flush_period_in_ms: i32,
-    pub min_index_interval: i32,
-    pub max_index_interval: i32,
-    pub speculative_retry: String,
-    pub additional_write_policy: String,
-    pub read_repair: String,
-    pub caching: BTreeMap<String, String>,
-    pub compaction: BTreeMap<String, String>,
-    pub compression: BTreeMap<String, String>,
-}
-
-impl Default for TableOptions {
-    fn default() -> Self {
-        let map = |entries: &[(&str, &str)]| {
-            entries
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect()
-        };
-        TableOptions {
-            comment: String::new(),
-            default_time_to_live: 0,
-            gc_grace_seconds: 864_000,
-            bloom_filter_fp_chance: 0.01,
-            crc_check_chance: 1.0,
-            memtable_flush_period_in_ms: 0,
-            min_index_interval: 128,
-            max_index_interval: 2048,
-            speculative_retry: "99p".into(),
-            additional_write_policy: "99p".into(),
-            read_repair: "BLOCKING".into(),
-            caching: map(&[("keys", "ALL"), ("rows_per_partition", "NONE")]),
-            compaction: map(&[
-                (
-                    "class",
-                    "org.apache.cassandra.db.compaction.SizeTieredCompactionStrategy",
-                ),
-                ("max_threshold", "32"),
-                ("min_threshold", "4"),
-            ]),
-            compression: map(&[
-                ("chunk_length_in_kb", "16"),
-                ("class", "org.apache.cassandra.io.compress.LZ4Compressor"),
-            ]),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DroppedColumn {
-    pub cql_type: CqlType,
-    /// Microseconds: cells written at or before this time belong to the dropped column.
-    pub dropped_at_micros: i64,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TableMetadata {
-    pub keyspace: String,
-    pub name: String,
-    pub id: [u8; 16],
-    /// Partition key, clustering, then the rest by name (Cassandra's order).
-    pub columns: Vec<ColumnMetadata>,
-    pub options: TableOptions,
-    pub dropped_columns: BTreeMap<String, DroppedColumn>,
-    /// Answered by `system_tables`, never stored.
-    #[serde(default)]
-    pub is_virtual: bool,
-}
-
-impl TableMetadata {
-    pub fn column(&self, name: &str) -> Option<&ColumnMetadata> {
-        self.columns.iter().find(|c| c.name == name)
-    }
-
-    pub fn column_index(&self, name: &str) -> Option<usize> {
-        self.columns.iter().position(|c| c.name == name)
-    }
-
-    /// The column, or the error Cassandra gives for an unknown one.
-    pub fn require_column(&self, name: &str) -> Result<(usize, &ColumnMetadata), CqlError> {
-        self.columns
-            .iter()
-            .enumerate()
-            .find(|(_, c)| c.name == name)
-            .ok_or_else(|| {
-                CqlError::invalid(format!(
-                    "Undefined column name {name} in table {}.{}",
-                    self.keyspace, self.name
-                ))
-            })
-    }
-
-    pub fn partition_key(&self) -> impl Iterator<Item = &ColumnMetadata> {
-        self.columns
-            .iter()
-            .filter(|c| c.kind == ColumnKind::PartitionKey)
-    }
-
-    pub fn clustering(&self) -> impl Iterator<Item = &ColumnMetadata> {
-        self.columns
-            .iter()
-            .filter(|c| c.kind == ColumnKind::Clustering)
-    }
-
-    pub fn partition_key_count(&self) -> usize {
-        self.partition_key().count()
-    }
-
-    pub fn clustering_count(&self) -> usize {
-        self.clustering().count()
-    }
-
-    pub fn has_static_columns(&self) -> bool {
-        self.columns.iter().any(|c| c.kind == ColumnKind::Static)
-    }
-
-    /// Puts columns in Cassandra's order and numbers key positions.
-    pub fn normalize_column_order(&mut self) {
-        let rank = |c: &ColumnMetadata| match c.kind {
-            ColumnKind::PartitionKey => (0, c.position, String::new()),
-            ColumnKind::Clustering => (1, c.position, String::new()),
-            ColumnKind::Static | ColumnKind::Regular => (2, 0, c.name.clone()),
-        };
-        self.columns.sort_by_key(rank);
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct KeyspaceMetadata {
-    pub name: String,
-    /// `class` plus the strategy's options, as `system_schema.keyspaces.replication` shows.
-    pub replication: BTreeMap<String, String>,
-    pub durable_writes: bool,
-    pub tables: BTreeMap<String, Arc<TableMetadata>>,
-    #[serde(default)]
-    pub is_system: bool,
-}
-
-impl KeyspaceMetadata {
-    /// The replication factor in this node's datacenter.
-    pub fn replication_factor(&self) -> usize {
-        let class = self
-            .replication
-            .get("class")
-            .map(String::as_str)
-            .unwrap_or("");
-        if class.ends_with("LocalStrategy") {
-            return 1;
-        }
-        if let Some(factor) = self.replication.get("replication_factor") {
-            return factor.parse().unwrap_or(1);
-        }
-        self.replication
-            .iter()
-            .filter(|(k, _)| k.as_str() != "class")
-            .filter_map(|(_, v)| v.parse::<usize>().ok())
-            .sum::<usize>()
-            .max(1)
-    }
-}
 
 /// An immutable schema snapshot.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -245,6 +35,13 @@ impl Schema {
             .ok_or_else(|| CqlError::invalid(format!("table {table} does not exist")))
     }
 
+    /// The keyspace holding the table with id `table`.
+    pub fn keyspace_of_table(&self, table: &TableId) -> Option<&KeyspaceMetadata> {
+        self.keyspaces
+            .values()
+            .find(|keyspace| keyspace.tables.values().any(|t| t.id == *table))
+    }
+
     pub fn user_keyspaces(&self) -> impl Iterator<Item = &KeyspaceMetadata> {
         self.keyspaces.values().filter(|k| !k.is_system)
     }
@@ -254,28 +51,6 @@ const SCHEMA_METADATA_KEY: &[u8] = b"schema";
 
 /// How often a schema change is recomputed when another change won the race.
 const SCHEMA_CHANGE_ATTEMPTS: usize = 20;
-
-/// A keyspace's replication as placement understands it.
-pub fn replication_strategy(keyspace: &KeyspaceMetadata) -> ReplicationStrategy {
-    let class = keyspace
-        .replication
-        .get("class")
-        .map(String::as_str)
-        .unwrap_or("");
-    if class.ends_with("NetworkTopologyStrategy") {
-        let factors = keyspace
-            .replication
-            .iter()
-            .filter(|(k, _)| k.as_str() != "class" && k.as_str() != "replication_factor")
-            .filter_map(|(dc, n)| n.parse::<usize>().ok().map(|n| (dc.clone(), n)))
-            .collect();
-        ReplicationStrategy::NetworkTopology { factors }
-    } else {
-        ReplicationStrategy::Simple {
-            factor: keyspace.replication_factor(),
-        }
-    }
-}
 
 /// What changed between two schemas, as SCHEMA_CHANGE events describe it.
 pub fn schema_diff(before: &Schema, after: &Schema) -> Vec<SchemaChange> {
@@ -320,7 +95,7 @@ pub fn schema_diff(before: &Schema, after: &Schema) -> Vec<SchemaChange> {
     changes
 }
 
-fn table_ids(schema: &Schema) -> BTreeMap<[u8; 16], ReplicationStrategy> {
+fn table_ids(schema: &Schema) -> BTreeMap<TableId, ReplicationStrategy> {
     schema
         .user_keyspaces()
         .flat_map(|k| {
@@ -380,7 +155,7 @@ impl SchemaStore {
     /// periods, removes the data of tables that no longer exist, and returns what changed.
     fn install(&self, mut next: Schema) -> Vec<SchemaChange> {
         let _serialized = self.install_lock.lock();
-        for keyspace in crate::system_tables::system_keyspaces() {
+        for keyspace in crate::system::system_keyspaces() {
             next.keyspaces.insert(keyspace.name.clone(), keyspace);
         }
         let before = self.current();

@@ -8,8 +8,9 @@
 //! none beyond `max_bytes` in all. [`Hints::replay`] sends a live replica its hints in
 //! order and deletes each once acknowledged.
 
-use crate::replication::{Cells, Liveness, ReplicaRequest, ReplicaResponse, ReplicaTransport};
-use shoal_model::Cell;
+use crate::messages::{Cells, ReplicaRequest, ReplicaResponse};
+use crate::transport::{Liveness, ReplicaTransport};
+use shoal_model::{Cell, HostId, TableId};
 use shoal_storage::{Engine, WriteBatch};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -17,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// The internal table id hints are stored under.
-pub const HINTS_TABLE_ID: [u8; 16] = [0xff; 16];
+pub const HINTS_TABLE_ID: TableId = TableId([0xff; 16]);
 
 /// Hints replayed per message.
 const REPLAY_BATCH: usize = 64;
@@ -32,9 +33,9 @@ pub struct Hints {
     dropped: AtomicU64,
 }
 
-fn host_prefix(host: &[u8; 16]) -> Vec<u8> {
-    let mut key = HINTS_TABLE_ID.to_vec();
-    key.extend_from_slice(host);
+fn host_prefix(host: &HostId) -> Vec<u8> {
+    let mut key = HINTS_TABLE_ID.0.to_vec();
+    key.extend_from_slice(&host.0);
     key
 }
 
@@ -46,7 +47,7 @@ impl Hints {
         window: Duration,
         max_bytes: u64,
     ) -> Hints {
-        let stored = match engine.scan(&HINTS_TABLE_ID, &[0xff; 33], false) {
+        let stored = match engine.scan(&HINTS_TABLE_ID.0, &[0xff; 33], false) {
             Ok(mut cursor) => {
                 let mut bytes = 0u64;
                 while let Some((_, value)) = cursor.current() {
@@ -70,7 +71,7 @@ impl Hints {
 
     /// Keeps `cells` for `host`, unless it has been down past the hint window or the hints
     /// are full.
-    pub fn store(&self, host: [u8; 16], cells: &Cells) {
+    pub fn store(&self, host: HostId, cells: &Cells) {
         let beyond_window = self
             .liveness
             .down_for(&host)
@@ -109,7 +110,7 @@ impl Hints {
     }
 
     /// True when hints are waiting for `host`.
-    pub fn pending_for(&self, host: &[u8; 16]) -> bool {
+    pub fn pending_for(&self, host: &HostId) -> bool {
         let prefix = host_prefix(host);
         let upper = shoal_model::keys::increment_prefix(&prefix).unwrap_or_default();
         self.engine
@@ -122,7 +123,7 @@ impl Hints {
     /// replica acknowledged it. Returns how many hints were delivered.
     pub async fn replay(
         &self,
-        host: [u8; 16],
+        host: HostId,
         address: SocketAddr,
         transport: &dyn ReplicaTransport,
     ) -> Result<usize, String> {

@@ -1,0 +1,53 @@
+//! Replication: how a table's cells reach its replicas and come back, at the consistency
+//! level each request asks for (seed 000). The coordinator's statement code reaches all of
+//! it through one trait, [`Replication`]; what is below it is Cassandra's storage proxy,
+//! named as in Scylla's `service/storage_proxy`, `replica/`, `db/hints` and `repair/`:
+//!
+//! - [`strategy`] — the [`Replication`] trait and its strategies: [`StorageProxy`]
+//!   (leaderless, every real node) and [`LocalReplication`] (one node, no cluster).
+//! - [`consistency`] — consistency levels as arithmetic ([`Requirement`]), timeouts and
+//!   the errors clients get (`Unavailable`, `WriteTimeout`, `ReadTimeout`).
+//! - [`topology`] — which replicas hold a key ([`Topology`]: the cluster as applied here;
+//!   [`Replica`], with the failure detector's view).
+//! - [`proxy`] — [`StorageProxy`] and the one path to a replica, local or remote
+//!   ([`StorageProxy::call`]); [`write`] fans writes out, [`read`] does digest and full
+//!   reads with read repair, [`reconcile`] merges answers, [`range`] scans across
+//!   tablets, [`truncate`] clears a table everywhere.
+//! - [`replica`] — the replica side: [`LocalReplica`] answers [`messages`] from any
+//!   coordinator, through the node's [`WriteLog`] for writes.
+//! - [`hints`] — writes kept for replicas that are down, replayed when they return.
+//! - [`repair`] — anti-entropy repair by segment hashes.
+//! - [`transport`] — how peers are reached ([`ReplicaTransport`]) and which are up
+//!   ([`Liveness`]): the server implements them over internode messaging.
+//!
+//! Nothing here owns a socket or a thread: I/O happens behind the transport and the write
+//! log, so the whole layer runs in tests against an in-memory transport and a paused clock
+//! (`tests/golden`).
+
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
+pub mod consistency;
+pub mod hints;
+pub mod messages;
+pub mod proxy;
+pub mod range;
+pub mod read;
+pub mod reconcile;
+pub mod repair;
+pub mod replica;
+pub mod strategy;
+pub mod topology;
+pub mod transport;
+pub mod truncate;
+pub mod write;
+
+pub use consistency::{Requirement, WriteType, READ_TIMEOUT, WRITE_TIMEOUT};
+pub use hints::Hints;
+pub use messages::{Cells, PartitionRef, ReplicaRequest, ReplicaResponse};
+pub use proxy::StorageProxy;
+pub use read::PartitionSource;
+pub use repair::RepairReport;
+pub use replica::{ImmediateWriteLog, LocalReplica, WriteLog};
+pub use strategy::{LocalReplication, Replication, ScanSource};
+pub use topology::{Replica, Topology};
+pub use transport::{Liveness, ReplicaTransport};

@@ -1,0 +1,55 @@
+//! What a coordinator asks a replica and what the replica answers: the wire vocabulary of
+//! replication, the same whether the replica is this node or another.
+
+use serde::{Deserialize, Serialize};
+use shoal_model::{TableId, Token};
+
+/// Cells as stored: `(key, encoded cell)`, in key order.
+pub type Cells = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// A partition by token and serialized partition key.
+pub type PartitionRef = (Token, Vec<u8>);
+
+/// What a coordinator asks of a replica. Messages are versioned by variant: a new kind is
+/// a new variant at the end.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum ReplicaRequest {
+    /// Apply these cells (a write, a read repair or a replayed hint).
+    Apply(Cells),
+    /// The visible cells stored in `[lower, upper)`, at most `limit` of them.
+    Read {
+        lower: Vec<u8>,
+        upper: Vec<u8>,
+        limit: u32,
+    },
+    /// Remove every cell of a table (TRUNCATE).
+    Truncate(TableId),
+    /// A digest of the cells `Read` would return (reads at CL > ONE ask one replica for
+    /// data and the others for digests).
+    Digest {
+        lower: Vec<u8>,
+        upper: Vec<u8>,
+        limit: u32,
+    },
+    /// A hash of the visible cells in each of the consecutive key ranges `[bounds[i],
+    /// bounds[i+1])` (anti-entropy repair compares them between replicas).
+    RangeHashes { bounds: Vec<Vec<u8>> },
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum ReplicaResponse {
+    Applied,
+    /// The cells read; `complete` is false when `limit` cut the range short.
+    Cells {
+        cells: Cells,
+        complete: bool,
+    },
+    /// One hash per range asked for.
+    Hashes(Vec<u64>),
+    /// The digest of the cells read; `complete` as for `Cells`.
+    Digest {
+        hash: u64,
+        complete: bool,
+    },
+    Error(String),
+}

@@ -1,0 +1,167 @@
+//! [`StorageProxy`]: leaderless replication (seed 000's tunable consistency), the
+//! coordinator's side. Its parts live beside it: [`crate::write`] (fan-out of writes),
+//! [`crate::read`] (digest and full reads, read repair), [`crate::range`] (scans across
+//! tablets), [`crate::truncate`].
+//!
+//! Every request to a replica goes through [`StorageProxy::call`], whether the replica is
+//! this node (served in place by [`LocalReplica`], no serialization) or another one (sent
+//! through the [`ReplicaTransport`]).
+
+use crate::consistency::{READ_TIMEOUT, WRITE_TIMEOUT};
+use crate::hints::Hints;
+use crate::messages::{Cells, ReplicaRequest, ReplicaResponse};
+use crate::replica::LocalReplica;
+use crate::topology::{replicas_of, Replica, TabletReplicas, Topology};
+use crate::transport::{Liveness, ReplicaTransport};
+use futures::future::BoxFuture;
+use shoal_cluster::ClusterState;
+use shoal_model::{TableId, Token};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The coordinator side of leaderless replication for one node.
+pub struct StorageProxy {
+    pub(crate) topology: Arc<dyn Topology>,
+    pub(crate) transport: Arc<dyn ReplicaTransport>,
+    pub(crate) liveness: Arc<dyn Liveness>,
+    pub(crate) local: Arc<LocalReplica>,
+    pub(crate) hints: Arc<Hints>,
+    /// Reads answered locally so far, for sampling background replica checks.
+    pub(crate) local_reads: AtomicU64,
+}
+
+impl StorageProxy {
+    pub fn new(
+        topology: Arc<dyn Topology>,
+        transport: Arc<dyn ReplicaTransport>,
+        liveness: Arc<dyn Liveness>,
+        local: Arc<LocalReplica>,
+        hints: Arc<Hints>,
+    ) -> StorageProxy {
+        StorageProxy {
+            topology,
+            transport,
+            liveness,
+            local,
+            hints,
+            local_reads: AtomicU64::new(0),
+        }
+    }
+
+    /// Writes kept for replicas that are down.
+    pub fn hints(&self) -> &Arc<Hints> {
+        &self.hints
+    }
+
+    /// The failure detector's view.
+    pub fn liveness(&self) -> &Arc<dyn Liveness> {
+        &self.liveness
+    }
+
+    /// This node as a replica.
+    pub fn local(&self) -> &Arc<LocalReplica> {
+        &self.local
+    }
+
+    pub(crate) fn local_datacenter(&self) -> &str {
+        &self.topology.me().datacenter
+    }
+
+    /// The replicas of the tablet of `table` holding `token`, as this request sees them.
+    pub(crate) fn replicas_of(
+        &self,
+        state: &ClusterState,
+        table: &TableId,
+        token: Token,
+    ) -> TabletReplicas {
+        replicas_of(
+            self.topology.me(),
+            self.liveness.as_ref(),
+            state,
+            table,
+            token,
+        )
+    }
+
+    /// Sends `request` to `replica`: served in place when it is this node, through the
+    /// transport otherwise. The one path every replica request takes.
+    pub(crate) fn call(
+        &self,
+        replica: &Replica,
+        request: ReplicaRequest,
+        timeout: Duration,
+    ) -> BoxFuture<'static, Result<ReplicaResponse, String>> {
+        if replica.local {
+            let local = Arc::clone(&self.local);
+            return Box::pin(async move {
+                match local.serve(request).await {
+                    ReplicaResponse::Error(error) => Err(error),
+                    response => Ok(response),
+                }
+            });
+        }
+        let sent = self.transport.send(replica.address, request, timeout);
+        Box::pin(async move {
+            match sent.await? {
+                ReplicaResponse::Error(error) => Err(error),
+                response => Ok(response),
+            }
+        })
+    }
+
+    /// Applies `cells` on `replica`; resolves to whether it acknowledged.
+    pub(crate) fn apply_on(&self, replica: &Replica, cells: Cells) -> BoxFuture<'static, bool> {
+        let applied = self.call(replica, ReplicaRequest::Apply(cells), WRITE_TIMEOUT);
+        Box::pin(async move { matches!(applied.await, Ok(ReplicaResponse::Applied)) })
+    }
+
+    /// The visible cells of `[lower, upper)` on `replica`, at most `limit`.
+    pub(crate) fn read_cells_on(
+        &self,
+        replica: &Replica,
+        lower: &[u8],
+        upper: &[u8],
+        limit: u32,
+    ) -> BoxFuture<'static, Result<(Cells, bool), String>> {
+        let request = ReplicaRequest::Read {
+            lower: lower.to_vec(),
+            upper: upper.to_vec(),
+            limit,
+        };
+        let read = self.call(replica, request, READ_TIMEOUT);
+        Box::pin(async move {
+            match read.await? {
+                ReplicaResponse::Cells { cells, complete } => Ok((cells, complete)),
+                other => Err(format!("unexpected answer {other:?}")),
+            }
+        })
+    }
+
+    /// The digest of what [`StorageProxy::read_cells_on`] would return.
+    pub(crate) fn digest_on(
+        &self,
+        replica: &Replica,
+        lower: &[u8],
+        upper: &[u8],
+        limit: u32,
+    ) -> BoxFuture<'static, Result<(u64, bool), String>> {
+        let request = ReplicaRequest::Digest {
+            lower: lower.to_vec(),
+            upper: upper.to_vec(),
+            limit,
+        };
+        let digest = self.call(replica, request, READ_TIMEOUT);
+        Box::pin(async move {
+            match digest.await? {
+                ReplicaResponse::Digest { hash, complete } => Ok((hash, complete)),
+                other => Err(format!("unexpected answer {other:?}")),
+            }
+        })
+    }
+
+    /// Members of the cluster as this node knows them.
+    pub fn member_count(&self) -> usize {
+        self.topology.state().members.len().max(1)
+    }
+}

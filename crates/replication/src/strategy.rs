@@ -1,0 +1,200 @@
+//! [`Replication`]: the one entrance statement code uses to reach a table's data, whatever
+//! replicates it. Two strategies implement it today:
+//!
+//! - [`StorageProxy`] — leaderless replication by tablet at the request's consistency
+//!   level (every real node, including a cluster of one);
+//! - [`LocalReplication`] — this node's engine alone, replication factor 1 (embedded use
+//!   and the coordinator's unit tests).
+//!
+//! Per-tablet Raft for strongly consistent tables will be a third, chosen per keyspace
+//! without touching statement code.
+
+use crate::consistency::{unavailable, WriteType};
+use crate::messages::PartitionRef;
+use crate::proxy::StorageProxy;
+use crate::range::ReplicatedView;
+use crate::read::PartitionSource;
+use crate::replica::LocalReplica;
+use futures::future::BoxFuture;
+use shoal_cql::request::Consistency;
+use shoal_cql::CqlError;
+use shoal_model::{keys, TableId};
+use shoal_schema::SchemaStore;
+use shoal_storage::{Engine, WriteBatch};
+use std::sync::Arc;
+
+/// Where a scan reads.
+pub enum ScanSource {
+    /// This node's engine.
+    Local,
+    /// A view across the table's replicas.
+    Replicated(ReplicatedView),
+}
+
+/// How a table's data reaches its replicas.
+pub trait Replication: Send + Sync + 'static {
+    /// Applies `batch` and waits until `consistency` is met.
+    fn write(
+        &self,
+        batch: WriteBatch,
+        consistency: Consistency,
+        write_type: WriteType,
+    ) -> BoxFuture<'_, Result<(), CqlError>>;
+
+    /// Where the named partitions of `table` are read at `consistency`.
+    fn read_partitions<'a>(
+        &'a self,
+        table: TableId,
+        partitions: &'a [PartitionRef],
+        consistency: Consistency,
+    ) -> BoxFuture<'a, Result<PartitionSource, CqlError>>;
+
+    /// Tells the strategy a read of these partitions was answered from this node's
+    /// engine (it may compare the replicas in the background).
+    fn after_local_read(self: Arc<Self>, table: TableId, partitions: Vec<PartitionRef>);
+
+    /// Where a scan of `table` at `consistency` reads (called on the scan stage).
+    fn scan_source(
+        self: Arc<Self>,
+        table: TableId,
+        consistency: Consistency,
+        runtime: tokio::runtime::Handle,
+    ) -> ScanSource;
+
+    /// Removes every cell of `table` wherever it is stored.
+    fn truncate(&self, table: TableId) -> BoxFuture<'_, Result<(), CqlError>>;
+
+    /// This node's own engine (what [`PartitionSource::Local`] and [`ScanSource::Local`]
+    /// read).
+    fn local_engine(&self) -> &Arc<dyn Engine>;
+}
+
+impl Replication for StorageProxy {
+    fn write(
+        &self,
+        batch: WriteBatch,
+        consistency: Consistency,
+        write_type: WriteType,
+    ) -> BoxFuture<'_, Result<(), CqlError>> {
+        Box::pin(StorageProxy::write(self, batch, consistency, write_type))
+    }
+
+    fn read_partitions<'a>(
+        &'a self,
+        table: TableId,
+        partitions: &'a [PartitionRef],
+        consistency: Consistency,
+    ) -> BoxFuture<'a, Result<PartitionSource, CqlError>> {
+        Box::pin(StorageProxy::read_partitions(
+            self,
+            table,
+            partitions,
+            consistency,
+        ))
+    }
+
+    fn after_local_read(self: Arc<Self>, table: TableId, partitions: Vec<PartitionRef>) {
+        StorageProxy::after_local_read(&self, table, partitions)
+    }
+
+    fn scan_source(
+        self: Arc<Self>,
+        table: TableId,
+        consistency: Consistency,
+        runtime: tokio::runtime::Handle,
+    ) -> ScanSource {
+        if self.member_count() < 2 {
+            return ScanSource::Local;
+        }
+        ScanSource::Replicated(ReplicatedView::new(self, table, consistency, runtime))
+    }
+
+    fn truncate(&self, table: TableId) -> BoxFuture<'_, Result<(), CqlError>> {
+        Box::pin(StorageProxy::truncate(self, table))
+    }
+
+    fn local_engine(&self) -> &Arc<dyn Engine> {
+        &self.local.engine
+    }
+}
+
+/// This node alone: every table has replication factor 1 here, so a level needing more
+/// than one replica is `Unavailable` for keyspaces that ask for more.
+pub struct LocalReplication {
+    local: LocalReplica,
+    schema: Arc<SchemaStore>,
+}
+
+impl LocalReplication {
+    pub fn new(local: LocalReplica, schema: Arc<SchemaStore>) -> LocalReplication {
+        LocalReplication { local, schema }
+    }
+
+    /// `Unavailable` when `consistency` needs more replicas than this one node.
+    fn check(&self, table: Option<TableId>, consistency: Consistency) -> Result<(), CqlError> {
+        if consistency == Consistency::Any {
+            return Ok(());
+        }
+        let schema = self.schema.current();
+        let factor = table
+            .and_then(|table| schema.keyspace_of_table(&table))
+            .map_or(1, |keyspace| keyspace.replication_factor());
+        let required = consistency.required_replicas(factor);
+        if required > 1 {
+            return Err(unavailable(consistency, required, 1));
+        }
+        Ok(())
+    }
+}
+
+impl Replication for LocalReplication {
+    fn write(
+        &self,
+        batch: WriteBatch,
+        consistency: Consistency,
+        _write_type: WriteType,
+    ) -> BoxFuture<'_, Result<(), CqlError>> {
+        let table = batch
+            .entries()
+            .first()
+            .and_then(|(key, _)| TableId::of_key(key));
+        Box::pin(async move {
+            self.check(table, consistency)?;
+            self.local.log.append(batch).await
+        })
+    }
+
+    fn read_partitions<'a>(
+        &'a self,
+        table: TableId,
+        _partitions: &'a [PartitionRef],
+        consistency: Consistency,
+    ) -> BoxFuture<'a, Result<PartitionSource, CqlError>> {
+        let checked = self.check(Some(table), consistency);
+        Box::pin(async move { checked.map(|()| PartitionSource::Local) })
+    }
+
+    fn after_local_read(self: Arc<Self>, _table: TableId, _partitions: Vec<PartitionRef>) {}
+
+    fn scan_source(
+        self: Arc<Self>,
+        _table: TableId,
+        _consistency: Consistency,
+        _runtime: tokio::runtime::Handle,
+    ) -> ScanSource {
+        ScanSource::Local
+    }
+
+    fn truncate(&self, table: TableId) -> BoxFuture<'_, Result<(), CqlError>> {
+        let result = self
+            .local
+            .engine
+            .delete_range(&keys::table_prefix(&table), &keys::table_end(&table))
+            .map_err(|e| CqlError::server(format!("could not remove the table's data: {e}")));
+        Box::pin(async move { result })
+    }
+
+    fn local_engine(&self) -> &Arc<dyn Engine> {
+        &self.local.engine
+    }
+}

@@ -1,0 +1,171 @@
+//! Writes: a batch of cells split by tablet, each part sent to every replica of its
+//! tablet, acknowledged once the consistency level is met.
+//!
+//! Before anything is sent, every part's live replicas must be able to meet the level
+//! (`Unavailable` otherwise). A replica the failure detector calls down gets the part as a
+//! hint; a replica that fails or does not answer gets it as a hint too. The client is
+//! answered as soon as the level is met; deliveries still on their way finish in the
+//! background. Without enough acknowledgements within [`WRITE_TIMEOUT`] the answer is
+//! `WriteTimeout` with the count received.
+
+use crate::consistency::{unavailable, write_timeout, WriteType, WRITE_TIMEOUT};
+use crate::messages::Cells;
+use crate::proxy::StorageProxy;
+use crate::topology::{requirement, TabletReplicas};
+use futures::future::BoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
+use shoal_cql::request::Consistency;
+use shoal_cql::CqlError;
+use shoal_model::{keys, HostId, TableId, Token};
+use shoal_storage::WriteBatch;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The outcome of sending one part of a write to one replica.
+enum Delivery {
+    Acknowledged(String),
+    Hinted,
+    Failed(HostId, Cells),
+}
+
+fn table_and_token(key: &[u8]) -> Option<(TableId, Token)> {
+    let table = TableId::of_key(key)?;
+    let (token, _, _) = keys::split_partition(key)?;
+    Some((table, token))
+}
+
+impl StorageProxy {
+    /// Applies `batch` on the replicas of its tablets and waits for `consistency`.
+    pub async fn write(
+        &self,
+        batch: WriteBatch,
+        consistency: Consistency,
+        write_type: WriteType,
+    ) -> Result<(), CqlError> {
+        let state = self.topology.state();
+        // Group the cells by the replica set of their tablet.
+        let mut groups: BTreeMap<Vec<HostId>, (TabletReplicas, Cells)> = BTreeMap::new();
+        for (key, value) in batch.into_entries() {
+            let replicas = match table_and_token(&key) {
+                Some((table, token)) => self.replicas_of(&state, &table, token),
+                None => TabletReplicas {
+                    replicas: Vec::new(),
+                    strategy: None,
+                },
+            };
+            if replicas.replicas.is_empty() {
+                return Err(CqlError::server(
+                    "no replicas are placed for this table yet; retry once the schema has settled",
+                ));
+            }
+            let ids = replicas.iter().map(|r| r.host_id).collect();
+            groups
+                .entry(ids)
+                .or_insert_with(|| (replicas, Vec::new()))
+                .1
+                .push((key, value));
+        }
+        // Check every group before sending anything.
+        for (replicas, _) in groups.values() {
+            let requirement = requirement(self.local_datacenter(), consistency, replicas);
+            let alive = replicas.iter().filter(|r| r.alive);
+            let enough = consistency == Consistency::Any
+                || requirement.met_by(alive.clone().map(|r| r.datacenter.as_str()));
+            if !enough {
+                return Err(unavailable(
+                    consistency,
+                    requirement.block_for(),
+                    alive.count(),
+                ));
+            }
+        }
+        let waits = groups
+            .into_values()
+            .map(|(replicas, cells)| self.write_group(replicas, cells, consistency, write_type));
+        for result in futures::future::join_all(waits).await {
+            result?;
+        }
+        Ok(())
+    }
+
+    async fn write_group(
+        &self,
+        replicas: TabletReplicas,
+        cells: Cells,
+        consistency: Consistency,
+        write_type: WriteType,
+    ) -> Result<(), CqlError> {
+        let requirement = requirement(self.local_datacenter(), consistency, &replicas);
+        let mut deliveries = FuturesUnordered::new();
+        for replica in replicas.iter() {
+            let datacenter = replica.datacenter.clone();
+            let host_id = replica.host_id;
+            if replica.alive {
+                // A remote replica that fails gets these cells as a hint; a local write
+                // that fails has nothing to hint.
+                let hint = if replica.local {
+                    Vec::new()
+                } else {
+                    cells.clone()
+                };
+                let applied = self.apply_on(replica, cells.clone());
+                deliveries.push(Box::pin(async move {
+                    if applied.await {
+                        Delivery::Acknowledged(datacenter)
+                    } else {
+                        Delivery::Failed(host_id, hint)
+                    }
+                }) as BoxFuture<'static, Delivery>);
+            } else {
+                self.hints.store(host_id, &cells);
+                deliveries.push(Box::pin(async { Delivery::Hinted }));
+            }
+        }
+        let mut acknowledged: Vec<String> = Vec::new();
+        let mut hinted = 0usize;
+        let timeout = tokio::time::sleep(WRITE_TIMEOUT);
+        tokio::pin!(timeout);
+        let met = |acknowledged: &Vec<String>, hinted: usize| {
+            requirement.met_by(acknowledged.iter().map(String::as_str))
+                || (consistency == Consistency::Any && acknowledged.len() + hinted > 0)
+        };
+        while !met(&acknowledged, hinted) {
+            tokio::select! {
+                delivery = deliveries.next() => match delivery {
+                    Some(Delivery::Acknowledged(dc)) => acknowledged.push(dc),
+                    Some(Delivery::Hinted) => hinted += 1,
+                    Some(Delivery::Failed(host, cells)) => {
+                        if !cells.is_empty() {
+                            self.hints.store(host, &cells);
+                        }
+                    }
+                    None => break,
+                },
+                _ = &mut timeout => break,
+            }
+        }
+        let success = met(&acknowledged, hinted);
+        // Replicas still on their way finish in the background; failures become hints.
+        if !deliveries.is_empty() {
+            let hints = Arc::clone(&self.hints);
+            tokio::spawn(async move {
+                while let Some(delivery) = deliveries.next().await {
+                    if let Delivery::Failed(host, cells) = delivery {
+                        if !cells.is_empty() {
+                            hints.store(host, &cells);
+                        }
+                    }
+                }
+            });
+        }
+        if success {
+            return Ok(());
+        }
+        Err(write_timeout(
+            consistency,
+            acknowledged.len(),
+            requirement.block_for(),
+            write_type,
+        ))
+    }
+}

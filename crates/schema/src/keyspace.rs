@@ -1,0 +1,63 @@
+//! Keyspaces: a replication strategy and the tables that share it.
+
+use crate::TableMetadata;
+use serde::{Deserialize, Serialize};
+use shoal_placement::ReplicationStrategy;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KeyspaceMetadata {
+    pub name: String,
+    /// `class` plus the strategy's options, as `system_schema.keyspaces.replication` shows.
+    pub replication: BTreeMap<String, String>,
+    pub durable_writes: bool,
+    pub tables: BTreeMap<String, Arc<TableMetadata>>,
+    #[serde(default)]
+    pub is_system: bool,
+}
+
+impl KeyspaceMetadata {
+    /// The replication factor in this node's datacenter.
+    pub fn replication_factor(&self) -> usize {
+        let class = self
+            .replication
+            .get("class")
+            .map(String::as_str)
+            .unwrap_or("");
+        if class.ends_with("LocalStrategy") {
+            return 1;
+        }
+        if let Some(factor) = self.replication.get("replication_factor") {
+            return factor.parse().unwrap_or(1);
+        }
+        self.replication
+            .iter()
+            .filter(|(k, _)| k.as_str() != "class")
+            .filter_map(|(_, v)| v.parse::<usize>().ok())
+            .sum::<usize>()
+            .max(1)
+    }
+}
+
+/// A keyspace's replication as placement understands it.
+pub fn replication_strategy(keyspace: &KeyspaceMetadata) -> ReplicationStrategy {
+    let class = keyspace
+        .replication
+        .get("class")
+        .map(String::as_str)
+        .unwrap_or("");
+    if class.ends_with("NetworkTopologyStrategy") {
+        let factors = keyspace
+            .replication
+            .iter()
+            .filter(|(k, _)| k.as_str() != "class" && k.as_str() != "replication_factor")
+            .filter_map(|(dc, n)| n.parse::<usize>().ok().map(|n| (dc.clone(), n)))
+            .collect();
+        ReplicationStrategy::NetworkTopology { factors }
+    } else {
+        ReplicationStrategy::Simple {
+            factor: keyspace.replication_factor(),
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! The system keyspaces and their tables (`system`, `system_schema`,
+//! `system_virtual_schema`), with Cassandra 5.0's column names and types. These tables are
+//! *virtual*: defined here, their rows generated on every read by the coordinator, never
+//! stored.
+
+use crate::{ColumnKind, ColumnMetadata, KeyspaceMetadata, TableMetadata, TableOptions};
+use shoal_model::{CqlType, TableId};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub const SYSTEM: &str = "system";
+pub const SYSTEM_SCHEMA: &str = "system_schema";
+pub const SYSTEM_VIRTUAL_SCHEMA: &str = "system_virtual_schema";
+/// The datacenter a node is in unless its configuration says otherwise.
+pub const DEFAULT_DATACENTER: &str = "datacenter1";
+
+type ColumnList<'a> = &'a [(&'a str, &'a str)];
+
+fn virtual_table(
+    keyspace: &str,
+    name: &str,
+    partition_key: ColumnList<'_>,
+    clustering: ColumnList<'_>,
+    regular: ColumnList<'_>,
+) -> Arc<TableMetadata> {
+    let mut columns = Vec::new();
+    let mut add = |list: ColumnList<'_>, kind: ColumnKind| {
+        for (position, (column, type_text)) in list.iter().enumerate() {
+            columns.push(ColumnMetadata {
+                name: column.to_string(),
+                cql_type: CqlType::parse(type_text).unwrap_or(CqlType::Text),
+                kind,
+                position: if kind == ColumnKind::Regular {
+                    -1
+                } else {
+                    position as i32
+                },
+                descending: false,
+            });
+        }
+    };
+    add(partition_key, ColumnKind::PartitionKey);
+    add(clustering, ColumnKind::Clustering);
+    add(regular, ColumnKind::Regular);
+    let mut table = TableMetadata {
+        keyspace: keyspace.to_string(),
+        name: name.to_string(),
+        id: TableId(
+            *uuid::Uuid::new_v5(
+                &uuid::Uuid::NAMESPACE_OID,
+                format!("{keyspace}.{name}").as_bytes(),
+            )
+            .as_bytes(),
+        ),
+        columns,
+        options: TableOptions::default(),
+        dropped_columns: BTreeMap::new(),
+        is_virtual: true,
+    };
+    table.normalize_column_order();
+    Arc::new(table)
+}
+
+fn keyspace(
+    name: &str,
+    replication_class: &str,
+    tables: Vec<Arc<TableMetadata>>,
+) -> KeyspaceMetadata {
+    KeyspaceMetadata {
+        name: name.to_string(),
+        replication: BTreeMap::from([("class".to_string(), replication_class.to_string())]),
+        durable_writes: true,
+        tables: tables.into_iter().map(|t| (t.name.clone(), t)).collect(),
+        is_system: true,
+    }
+}
+
+const TABLE_OPTION_COLUMNS: ColumnList<'static> = &[
+    ("additional_write_policy", "text"),
+    ("allow_auto_snapshot", "boolean"),
+    ("bloom_filter_fp_chance", "double"),
+    ("caching", "frozen<map<text, text>>"),
+    ("cdc", "boolean"),
+    ("comment", "text"),
+    ("compaction", "frozen<map<text, text>>"),
+    ("compression", "frozen<map<text, text>>"),
+    ("crc_check_chance", "double"),
+    ("default_time_to_live", "int"),
+    ("extensions", "frozen<map<text, blob>>"),
+    ("flags", "frozen<set<text>>"),
+    ("gc_grace_seconds", "int"),
+    ("id", "uuid"),
+    ("incremental_backups", "boolean"),
+    ("max_index_interval", "int"),
+    ("memtable", "text"),
+    ("memtable_flush_period_in_ms", "int"),
+    ("min_index_interval", "int"),
+    ("read_repair", "text"),
+    ("speculative_retry", "text"),
+];
+
+/// The system keyspaces and their virtual tables.
+pub fn system_keyspaces() -> Vec<KeyspaceMetadata> {
+    let column_columns: ColumnList<'static> = &[
+        ("clustering_order", "text"),
+        ("column_name_bytes", "blob"),
+        ("kind", "text"),
+        ("position", "int"),
+        ("type", "text"),
+    ];
+    let mut view_columns: Vec<(&str, &str)> = TABLE_OPTION_COLUMNS
+        .iter()
+        .copied()
+        .filter(|(name, _)| {
+            !matches!(
+                *name,
+                "flags" | "allow_auto_snapshot" | "incremental_backups" | "memtable"
+            )
+        })
+        .collect();
+    view_columns.extend([
+        ("base_table_id", "uuid"),
+        ("base_table_name", "text"),
+        ("include_all_columns", "boolean"),
+        ("where_clause", "text"),
+    ]);
+    vec![
+        keyspace(
+            SYSTEM,
+            "org.apache.cassandra.locator.LocalStrategy",
+            vec![
+                virtual_table(
+                    SYSTEM,
+                    "local",
+                    &[("key", "text")],
+                    &[],
+                    &[
+                        ("bootstrapped", "text"),
+                        ("broadcast_address", "inet"),
+                        ("broadcast_port", "int"),
+                        ("cluster_name", "text"),
+                        ("cql_version", "text"),
+                        ("data_center", "text"),
+                        ("gossip_generation", "int"),
+                        ("host_id", "uuid"),
+                        ("listen_address", "inet"),
+                        ("listen_port", "int"),
+                        ("native_protocol_version", "text"),
+                        ("partitioner", "text"),
+                        ("rack", "text"),
+                        ("release_version", "text"),
+                        ("rpc_address", "inet"),
+                        ("rpc_port", "int"),
+                        ("schema_version", "uuid"),
+                        ("tokens", "set<text>"),
+                        ("truncated_at", "map<uuid, blob>"),
+                    ],
+                ),
+                virtual_table(
+                    SYSTEM,
+                    "peers",
+                    &[("peer", "inet")],
+                    &[],
+                    &[
+                        ("data_center", "text"),
+                        ("host_id", "uuid"),
+                        ("preferred_ip", "inet"),
+                        ("rack", "text"),
+                        ("release_version", "text"),
+                        ("rpc_address", "inet"),
+                        ("schema_version", "uuid"),
+                        ("tokens", "set<text>"),
+                    ],
+                ),
+                virtual_table(
+                    SYSTEM,
+                    "peers_v2",
+                    &[("peer", "inet")],
+                    &[("peer_port", "int")],
+                    &[
+                        ("data_center", "text"),
+                        ("host_id", "uuid"),
+                        ("native_address", "inet"),
+                        ("native_port", "int"),
+                        ("preferred_ip", "inet"),
+                        ("preferred_port", "int"),
+                        ("rack", "text"),
+                        ("release_version", "text"),
+                        ("schema_version", "uuid"),
+                        ("tokens", "set<text>"),
+                    ],
+                ),
+            ],
+        ),
+        keyspace(
+            SYSTEM_SCHEMA,
+            "org.apache.cassandra.locator.LocalStrategy",
+            vec![
+                virtual_table(
+                    SYSTEM_SCHEMA,
+                    "keyspaces",
+                    &[("keyspace_name", "text")],
+                    &[],
+                    &[
+                        ("durable_writes", "boolean"),
+                        ("replication", "frozen<map<text, text>>"),
+                    ],
+                ),
+                virtual_table(
+                    SYSTEM_SCHEMA,
+                    "tables",
+                    &[("keyspace_name", "text")],
+                    &[("table_name", "text")],
+                    TABLE_OPTION_COLUMNS,
+                ),
+                virtual_table(
+                    SYSTEM_SCHEMA,
+                    "columns",
+                    &[("keyspace_name", "text")],
+                    &[("table_name", "text"), ("column_name", "text")],
+                    column_columns,
+                ),
+                virtual_table(
+                    SYSTEM_SCHEMA,
+                    "dropped_columns",
+                    &[("keyspace_name", "text")],
+                    &[("table_name", "text"), ("column_name", "text")],
+                    &[
+                        ("dropped_time", "timestamp"),
+                        ("kind", "text"),
+                        ("type", "text"),
+                    ],
+                ),
+                virtual_table(
+                    SYSTEM_SCHEMA,
+                    "triggers",
+                    &[("keyspace_name", "text")],
+                    &[("table_name", "text"), ("trigger_name", "text")],
+                    &[("options", "frozen<map<text, text>>")],
+                ),
+                virtual_table(
+                    SYSTEM_SCHEMA,
+                    "views",
+                    &[("keyspace_name", "text")],
+                    &[("view_name", "text")],
+                    &view_columns,
+                ),
+                virtual_table(
+                    SYSTEM_SCHEMA,
+                    "types",
+                    &[("keyspace_name", "text")],
+                    &[("type_name", "text")],
+                    &[
+                        ("field_names", "frozen<list<text>>"),
+                        ("field_types", "frozen<list<text>>"),
+                    ],
+                ),
+                virtual_table(
+                    SYSTEM_SCHEMA,
+                    "functions",
+                    &[("keyspace_name", "text")],
+                    &[
+                        ("function_name", "text"),
+                        ("argument_types", "frozen<list<text>>"),
+                    ],
+                    &[
+                        ("argument_names", "frozen<list<text>>"),
+                        ("body", "text"),
+                        ("called_on_null_input", "boolean"),
+                        ("language", "text"),
+                        ("return_type", "text"),
+                    ],
+                ),
+                virtual_table(
+                    SYSTEM_SCHEMA,
+                    "aggregates",
+                    &[("keyspace_name", "text")],
+                    &[
+                        ("aggregate_name", "text"),
+                        ("argument_types", "frozen<list<text>>"),
+                    ],
+                    &[
+                        ("final_func", "text"),
+                        ("initcond", "text"),
+                        ("return_type", "text"),
+                        ("state_func", "text"),
+                        ("state_type", "text"),
+                    ],
+                ),
+                virtual_table(
+                    SYSTEM_SCHEMA,
+                    "indexes",
+                    &[("keyspace_name", "text")],
+                    &[("table_name", "text"), ("index_name", "text")],
+                    &[("kind", "text"), ("options", "frozen<map<text, text>>")],
+                ),
+            ],
+        ),
+        keyspace(
+            SYSTEM_VIRTUAL_SCHEMA,
+            "org.apache.cassandra.locator.LocalStrategy",
+            vec![
+                virtual_table(
+                    SYSTEM_VIRTUAL_SCHEMA,
+                    "keyspaces",
+                    &[("keyspace_name", "text")],
+                    &[],
+                    &[],
+                ),
+                virtual_table(
+                    SYSTEM_VIRTUAL_SCHEMA,
+                    "tables",
+                    &[("keyspace_name", "text")],
+                    &[("table_name", "text")],
+                    &[("comment", "text")],
+                ),
+                virtual_table(
+                    SYSTEM_VIRTUAL_SCHEMA,
+                    "columns",
+                    &[("keyspace_name", "text")],
+                    &[("table_name", "text"), ("column_name", "text")],
+                    column_columns,
+                ),
+            ],
+        ),
+    ]
+}
