@@ -21,8 +21,8 @@
 //!   ([`Liveness`]): the server implements them over internode messaging.
 //!
 //! Nothing here owns a socket or a thread: I/O happens behind the transport and the write
-//! log, so the whole layer runs in tests against an in-memory transport and a paused clock
-//! (`tests/golden`).
+//! log, so the whole layer runs in tests against an in-memory transport and a paused clock:
+//! the golden scripts in `src/testscripts/`.
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
@@ -40,6 +40,9 @@ pub mod topology;
 pub mod transport;
 pub mod truncate;
 pub mod write;
+
+#[cfg(test)]
+mod tests;
 
 pub use consistency::{Requirement, WriteType, READ_TIMEOUT, WRITE_TIMEOUT};
 pub use hints::Hints;

@@ -1,6 +1,6 @@
 //! How the replication layer reaches other nodes and learns which are up. The server
 //! implements both over its internode connections and failure detector; tests implement
-//! them in memory ([`crate::testing`]).
+//! them in memory (`tests::sim`).
 
 use crate::messages::{ReplicaRequest, ReplicaResponse};
 use futures::future::BoxFuture;
