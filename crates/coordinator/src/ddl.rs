@@ -37,164 +37,209 @@ pub(crate) async fn execute(
             name,
             if_not_exists,
             properties,
-        } => {
-            validate_name("Keyspace", name)?;
-            let (replication, durable_writes) = keyspace_properties(properties, None)?;
-            let created = coordinator
-                .schema
-                .change(|schema| {
-                    if schema.keyspaces.contains_key(name) {
-                        if *if_not_exists {
-                            return Ok(false);
-                        }
-                        return Err(CqlError::new(
-                            ErrorCode::AlreadyExists {
-                                keyspace: name.clone(),
-                                table: String::new(),
-                            },
-                            format!("Keyspace '{name}' already exists"),
-                        ));
-                    }
-                    schema.keyspaces.insert(
-                        name.clone(),
-                        KeyspaceMetadata {
-                            name: name.clone(),
-                            replication: replication.clone(),
-                            durable_writes,
-                            tables: BTreeMap::new(),
-                            is_system: false,
-                        },
-                    );
-                    Ok(true)
-                })
-                .await?;
-            Ok(if created {
-                schema_change("CREATED", "KEYSPACE", name, None)
-            } else {
-                ResultBody::Void
-            })
-        }
+        } => create_keyspace(coordinator, name, *if_not_exists, properties).await,
         Statement::AlterKeyspace { name, properties } => {
-            coordinator
-                .schema
-                .change(|schema| {
-                    let keyspace = user_keyspace_mut(schema, name)?;
-                    let (replication, durable_writes) =
-                        keyspace_properties(properties, Some(keyspace))?;
-                    keyspace.replication = replication;
-                    keyspace.durable_writes = durable_writes;
-                    Ok(true)
-                })
-                .await?;
-            Ok(schema_change("UPDATED", "KEYSPACE", name, None))
+            alter_keyspace(coordinator, name, properties).await
         }
         Statement::DropKeyspace { name, if_exists } => {
-            let dropped = coordinator
-                .schema
-                .change(|schema| {
-                    match schema.keyspaces.get(name) {
-                        None if *if_exists => return Ok(false),
-                        None => {
-                            return Err(CqlError::config(format!(
-                                "Cannot drop non existing keyspace '{name}'."
-                            )))
-                        }
-                        Some(k) if k.is_system => {
-                            return Err(CqlError::new(
-                                ErrorCode::Unauthorized,
-                                format!("{name} keyspace is not user-modifiable"),
-                            ))
-                        }
-                        Some(_) => {}
-                    }
-                    schema.keyspaces.remove(name);
-                    Ok(true)
-                })
-                .await?;
-            Ok(if dropped {
-                schema_change("DROPPED", "KEYSPACE", name, None)
-            } else {
-                ResultBody::Void
-            })
+            drop_keyspace(coordinator, name, *if_exists).await
         }
         Statement::CreateTable(create) => create_table(coordinator, session, create).await,
         Statement::AlterTable { table, action } => {
             let keyspace = coordinator.keyspace_for(session, &table.keyspace)?;
-            coordinator
-                .schema
-                .change(|schema| {
-                    let keyspace_metadata = user_keyspace_mut(schema, &keyspace)?;
-                    let current = keyspace_metadata.tables.get(&table.name).ok_or_else(|| {
-                        CqlError::invalid(format!(
-                            "Table '{keyspace}.{}' doesn't exist",
-                            table.name
-                        ))
-                    })?;
-                    let altered = alter_table(current, action)?;
-                    keyspace_metadata
-                        .tables
-                        .insert(table.name.clone(), Arc::new(altered));
-                    Ok(true)
-                })
-                .await?;
-            Ok(schema_change(
-                "UPDATED",
-                "TABLE",
-                &keyspace,
-                Some(&table.name),
-            ))
+            alter_table_statement(coordinator, &keyspace, table, action).await
         }
         Statement::DropTable { table, if_exists } => {
             let keyspace = coordinator.keyspace_for(session, &table.keyspace)?;
-            let dropped = coordinator
-                .schema
-                .change(|schema| {
-                    let keyspace_metadata = match schema.keyspaces.get_mut(&keyspace) {
-                        Some(k) if k.is_system => {
-                            return Err(CqlError::new(
-                                ErrorCode::Unauthorized,
-                                format!("{keyspace} keyspace is not user-modifiable"),
-                            ))
-                        }
-                        Some(k) => k,
-                        None if *if_exists => return Ok(false),
-                        None => {
-                            return Err(CqlError::invalid(format!(
-                                "Keyspace '{keyspace}' doesn't exist"
-                            )))
-                        }
-                    };
-                    match keyspace_metadata.tables.remove(&table.name) {
-                        Some(_) => Ok(true),
-                        None if *if_exists => Ok(false),
-                        None => Err(CqlError::invalid(format!(
-                            "Table '{keyspace}.{}' doesn't exist",
-                            table.name
-                        ))),
-                    }
-                })
-                .await?;
-            Ok(if dropped {
-                schema_change("DROPPED", "TABLE", &keyspace, Some(&table.name))
-            } else {
-                ResultBody::Void
-            })
+            drop_table(coordinator, &keyspace, table, *if_exists).await
         }
         Statement::Truncate(table) => {
             let keyspace = coordinator.keyspace_for(session, &table.keyspace)?;
-            let schema = coordinator.schema();
-            let metadata = schema.table(&keyspace, &table.name)?;
-            ensure(!metadata.is_virtual, || {
-                CqlError::invalid(format!(
-                    "Cannot truncate the system table {keyspace}.{}",
-                    table.name
-                ))
-            })?;
-            coordinator.replication.truncate(metadata.id).await?;
-            Ok(ResultBody::Void)
+            truncate(coordinator, &keyspace, table).await
         }
         _ => Err(CqlError::server("not a schema statement")),
     }
+}
+
+async fn create_keyspace(
+    coordinator: &Coordinator,
+    name: &String,
+    if_not_exists: bool,
+    properties: &Properties,
+) -> Result<ResultBody, CqlError> {
+    validate_name("Keyspace", name)?;
+    let (replication, durable_writes) = keyspace_properties(properties, None)?;
+    let created = coordinator
+        .schema
+        .change(|schema| {
+            if schema.keyspaces.contains_key(name) {
+                if if_not_exists {
+                    return Ok(false);
+                }
+                return Err(CqlError::new(
+                    ErrorCode::AlreadyExists {
+                        keyspace: name.clone(),
+                        table: String::new(),
+                    },
+                    format!("Keyspace '{name}' already exists"),
+                ));
+            }
+            schema.keyspaces.insert(
+                name.clone(),
+                KeyspaceMetadata {
+                    name: name.clone(),
+                    replication: replication.clone(),
+                    durable_writes,
+                    tables: BTreeMap::new(),
+                    is_system: false,
+                },
+            );
+            Ok(true)
+        })
+        .await?;
+    Ok(if created {
+        schema_change("CREATED", "KEYSPACE", name, None)
+    } else {
+        ResultBody::Void
+    })
+}
+
+async fn alter_keyspace(
+    coordinator: &Coordinator,
+    name: &str,
+    properties: &Properties,
+) -> Result<ResultBody, CqlError> {
+    coordinator
+        .schema
+        .change(|schema| {
+            let keyspace = user_keyspace_mut(schema, name)?;
+            let (replication, durable_writes) = keyspace_properties(properties, Some(keyspace))?;
+            keyspace.replication = replication;
+            keyspace.durable_writes = durable_writes;
+            Ok(true)
+        })
+        .await?;
+    Ok(schema_change("UPDATED", "KEYSPACE", name, None))
+}
+
+async fn drop_keyspace(
+    coordinator: &Coordinator,
+    name: &str,
+    if_exists: bool,
+) -> Result<ResultBody, CqlError> {
+    let dropped = coordinator
+        .schema
+        .change(|schema| {
+            match schema.keyspaces.get(name) {
+                None if if_exists => return Ok(false),
+                None => {
+                    return Err(CqlError::config(format!(
+                        "Cannot drop non existing keyspace '{name}'."
+                    )))
+                }
+                Some(k) if k.is_system => {
+                    return Err(CqlError::new(
+                        ErrorCode::Unauthorized,
+                        format!("{name} keyspace is not user-modifiable"),
+                    ))
+                }
+                Some(_) => {}
+            }
+            schema.keyspaces.remove(name);
+            Ok(true)
+        })
+        .await?;
+    Ok(if dropped {
+        schema_change("DROPPED", "KEYSPACE", name, None)
+    } else {
+        ResultBody::Void
+    })
+}
+
+async fn alter_table_statement(
+    coordinator: &Coordinator,
+    keyspace: &str,
+    table: &shoal_cql::ast::QualifiedName,
+    action: &AlterTableAction,
+) -> Result<ResultBody, CqlError> {
+    coordinator
+        .schema
+        .change(|schema| {
+            let keyspace_metadata = user_keyspace_mut(schema, keyspace)?;
+            let current = keyspace_metadata.tables.get(&table.name).ok_or_else(|| {
+                CqlError::invalid(format!("Table '{keyspace}.{}' doesn't exist", table.name))
+            })?;
+            let altered = alter_table(current, action)?;
+            keyspace_metadata
+                .tables
+                .insert(table.name.clone(), Arc::new(altered));
+            Ok(true)
+        })
+        .await?;
+    Ok(schema_change(
+        "UPDATED",
+        "TABLE",
+        keyspace,
+        Some(&table.name),
+    ))
+}
+
+async fn drop_table(
+    coordinator: &Coordinator,
+    keyspace: &str,
+    table: &shoal_cql::ast::QualifiedName,
+    if_exists: bool,
+) -> Result<ResultBody, CqlError> {
+    let dropped = coordinator
+        .schema
+        .change(|schema| {
+            let keyspace_metadata = match schema.keyspaces.get_mut(keyspace) {
+                Some(k) if k.is_system => {
+                    return Err(CqlError::new(
+                        ErrorCode::Unauthorized,
+                        format!("{keyspace} keyspace is not user-modifiable"),
+                    ))
+                }
+                Some(k) => k,
+                None if if_exists => return Ok(false),
+                None => {
+                    return Err(CqlError::invalid(format!(
+                        "Keyspace '{keyspace}' doesn't exist"
+                    )))
+                }
+            };
+            match keyspace_metadata.tables.remove(&table.name) {
+                Some(_) => Ok(true),
+                None if if_exists => Ok(false),
+                None => Err(CqlError::invalid(format!(
+                    "Table '{keyspace}.{}' doesn't exist",
+                    table.name
+                ))),
+            }
+        })
+        .await?;
+    Ok(if dropped {
+        schema_change("DROPPED", "TABLE", keyspace, Some(&table.name))
+    } else {
+        ResultBody::Void
+    })
+}
+
+async fn truncate(
+    coordinator: &Coordinator,
+    keyspace: &str,
+    table: &shoal_cql::ast::QualifiedName,
+) -> Result<ResultBody, CqlError> {
+    let schema = coordinator.schema();
+    let metadata = schema.table(keyspace, &table.name)?;
+    ensure(!metadata.is_virtual, || {
+        CqlError::invalid(format!(
+            "Cannot truncate the system table {keyspace}.{}",
+            table.name
+        ))
+    })?;
+    coordinator.replication.truncate(metadata.id).await?;
+    Ok(ResultBody::Void)
 }
 
 fn user_keyspace_mut<'a>(
@@ -348,6 +393,55 @@ async fn create_table(
         CqlError::invalid("No PRIMARY KEY specifed for table (exactly one required)")
     })?;
 
+    let columns = table_columns(&keyspace, name, create)?;
+    let mut options = TableOptions::default();
+    apply_table_properties(&mut options, &create.properties)?;
+    let mut table = TableMetadata {
+        keyspace: keyspace.clone(),
+        name: name.clone(),
+        id: shoal_model::TableId::random(),
+        columns,
+        options,
+        dropped_columns: BTreeMap::new(),
+        is_virtual: false,
+    };
+    table.normalize_column_order();
+    let created = coordinator
+        .schema
+        .change(|schema| {
+            let keyspace_metadata = user_keyspace_mut(schema, &keyspace)?;
+            if keyspace_metadata.tables.contains_key(name) {
+                if create.if_not_exists {
+                    return Ok(false);
+                }
+                return Err(CqlError::new(
+                    ErrorCode::AlreadyExists {
+                        keyspace: keyspace.clone(),
+                        table: name.clone(),
+                    },
+                    format!("Table '{keyspace}.{name}' already exists"),
+                ));
+            }
+            keyspace_metadata
+                .tables
+                .insert(name.clone(), Arc::new(table.clone()));
+            Ok(true)
+        })
+        .await?;
+    Ok(if created {
+        schema_change("CREATED", "TABLE", &keyspace, Some(name))
+    } else {
+        ResultBody::Void
+    })
+}
+
+/// The columns of a CREATE TABLE, checked: every key column defined once, static columns
+/// only beside clustering columns, CLUSTERING ORDER following the clustering key.
+fn table_columns(
+    keyspace: &str,
+    name: &str,
+    create: &CreateTable,
+) -> Result<Vec<ColumnMetadata>, CqlError> {
     let mut seen = std::collections::HashSet::new();
     for definition in &create.columns {
         ensure(seen.insert(definition.name.clone()), || {
@@ -450,45 +544,7 @@ async fn create_table(
             descending: false,
         });
     }
-    let mut options = TableOptions::default();
-    apply_table_properties(&mut options, &create.properties)?;
-    let mut table = TableMetadata {
-        keyspace: keyspace.clone(),
-        name: name.clone(),
-        id: shoal_model::TableId::random(),
-        columns,
-        options,
-        dropped_columns: BTreeMap::new(),
-        is_virtual: false,
-    };
-    table.normalize_column_order();
-    let created = coordinator
-        .schema
-        .change(|schema| {
-            let keyspace_metadata = user_keyspace_mut(schema, &keyspace)?;
-            if keyspace_metadata.tables.contains_key(name) {
-                if create.if_not_exists {
-                    return Ok(false);
-                }
-                return Err(CqlError::new(
-                    ErrorCode::AlreadyExists {
-                        keyspace: keyspace.clone(),
-                        table: name.clone(),
-                    },
-                    format!("Table '{keyspace}.{name}' already exists"),
-                ));
-            }
-            keyspace_metadata
-                .tables
-                .insert(name.clone(), Arc::new(table.clone()));
-            Ok(true)
-        })
-        .await?;
-    Ok(if created {
-        schema_change("CREATED", "TABLE", &keyspace, Some(name))
-    } else {
-        ResultBody::Void
-    })
+    Ok(columns)
 }
 
 fn apply_table_properties(

@@ -6,9 +6,12 @@
 //!
 //! - [`ddl`] — CREATE/ALTER/DROP of keyspaces and tables, TRUNCATE, USE, through the
 //!   [`SchemaStore`];
-//! - [`write`] — INSERT, UPDATE, DELETE and BATCH become cell mutations ([`WriteBatch`]);
-//! - [`read`] — SELECT becomes partition reads or token-ordered scans, filtered, projected
-//!   and paged ([`paging`]);
+//! - [`plan`] — every statement is planned once against the schema; a prepared statement
+//!   ([`prepared`]) caches its plan until the schema changes;
+//! - [`modify`] — INSERT, UPDATE, DELETE and BATCH become cell mutations
+//!   ([`shoal_storage::WriteBatch`]);
+//! - [`select`] — SELECT becomes partition reads or token-ordered scans, filtered,
+//!   projected and paged ([`paging`]); [`restrictions`] analyses WHERE clauses;
 //! - [`system_tables`] and [`describe`] — the virtual `system` / `system_schema` tables
 //!   and the server-side `DESCRIBE` statements, generated from the schema;
 //! - [`prepared`] — prepared statements and the types of their bind markers.
@@ -20,21 +23,26 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod class;
 pub mod ddl;
 pub mod describe;
+pub mod modify;
 pub mod paging;
+pub mod plan;
 pub mod prepared;
-pub mod read;
 pub mod restrictions;
+pub mod select;
 pub mod system_tables;
 pub mod values;
-pub mod write;
 
 pub use shoal_cql::{ensure, CqlError, ErrorCode};
 
+use class::StatementClass;
+use plan::Plan;
+use select::SelectPlan;
 use shoal_cluster::ClusterMetadata;
 use shoal_cql::ast::Statement;
-use shoal_cql::request::{BatchRequest, Consistency, QueryParameters};
+use shoal_cql::request::{BatchQuery, BatchRequest, Consistency, QueryParameters};
 use shoal_cql::response::ResultBody;
 use shoal_model::{HostId, TableId};
 use shoal_replication::{
@@ -202,7 +210,7 @@ impl Coordinator {
             .collect())
     }
 
-    /// QUERY: parse and run.
+    /// QUERY: parse, plan and run.
     pub async fn query(
         self: &Arc<Self>,
         session: &mut Session,
@@ -210,10 +218,11 @@ impl Coordinator {
         parameters: &QueryParameters,
     ) -> Result<ResultBody, CqlError> {
         let statement = shoal_cql::parser::parse_statement(text)?;
-        self.run(session, &statement, parameters).await
+        let plan = Plan::new(self, session, &statement)?;
+        self.run(session, &plan, parameters).await
     }
 
-    /// EXECUTE: run a prepared statement.
+    /// EXECUTE: run a prepared statement with its cached plan.
     pub async fn execute(
         self: &Arc<Self>,
         session: &mut Session,
@@ -226,19 +235,22 @@ impl Coordinator {
                 format!("Prepared query with ID {} not found (either the query was not prepared on this host (maybe the host has been restarted?) or you have prepared too many queries and it has been evicted from the internal cache)", hex(id)),
             )
         })?;
-        let mut statement_session = Session {
-            keyspace: prepared
-                .keyspace
-                .clone()
-                .or_else(|| session.keyspace.clone()),
-        };
-        let result = self
-            .run(&mut statement_session, &prepared.statement, parameters)
-            .await;
-        if let Statement::Use(_) = prepared.statement {
-            session.keyspace = statement_session.keyspace;
+        let plan = prepared.plan(self, session)?;
+        if let Plan::Statement(statement) = &plan {
+            // USE, DDL and the like run in the keyspace they were prepared in.
+            let mut statement_session = Session {
+                keyspace: prepared
+                    .keyspace
+                    .clone()
+                    .or_else(|| session.keyspace.clone()),
+            };
+            let result = self.run(&mut statement_session, &plan, parameters).await;
+            if let Statement::Use(_) = statement.as_ref() {
+                session.keyspace = statement_session.keyspace;
+            }
+            return result;
         }
-        result
+        self.run(session, &plan, parameters).await
     }
 
     /// PREPARE.
@@ -246,79 +258,154 @@ impl Coordinator {
         prepared::prepare(self, session, text)
     }
 
-    /// BATCH.
+    /// BATCH: prepared statements bring their cached plans, texts are planned.
     pub async fn batch(
         &self,
         session: &mut Session,
-        batch: &BatchRequest,
+        request: &BatchRequest,
     ) -> Result<ResultBody, CqlError> {
-        write::execute_protocol_batch(self, session, batch).await
+        modify::batch::refuse_counter_batches(
+            request.kind == shoal_cql::request::BatchKind::Counter,
+        )?;
+        let mut prepared = Vec::with_capacity(request.statements.len());
+        for statement in &request.statements {
+            prepared.push(match &statement.query {
+                BatchQuery::Prepared(id) => self.prepared.get(id).ok_or_else(|| {
+                    CqlError::new(
+                        ErrorCode::Unprepared { id: id.clone() },
+                        format!("Prepared query with ID {} not found", hex(id)),
+                    )
+                })?,
+                BatchQuery::Text(text) => Arc::new(prepared::PreparedStatement::parse(
+                    text,
+                    session.keyspace.clone(),
+                )?),
+            });
+            ensure(
+                prepared
+                    .last()
+                    .is_some_and(|p| p.statement.is_modification()),
+                modify::batch::only_modifications,
+            )?;
+        }
+        // Statements prepared in another keyspace keep it.
+        let batch_session = Session {
+            keyspace: prepared
+                .first()
+                .and_then(|p| p.keyspace.clone())
+                .or_else(|| session.keyspace.clone()),
+        };
+        let mut plans = Vec::with_capacity(prepared.len());
+        for statement in &prepared {
+            match statement.plan(self, &batch_session)? {
+                Plan::Modify(plan) => plans.push(plan),
+                _ => return Err(modify::batch::only_modifications()),
+            }
+        }
+        let statements: Vec<(&modify::ModifyPlan, values::Bindings<'_>)> = plans
+            .iter()
+            .zip(&request.statements)
+            .map(|(plan, statement)| {
+                let bindings = values::Bindings {
+                    values: &statement.values,
+                    names: None,
+                };
+                (plan.as_ref(), bindings)
+            })
+            .collect();
+        modify::batch::apply(
+            self,
+            &statements,
+            request.consistency,
+            None,
+            request.default_timestamp,
+        )
+        .await
     }
 
+    /// Runs a plan with this request's parameters.
     pub(crate) async fn run(
         self: &Arc<Self>,
         session: &mut Session,
-        statement: &Statement,
+        plan: &Plan,
         parameters: &QueryParameters,
     ) -> Result<ResultBody, CqlError> {
         let bindings = values::Bindings {
             values: &parameters.values,
             names: parameters.names.as_deref(),
         };
-        match statement {
-            Statement::Select(select) if read::is_scan(self, session, select) => {
-                self.run_scan(session, select, parameters).await
-            }
-            Statement::Select(select) => {
-                let read_locally = || {
-                    read::execute_select(
-                        self,
-                        self.engine().as_ref(),
-                        session,
-                        select,
-                        parameters,
-                        bindings,
+        match plan {
+            Plan::Select(select) => self.run_select(select, parameters, bindings).await,
+            Plan::Modify(modify) => modify.execute(self, parameters, bindings).await,
+            Plan::Statement(statement) => match statement.as_ref() {
+                Statement::Batch(batch) => {
+                    modify::batch::execute_batch_statement(
+                        self, session, batch, parameters, bindings,
                     )
-                };
-                let Some((table_id, partitions)) =
-                    read::partitions_of(self, session, select, bindings)
-                else {
-                    return read_locally();
-                };
-                match self
-                    .replication
-                    .read_partitions(table_id, &partitions, parameters.consistency)
-                    .await?
-                {
-                    PartitionSource::Local => {
-                        Arc::clone(&self.replication).after_local_read(table_id, partitions);
-                        read_locally()
-                    }
-                    PartitionSource::Merged(engine) => {
-                        read::execute_select(self, &engine, session, select, parameters, bindings)
-                    }
-                    PartitionSource::TooLarge => self.run_scan(session, select, parameters).await,
+                    .await
                 }
+                Statement::Use(keyspace) => {
+                    self.schema().keyspace(keyspace)?;
+                    session.keyspace = Some(keyspace.clone());
+                    Ok(ResultBody::SetKeyspace(keyspace.clone()))
+                }
+                Statement::Describe { target, only } => {
+                    describe::execute(self, session, target, *only)
+                }
+                Statement::Select(_)
+                | Statement::Insert(_)
+                | Statement::Update(_)
+                | Statement::Delete(_) => Err(CqlError::server("a read or write without a plan")),
+                Statement::Truncate(_)
+                | Statement::CreateKeyspace { .. }
+                | Statement::AlterKeyspace { .. }
+                | Statement::DropKeyspace { .. }
+                | Statement::CreateTable(_)
+                | Statement::AlterTable { .. }
+                | Statement::DropTable { .. } => ddl::execute(self, session, statement).await,
+            },
+        }
+    }
+
+    /// A SELECT: named partitions through the replication layer (read here when this node
+    /// can answer alone), scans on the scan stage.
+    async fn run_select(
+        self: &Arc<Self>,
+        select: &Arc<SelectPlan>,
+        parameters: &QueryParameters,
+        bindings: values::Bindings<'_>,
+    ) -> Result<ResultBody, CqlError> {
+        let table_id = select.table.id;
+        match select.class {
+            StatementClass::System => {
+                return select.execute(self, self.engine().as_ref(), parameters, bindings, None)
             }
-            Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
-                write::execute_modification(self, session, statement, parameters, bindings).await
+            StatementClass::Scan => return self.run_scan(select, parameters).await,
+            _ => {}
+        }
+        let restrictions = select.where_plan.bind(&select.table, bindings)?;
+        let partitions = SelectPlan::partitions(&restrictions).unwrap_or_default();
+        let engine = self.engine();
+        match self
+            .replication
+            .read_partitions(table_id, &partitions, parameters.consistency)
+            .await?
+        {
+            PartitionSource::Local => {
+                let result = select.execute(
+                    self,
+                    engine.as_ref(),
+                    parameters,
+                    bindings,
+                    Some(&restrictions),
+                );
+                Arc::clone(&self.replication).after_local_read(table_id, partitions);
+                result
             }
-            Statement::Batch(batch) => {
-                write::execute_batch_statement(self, session, batch, parameters, bindings).await
+            PartitionSource::Merged(merged) => {
+                select.execute(self, &merged, parameters, bindings, Some(&restrictions))
             }
-            Statement::Use(keyspace) => {
-                self.schema().keyspace(keyspace)?;
-                session.keyspace = Some(keyspace.clone());
-                Ok(ResultBody::SetKeyspace(keyspace.clone()))
-            }
-            Statement::Describe { target, only } => describe::execute(self, session, target, *only),
-            Statement::Truncate(_)
-            | Statement::CreateKeyspace { .. }
-            | Statement::AlterKeyspace { .. }
-            | Statement::DropKeyspace { .. }
-            | Statement::CreateTable(_)
-            | Statement::AlterTable { .. }
-            | Statement::DropTable { .. } => ddl::execute(self, session, statement).await,
+            PartitionSource::TooLarge => self.run_scan(select, parameters).await,
         }
     }
 
@@ -328,8 +415,7 @@ impl Coordinator {
     /// connection. At most [`SCAN_SLOTS`] run at once; more wait for a slot.
     async fn run_scan(
         self: &Arc<Self>,
-        session: &Session,
-        select: &shoal_cql::ast::Select,
+        select: &Arc<SelectPlan>,
         parameters: &QueryParameters,
     ) -> Result<ResultBody, CqlError> {
         let _slot = self
@@ -338,8 +424,7 @@ impl Coordinator {
             .await
             .map_err(|_| CqlError::server("the scan stage is closed"))?;
         let coordinator = Arc::clone(self);
-        let session = session.clone();
-        let select = select.clone();
+        let select = Arc::clone(select);
         let parameters = parameters.clone();
         let runtime = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || {
@@ -347,7 +432,7 @@ impl Coordinator {
                 values: &parameters.values,
                 names: parameters.names.as_deref(),
             };
-            let source = match coordinator.scan_table_id(&session, &select) {
+            let source = match select.stored_table() {
                 Some(table_id) => Arc::clone(&coordinator.replication).scan_source(
                     table_id,
                     parameters.consistency,
@@ -359,14 +444,7 @@ impl Coordinator {
                 ScanSource::Replicated(view) => view,
                 ScanSource::Local => coordinator.engine().as_ref(),
             };
-            let result = read::execute_select(
-                &coordinator,
-                engine,
-                &session,
-                &select,
-                &parameters,
-                bindings,
-            );
+            let result = select.execute(&coordinator, engine, &parameters, bindings, None);
             // A replicated scan's reader sees only a storage error; the client gets the
             // real one (Unavailable, ReadTimeout).
             let scan_error = match &source {
@@ -380,14 +458,6 @@ impl Coordinator {
         })
         .await
         .map_err(|_| CqlError::server("the scan failed unexpectedly"))?
-    }
-
-    /// The stored table a scan reads (`None` for virtual tables and unknown names).
-    fn scan_table_id(&self, session: &Session, select: &shoal_cql::ast::Select) -> Option<TableId> {
-        let keyspace = self.keyspace_for(session, &select.table.keyspace).ok()?;
-        let schema = self.schema();
-        let table = schema.table(&keyspace, &select.table.name).ok()?;
-        (!table.is_virtual).then_some(table.id)
     }
 
     /// The keyspace a statement names, or the session's.

@@ -1,8 +1,11 @@
-//! Prepared statements: parsed once, identified by a hash of their text and keyspace,
-//! executed many times. Preparing also works out each bind marker's name and type (what
-//! drivers serialize values with) and which markers make up the partition key (what
-//! token-aware drivers route with).
+//! Prepared statements: parsed and planned once, identified by a hash of their text and
+//! keyspace, executed many times. Each keeps the [`Plan`] it was last planned to, with the
+//! schema version it was planned against; an EXECUTE reuses it until the schema changes.
+//! Preparing also works out each bind marker's name and type (what drivers serialize
+//! values with) and which markers make up the partition key (what token-aware drivers
+//! route with).
 
+use crate::plan::Plan;
 use crate::{Coordinator, CqlError, Session};
 use parking_lot::RwLock;
 use shoal_cql::ast::{
@@ -19,19 +22,73 @@ use std::sync::Arc;
 /// clients re-prepare on `Unprepared`.
 pub const PREPARED_CACHE_CAPACITY: usize = 10_000;
 
-#[derive(Debug)]
 pub struct PreparedStatement {
     pub statement: Statement,
     /// The session keyspace when the statement was prepared.
     pub keyspace: Option<String>,
+    /// The last plan, for the schema version and keyspace it was made for.
+    cached: RwLock<Option<CachedPlan>>,
+}
+
+struct CachedPlan {
+    schema_version: [u8; 16],
+    keyspace: Option<String>,
+    plan: Plan,
 }
 
 impl PreparedStatement {
     pub fn parse(text: &str, keyspace: Option<String>) -> Result<PreparedStatement, CqlError> {
-        Ok(PreparedStatement {
-            statement: shoal_cql::parser::parse_statement(text)?,
+        Ok(PreparedStatement::new(
+            shoal_cql::parser::parse_statement(text)?,
             keyspace,
-        })
+        ))
+    }
+
+    fn new(statement: Statement, keyspace: Option<String>) -> PreparedStatement {
+        PreparedStatement {
+            statement,
+            keyspace,
+            cached: RwLock::new(None),
+        }
+    }
+
+    /// The identity of the cached plan (tests check it is reused).
+    #[cfg(test)]
+    pub(crate) fn cached_plan_identity(&self) -> Option<usize> {
+        self.cached
+            .read()
+            .as_ref()
+            .map(|cached| match &cached.plan {
+                Plan::Select(plan) => Arc::as_ptr(plan) as usize,
+                Plan::Modify(plan) => Arc::as_ptr(plan) as usize,
+                Plan::Statement(plan) => Arc::as_ptr(plan) as usize,
+            })
+    }
+
+    /// The plan for executing in `session`: the cached one while the schema and the
+    /// keyspace are those it was made for, a new one otherwise.
+    pub(crate) fn plan(
+        &self,
+        coordinator: &Coordinator,
+        session: &Session,
+    ) -> Result<Plan, CqlError> {
+        let keyspace = self.keyspace.as_deref().or(session.keyspace.as_deref());
+        let schema_version = coordinator.schema.version();
+        if let Some(cached) = self.cached.read().as_ref() {
+            if cached.schema_version == schema_version && cached.keyspace.as_deref() == keyspace {
+                return Ok(cached.plan.clone());
+            }
+        }
+        let planning_session = Session {
+            keyspace: keyspace.map(str::to_string),
+        };
+        let plan = Plan::new(coordinator, &planning_session, &self.statement)?;
+        *self.cached.write() = Some(CachedPlan {
+            schema_version,
+            keyspace: planning_session.keyspace,
+            plan: plan.clone(),
+        });
+        Ok(plan)
     }
 }
 
@@ -415,9 +472,7 @@ pub(crate) fn prepare(
                 .collect();
         }
         if let Statement::Select(select) = inner {
-            // Validate the query now (unknown columns, filtering) with no values bound.
-            let columns = crate::read::result_columns(table, select)?;
-            result_columns = columns;
+            result_columns = crate::select::selection::result_columns(table, select)?;
         }
     }
     let bind_columns: Vec<ColumnSpec> = bind_columns
@@ -434,13 +489,12 @@ pub(crate) fn prepare(
         .collect();
     let keyspace = session.keyspace.clone();
     let id = statement_id(keyspace.as_deref(), text);
-    coordinator.prepared.insert(
-        id.clone(),
-        Arc::new(PreparedStatement {
-            statement,
-            keyspace,
-        }),
-    );
+    let prepared = PreparedStatement::new(statement, keyspace);
+    // Plan now: a statement that cannot run is refused at PREPARE, as in Cassandra.
+    if !matches!(prepared.statement, Statement::Batch(_)) {
+        prepared.plan(coordinator, session)?;
+    }
+    coordinator.prepared.insert(id.clone(), Arc::new(prepared));
     Ok(ResultBody::Prepared(Prepared {
         id,
         bind_columns,

@@ -83,88 +83,9 @@ pub fn rows(
     schema: &Schema,
     table: &TableMetadata,
 ) -> Vec<Vec<Option<Value>>> {
-    let info = coordinator.info();
-    let schema_version = Some(Value::Uuid(schema.version));
     match (table.keyspace.as_str(), table.name.as_str()) {
-        (SYSTEM, "local") => vec![row(
-            table,
-            vec![
-                ("key", text("local")),
-                ("bootstrapped", text("COMPLETED")),
-                ("broadcast_address", Some(Value::Inet(info.address))),
-                ("broadcast_port", Some(Value::Int(7000))),
-                ("cluster_name", text(&info.cluster_name)),
-                ("cql_version", text(CQL_VERSION)),
-                ("data_center", text(&info.datacenter)),
-                (
-                    "gossip_generation",
-                    Some(Value::Int(info.gossip_generation)),
-                ),
-                ("host_id", Some(Value::Uuid(info.host_id.0))),
-                ("listen_address", Some(Value::Inet(info.address))),
-                ("listen_port", Some(Value::Int(7000))),
-                ("native_protocol_version", text("4")),
-                (
-                    "partitioner",
-                    text("org.apache.cassandra.dht.Murmur3Partitioner"),
-                ),
-                ("rack", text(&info.rack)),
-                ("release_version", text(RELEASE_VERSION)),
-                ("rpc_address", Some(Value::Inet(info.address))),
-                ("rpc_port", Some(Value::Int(info.cql_port as i32))),
-                ("schema_version", schema_version),
-                (
-                    "tokens",
-                    text_set(coordinator.local_tokens().iter().map(i64::to_string)),
-                ),
-            ],
-        )],
-        (SYSTEM, "peers") | (SYSTEM, "peers_v2") => {
-            let Some(cluster) = coordinator.cluster() else {
-                return Vec::new();
-            };
-            let state = cluster.metadata.state();
-            state
-                .members
-                .values()
-                .filter(|m| m.host_id != info.host_id)
-                .map(|member| {
-                    let address = Some(Value::Inet(member.cql_address.ip()));
-                    let version = cluster
-                        .liveness
-                        .schema_version(&member.host_id)
-                        .map(Value::Uuid);
-                    let tokens = text_set(
-                        state
-                            .tokens_of(&member.host_id)
-                            .iter()
-                            .map(|t| t.0.to_string()),
-                    );
-                    row(
-                        table,
-                        vec![
-                            ("peer", Some(Value::Inet(member.internode_address.ip()))),
-                            (
-                                "peer_port",
-                                Some(Value::Int(member.internode_address.port() as i32)),
-                            ),
-                            ("data_center", text(&member.datacenter)),
-                            ("host_id", Some(Value::Uuid(member.host_id.0))),
-                            ("rack", text(&member.rack)),
-                            ("release_version", text(RELEASE_VERSION)),
-                            ("rpc_address", address.clone()),
-                            ("native_address", address),
-                            (
-                                "native_port",
-                                Some(Value::Int(member.cql_address.port() as i32)),
-                            ),
-                            ("schema_version", version),
-                            ("tokens", tokens),
-                        ],
-                    )
-                })
-                .collect()
-        }
+        (SYSTEM, "local") => vec![local_row(coordinator, schema, table)],
+        (SYSTEM, "peers") | (SYSTEM, "peers_v2") => peer_rows(coordinator, table),
         (SYSTEM_SCHEMA, "keyspaces") => schema_keyspaces(schema)
             .map(|k| {
                 row(
@@ -177,49 +98,7 @@ pub fn rows(
                 )
             })
             .collect(),
-        (SYSTEM_SCHEMA, "tables") => schema_keyspaces(schema)
-            .flat_map(|k| k.tables.values())
-            .map(|t| {
-                let o = &t.options;
-                row(
-                    table,
-                    vec![
-                        ("keyspace_name", text(&t.keyspace)),
-                        ("table_name", text(&t.name)),
-                        ("additional_write_policy", text(&o.additional_write_policy)),
-                        ("allow_auto_snapshot", Some(Value::Boolean(true))),
-                        (
-                            "bloom_filter_fp_chance",
-                            Some(Value::Double(o.bloom_filter_fp_chance)),
-                        ),
-                        ("caching", text_map(&o.caching)),
-                        ("cdc", Some(Value::Boolean(false))),
-                        ("comment", text(&o.comment)),
-                        ("compaction", text_map(&o.compaction)),
-                        ("compression", text_map(&o.compression)),
-                        ("crc_check_chance", Some(Value::Double(o.crc_check_chance))),
-                        (
-                            "default_time_to_live",
-                            Some(Value::Int(o.default_time_to_live)),
-                        ),
-                        ("extensions", Some(Value::Map(Vec::new()))),
-                        ("flags", text_set(["compound".to_string()])),
-                        ("gc_grace_seconds", Some(Value::Int(o.gc_grace_seconds))),
-                        ("id", Some(Value::Uuid(t.id.0))),
-                        ("incremental_backups", Some(Value::Boolean(true))),
-                        ("max_index_interval", Some(Value::Int(o.max_index_interval))),
-                        ("memtable", text("default")),
-                        (
-                            "memtable_flush_period_in_ms",
-                            Some(Value::Int(o.memtable_flush_period_in_ms)),
-                        ),
-                        ("min_index_interval", Some(Value::Int(o.min_index_interval))),
-                        ("read_repair", text(&o.read_repair)),
-                        ("speculative_retry", text(&o.speculative_retry)),
-                    ],
-                )
-            })
-            .collect(),
+        (SYSTEM_SCHEMA, "tables") => table_rows(schema, table),
         (SYSTEM_SCHEMA, "columns") => schema_keyspaces(schema)
             .flat_map(|k| k.tables.values())
             .flat_map(|t| column_rows(table, t))
@@ -276,4 +155,143 @@ pub fn rows(
             .collect(),
         _ => Vec::new(),
     }
+}
+
+/// `system.local`: this node.
+fn local_row(
+    coordinator: &Coordinator,
+    schema: &Schema,
+    table: &TableMetadata,
+) -> Vec<Option<Value>> {
+    let info = coordinator.info();
+    let schema_version = Some(Value::Uuid(schema.version));
+    row(
+        table,
+        vec![
+            ("key", text("local")),
+            ("bootstrapped", text("COMPLETED")),
+            ("broadcast_address", Some(Value::Inet(info.address))),
+            ("broadcast_port", Some(Value::Int(7000))),
+            ("cluster_name", text(&info.cluster_name)),
+            ("cql_version", text(CQL_VERSION)),
+            ("data_center", text(&info.datacenter)),
+            (
+                "gossip_generation",
+                Some(Value::Int(info.gossip_generation)),
+            ),
+            ("host_id", Some(Value::Uuid(info.host_id.0))),
+            ("listen_address", Some(Value::Inet(info.address))),
+            ("listen_port", Some(Value::Int(7000))),
+            ("native_protocol_version", text("4")),
+            (
+                "partitioner",
+                text("org.apache.cassandra.dht.Murmur3Partitioner"),
+            ),
+            ("rack", text(&info.rack)),
+            ("release_version", text(RELEASE_VERSION)),
+            ("rpc_address", Some(Value::Inet(info.address))),
+            ("rpc_port", Some(Value::Int(info.cql_port as i32))),
+            ("schema_version", schema_version),
+            (
+                "tokens",
+                text_set(coordinator.local_tokens().iter().map(i64::to_string)),
+            ),
+        ],
+    )
+}
+
+/// `system.peers` and `system.peers_v2`: every other member.
+fn peer_rows(coordinator: &Coordinator, table: &TableMetadata) -> Vec<Vec<Option<Value>>> {
+    let info = coordinator.info();
+    let Some(cluster) = coordinator.cluster() else {
+        return Vec::new();
+    };
+    let state = cluster.metadata.state();
+    state
+        .members
+        .values()
+        .filter(|m| m.host_id != info.host_id)
+        .map(|member| {
+            let address = Some(Value::Inet(member.cql_address.ip()));
+            let version = cluster
+                .liveness
+                .schema_version(&member.host_id)
+                .map(Value::Uuid);
+            let tokens = text_set(
+                state
+                    .tokens_of(&member.host_id)
+                    .iter()
+                    .map(|t| t.0.to_string()),
+            );
+            row(
+                table,
+                vec![
+                    ("peer", Some(Value::Inet(member.internode_address.ip()))),
+                    (
+                        "peer_port",
+                        Some(Value::Int(member.internode_address.port() as i32)),
+                    ),
+                    ("data_center", text(&member.datacenter)),
+                    ("host_id", Some(Value::Uuid(member.host_id.0))),
+                    ("rack", text(&member.rack)),
+                    ("release_version", text(RELEASE_VERSION)),
+                    ("rpc_address", address.clone()),
+                    ("native_address", address),
+                    (
+                        "native_port",
+                        Some(Value::Int(member.cql_address.port() as i32)),
+                    ),
+                    ("schema_version", version),
+                    ("tokens", tokens),
+                ],
+            )
+        })
+        .collect()
+}
+
+/// `system_schema.tables`: every table with its options.
+fn table_rows(schema: &Schema, table: &TableMetadata) -> Vec<Vec<Option<Value>>> {
+    schema_keyspaces(schema)
+        .flat_map(|k| k.tables.values())
+        .map(|t| {
+            let o = &t.options;
+            row(
+                table,
+                vec![
+                    ("keyspace_name", text(&t.keyspace)),
+                    ("table_name", text(&t.name)),
+                    ("additional_write_policy", text(&o.additional_write_policy)),
+                    ("allow_auto_snapshot", Some(Value::Boolean(true))),
+                    (
+                        "bloom_filter_fp_chance",
+                        Some(Value::Double(o.bloom_filter_fp_chance)),
+                    ),
+                    ("caching", text_map(&o.caching)),
+                    ("cdc", Some(Value::Boolean(false))),
+                    ("comment", text(&o.comment)),
+                    ("compaction", text_map(&o.compaction)),
+                    ("compression", text_map(&o.compression)),
+                    ("crc_check_chance", Some(Value::Double(o.crc_check_chance))),
+                    (
+                        "default_time_to_live",
+                        Some(Value::Int(o.default_time_to_live)),
+                    ),
+                    ("extensions", Some(Value::Map(Vec::new()))),
+                    ("flags", text_set(["compound".to_string()])),
+                    ("gc_grace_seconds", Some(Value::Int(o.gc_grace_seconds))),
+                    ("id", Some(Value::Uuid(t.id.0))),
+                    ("incremental_backups", Some(Value::Boolean(true))),
+                    ("max_index_interval", Some(Value::Int(o.max_index_interval))),
+                    ("memtable", text("default")),
+                    (
+                        "memtable_flush_period_in_ms",
+                        Some(Value::Int(o.memtable_flush_period_in_ms)),
+                    ),
+                    ("min_index_interval", Some(Value::Int(o.min_index_interval))),
+                    ("read_repair", text(&o.read_repair)),
+                    ("speculative_retry", text(&o.speculative_retry)),
+                ],
+            )
+        })
+        .collect()
 }

@@ -247,3 +247,79 @@ fn a_dropped_and_re_added_column_does_not_resurrect_old_values() {
         "the old value of v must stay dropped, got {values:?}"
     );
 }
+
+fn execute(
+    coordinator: &Arc<Coordinator>,
+    session: &mut Session,
+    id: &[u8],
+    values: Vec<BoundValue>,
+) -> ResultBody {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let parameters = QueryParameters {
+        values,
+        ..QueryParameters::default()
+    };
+    runtime
+        .block_on(coordinator.execute(session, id, &parameters))
+        .unwrap()
+}
+
+#[test]
+fn a_prepared_statement_reuses_its_plan_until_the_schema_changes() {
+    let c = coordinator(Arc::new(MemoryEngine::new()));
+    let mut session = setup(&c);
+    ok(
+        &c,
+        &mut session,
+        "CREATE TABLE t (k int PRIMARY KEY, v int)",
+    );
+    ok(&c, &mut session, "INSERT INTO t (k, v) VALUES (1, 10)");
+    let ResultBody::Prepared(prepared) =
+        c.prepare(&session, "SELECT * FROM t WHERE k = ?").unwrap()
+    else {
+        panic!("not prepared")
+    };
+    let key = || vec![BoundValue::Bytes(1i32.to_be_bytes().to_vec())];
+    let planned = || c.prepared.get(&prepared.id).unwrap().cached_plan_identity();
+    let at_prepare = planned().expect("planned at PREPARE");
+    for _ in 0..3 {
+        assert_eq!(
+            ints(&execute(&c, &mut session, &prepared.id, key())).0,
+            vec![1]
+        );
+        assert_eq!(planned(), Some(at_prepare), "EXECUTE reuses the plan");
+    }
+    // A schema change makes the next EXECUTE plan again, against the new table.
+    ok(&c, &mut session, "ALTER TABLE t ADD w int");
+    let ResultBody::Rows(rows) = execute(&c, &mut session, &prepared.id, key()) else {
+        panic!("not rows")
+    };
+    assert_eq!(rows.columns.len(), 3, "the new column is selected");
+    assert_ne!(planned(), Some(at_prepare));
+}
+
+#[test]
+fn a_statement_that_cannot_run_is_refused_at_prepare() {
+    let c = coordinator(Arc::new(MemoryEngine::new()));
+    let mut session = setup(&c);
+    ok(
+        &c,
+        &mut session,
+        "CREATE TABLE t (k int PRIMARY KEY, v int)",
+    );
+    let error = c
+        .prepare(&session, "SELECT * FROM t WHERE v = ?")
+        .unwrap_err();
+    assert!(
+        error.message.contains("ALLOW FILTERING"),
+        "{}",
+        error.message
+    );
+    let error = c
+        .prepare(&session, "INSERT INTO t (k, v) VALUES (?, 'text')")
+        .unwrap_err();
+    assert_eq!(error.code, ErrorCode::Invalid);
+}

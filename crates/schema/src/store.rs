@@ -151,6 +151,11 @@ impl SchemaStore {
         Arc::clone(&self.current.read())
     }
 
+    /// The current schema's version.
+    pub fn version(&self) -> [u8; 16] {
+        self.current.read().version
+    }
+
     /// Publishes `next` (user keyspaces; system ones are added): registers gc grace
     /// periods, removes the data of tables that no longer exist, and returns what changed.
     fn install(&self, mut next: Schema) -> Vec<SchemaChange> {

@@ -80,18 +80,7 @@ impl Node {
     /// Opens storage and starts serving CQL. Must be called inside a Tokio runtime.
     pub async fn start(config: Config) -> anyhow::Result<Node> {
         config.validate()?;
-        std::fs::create_dir_all(&config.data_dir).with_context(|| {
-            format!("cannot create data directory {}", config.data_dir.display())
-        })?;
-        let rocks_options = RocksOptions {
-            block_cache_mib: config.block_cache_mib,
-            memtable_mib: config.memtable_mib,
-            ..RocksOptions::default()
-        };
-        let engine: Arc<dyn Engine> = Arc::new(
-            RocksEngine::open(&config.data_dir.join("rocksdb"), &rocks_options)
-                .with_context(|| format!("cannot open storage in {}", config.data_dir.display()))?,
-        );
+        let engine = open_storage(&config)?;
         let commit_log = CommitLog::start(
             Arc::clone(&engine),
             config.commitlog_sync,
@@ -210,42 +199,8 @@ impl Node {
             Arc::clone(&coordinator),
             Arc::clone(&events),
         )));
-        let address = SocketAddr::new(config.listen_address, config.cql_port);
-        let listener = TcpListener::bind(address)
-            .await
-            .with_context(|| format!("cannot listen for CQL clients on {address}"))?;
-        let cql_address = listener.local_addr()?;
-        let mut shutdown_rx = shutdown_rx;
-        let limits = connection::ConnectionLimits {
-            max_frame_bytes: config.max_frame_bytes,
-            max_in_flight: config.max_requests_in_flight_per_connection,
-        };
-        let connections = Arc::new(Semaphore::new(config.max_connections));
-        let accept_coordinator = Arc::clone(&coordinator);
-        let listener_task = tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = shutdown_rx.changed() => break,
-                    accepted = listener.accept() => {
-                        let Ok((socket, peer)) = accepted else { continue };
-                        let Ok(permit) = Arc::clone(&connections).try_acquire_owned() else {
-                            tracing::warn!(%peer, "refusing connection: max_connections reached");
-                            continue;
-                        };
-                        let coordinator = Arc::clone(&accept_coordinator);
-                        let events = Arc::clone(&events);
-                        let mut connection_shutdown = shutdown_rx.clone();
-                        tokio::spawn(async move {
-                            tokio::select! {
-                                _ = connection::serve(socket, coordinator, events, limits) => {}
-                                _ = connection_shutdown.changed() => {}
-                            }
-                            drop(permit);
-                        });
-                    }
-                }
-            }
-        });
+        let (cql_address, listener_task) =
+            serve_clients(&config, Arc::clone(&coordinator), events, shutdown_rx).await?;
         tracing::info!(%cql_address, data_dir = %config.data_dir.display(), commitlog_sync = ?config.commitlog_sync, "Shoal node listening for CQL clients");
         Ok(Node {
             coordinator,
@@ -277,4 +232,65 @@ impl Node {
         let _ = tokio::task::spawn_blocking(move || commit_log.stop()).await;
         tracing::info!("Shoal node stopped");
     }
+}
+
+/// Opens (or creates) the node's RocksDB store in its data directory.
+fn open_storage(config: &Config) -> anyhow::Result<Arc<dyn Engine>> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("cannot create data directory {}", config.data_dir.display()))?;
+    let rocks_options = RocksOptions {
+        block_cache_mib: config.block_cache_mib,
+        memtable_mib: config.memtable_mib,
+        ..RocksOptions::default()
+    };
+    Ok(Arc::new(
+        RocksEngine::open(&config.data_dir.join("rocksdb"), &rocks_options)
+            .with_context(|| format!("cannot open storage in {}", config.data_dir.display()))?,
+    ))
+}
+
+/// Listens for CQL clients and serves each connection as one task, until `shutdown`;
+/// returns the address it listens on and the accepting task.
+async fn serve_clients(
+    config: &Config,
+    coordinator: Arc<Coordinator>,
+    events: Arc<events::EventBus>,
+    shutdown_rx: watch::Receiver<bool>,
+) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let address = SocketAddr::new(config.listen_address, config.cql_port);
+    let listener = TcpListener::bind(address)
+        .await
+        .with_context(|| format!("cannot listen for CQL clients on {address}"))?;
+    let cql_address = listener.local_addr()?;
+    let mut shutdown_rx = shutdown_rx;
+    let limits = connection::ConnectionLimits {
+        max_frame_bytes: config.max_frame_bytes,
+        max_in_flight: config.max_requests_in_flight_per_connection,
+    };
+    let connections = Arc::new(Semaphore::new(config.max_connections));
+    let listener_task = tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = shutdown_rx.changed() => break,
+                accepted = listener.accept() => {
+                    let Ok((socket, peer)) = accepted else { continue };
+                    let Ok(permit) = Arc::clone(&connections).try_acquire_owned() else {
+                        tracing::warn!(%peer, "refusing connection: max_connections reached");
+                        continue;
+                    };
+                    let coordinator = Arc::clone(&coordinator);
+                    let events = Arc::clone(&events);
+                    let mut connection_shutdown = shutdown_rx.clone();
+                    tokio::spawn(async move {
+                        tokio::select! {
+                            _ = connection::serve(socket, coordinator, events, limits) => {}
+                            _ = connection_shutdown.changed() => {}
+                        }
+                        drop(permit);
+                    });
+                }
+            }
+        }
+    });
+    Ok((cql_address, listener_task))
 }

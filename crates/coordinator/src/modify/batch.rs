@@ -1,0 +1,101 @@
+//! BATCH: several modifications applied with one timestamp, as one replicated write.
+//!
+//! A batch is a `BEGIN BATCH ... APPLY BATCH` statement or a protocol BATCH message (of
+//! prepared statements and statement texts, whose plans the coordinator resolves). Every
+//! statement's plan is built into one [`WriteBatch`], stamped with the batch's
+//! timestamp, `USING TIMESTAMP`, the protocol's default timestamp or the clock.
+
+use super::ModifyPlan;
+use crate::values::{Bindings, Bound, TypedTerm};
+use crate::{ensure, Coordinator, CqlError, Session};
+use shoal_cql::ast::{Batch, BatchType};
+use shoal_cql::request::{Consistency, QueryParameters};
+use shoal_cql::response::ResultBody;
+use shoal_model::{CqlType, Value, WriteTimestamp};
+use shoal_replication::WriteType;
+use shoal_storage::WriteBatch;
+
+pub(crate) fn refuse_counter_batches(counter: bool) -> Result<(), CqlError> {
+    ensure(!counter, || {
+        CqlError::invalid("Counter batches are not supported by Shoal yet")
+    })
+}
+
+pub(crate) fn only_modifications() -> CqlError {
+    CqlError::invalid(
+        "Invalid statement in batch: only UPDATE, INSERT and DELETE statements are allowed.",
+    )
+}
+
+/// A parsed `BEGIN BATCH ... APPLY BATCH`.
+pub(crate) async fn execute_batch_statement(
+    coordinator: &Coordinator,
+    session: &Session,
+    batch: &Batch,
+    parameters: &QueryParameters,
+    bindings: Bindings<'_>,
+) -> Result<ResultBody, CqlError> {
+    refuse_counter_batches(batch.batch_type == BatchType::Counter)?;
+    let batch_timestamp = match &batch.using.timestamp {
+        None => None,
+        Some(term) => {
+            match TypedTerm::new(term, &CqlType::Bigint, "[timestamp]")?.evaluate(bindings)? {
+                Bound::Value(Value::Bigint(t)) => Some(t),
+                Bound::Unset => None,
+                _ => return Err(CqlError::invalid("Invalid null value of timestamp")),
+            }
+        }
+    };
+    let schema = coordinator.schema();
+    let plans = batch
+        .statements
+        .iter()
+        .map(|statement| ModifyPlan::new(coordinator, session, &schema, statement))
+        .collect::<Result<Vec<_>, _>>()?;
+    let statements: Vec<(&ModifyPlan, Bindings<'_>)> =
+        plans.iter().map(|plan| (plan, bindings)).collect();
+    apply(
+        coordinator,
+        &statements,
+        parameters.consistency,
+        batch_timestamp,
+        parameters.default_timestamp,
+    )
+    .await
+}
+
+/// Builds every statement into one write; `batch_timestamp` is `BEGIN BATCH USING
+/// TIMESTAMP`, `default_timestamp` the protocol's.
+pub(crate) async fn apply(
+    coordinator: &Coordinator,
+    statements: &[(&ModifyPlan, Bindings<'_>)],
+    consistency: Consistency,
+    batch_timestamp: Option<i64>,
+    default_timestamp: Option<i64>,
+) -> Result<ResultBody, CqlError> {
+    let mut batch = WriteBatch::new();
+    // One timestamp for every statement of the batch, as in Cassandra.
+    let timestamp = Some(
+        batch_timestamp
+            .or(default_timestamp)
+            .unwrap_or_else(|| WriteTimestamp::now().0),
+    );
+    for (plan, bindings) in statements {
+        ensure(plan.conditions.is_none(), || {
+            CqlError::invalid("Conditional statements in BATCH are not supported by Shoal yet")
+        })?;
+        coordinator.check_consistency(&plan.keyspace, consistency, true)?;
+        ensure(
+            !(plan.has_own_timestamp && batch_timestamp.is_some()),
+            || CqlError::invalid("Timestamp must be set either on BATCH or individual statements"),
+        )?;
+        plan.build(coordinator, *bindings, timestamp, &mut batch)?;
+    }
+    if !batch.is_empty() {
+        coordinator
+            .replication
+            .write(batch, consistency, WriteType::Batch)
+            .await?;
+    }
+    Ok(ResultBody::Void)
+}

@@ -1,0 +1,145 @@
+//! Conditional statements (`IF NOT EXISTS`, `IF EXISTS`, `IF col = value`): read the
+//! row, check the conditions, write only if they hold, and answer with `[applied]` and,
+//! when not applied, the row's current values — as Cassandra does. Serialized per
+//! partition on this node; clusters of more than one node refuse them until lightweight
+//! transactions exist.
+
+use super::{ModifyPlan, RowAddress};
+use crate::values::{evaluate, Bindings, Bound};
+use crate::{ensure, Coordinator, CqlError};
+use shoal_cql::ast::{Conditions, Operator};
+use shoal_cql::request::{Consistency, QueryParameters};
+use shoal_cql::response::{ColumnSpec, ResultBody, Rows, RowsBuffer};
+use shoal_model::{CqlType, Value};
+use shoal_replication::WriteType;
+use shoal_storage::WriteBatch;
+
+/// `IF NOT EXISTS`, `IF EXISTS`, `IF col = value`: read, check and write under a
+/// per-partition lock on this node. (Cluster-wide, these become Paxos/Raft rounds.)
+pub(super) async fn execute(
+    coordinator: &Coordinator,
+    plan: &ModifyPlan,
+    conditions: &Conditions,
+    parameters: &QueryParameters,
+    bindings: Bindings<'_>,
+) -> Result<ResultBody, CqlError> {
+    let table = &plan.table;
+    let serial = parameters.serial_consistency.unwrap_or(Consistency::Serial);
+    ensure(
+        matches!(serial, Consistency::Serial | Consistency::LocalSerial),
+        || {
+            CqlError::invalid(format!("Invalid consistency for conditional update. Must be one of SERIAL or LOCAL_SERIAL, got {}", serial.name()))
+        },
+    )?;
+    coordinator.check_consistency(&plan.keyspace, Consistency::Quorum, true)?;
+    ensure(coordinator.member_count() <= 1, || {
+        CqlError::invalid("Conditional statements (IF ...) need lightweight transactions across replicas, which Shoal supports on a single node only for now")
+    })?;
+    // Find the single row the statement touches by building it once into a scratch batch.
+    let mut scratch = WriteBatch::new();
+    let touched = plan.build(
+        coordinator,
+        bindings,
+        parameters.default_timestamp,
+        &mut scratch,
+    )?;
+    let [RowAddress {
+        token,
+        partition_key,
+        clustering,
+    }] = touched.as_slice()
+    else {
+        return Err(CqlError::invalid("IN on the partition key or the clustering key is not supported with conditional updates"));
+    };
+    let stripe = (token.0 as u64 % coordinator.condition_locks.len() as u64) as usize;
+    let _guard = coordinator.condition_locks[stripe].lock().await;
+    let current = crate::select::read_row_values(
+        coordinator,
+        table,
+        *token,
+        partition_key,
+        clustering.as_deref(),
+    )?;
+    let applied = match conditions {
+        Conditions::NotExists => current.is_none(),
+        Conditions::Exists => current.is_some(),
+        Conditions::Columns(list) => {
+            let mut all = true;
+            for condition in list {
+                let (index, column) = table.require_column(&condition.column)?;
+                ensure(condition.element.is_none(), || {
+                    CqlError::invalid(
+                        "Conditions on collection elements are not supported by Shoal yet",
+                    )
+                })?;
+                let expected =
+                    evaluate(&condition.value, &column.cql_type, bindings, &column.name)?;
+                let actual = current.as_ref().and_then(|row| row[index].clone());
+                let holds = match (condition.operator, &expected, &actual) {
+                    (Operator::Eq, Bound::Null, None) => true,
+                    (Operator::NotEq, Bound::Null, Some(_)) => true,
+                    (_, Bound::Value(expected), Some(actual)) => {
+                        let order = actual.compare(expected);
+                        match condition.operator {
+                            Operator::Eq => order.is_eq(),
+                            Operator::NotEq => !order.is_eq(),
+                            Operator::Lt => order.is_lt(),
+                            Operator::Lte => order.is_le(),
+                            Operator::Gt => order.is_gt(),
+                            Operator::Gte => order.is_ge(),
+                            _ => {
+                                return Err(CqlError::invalid("Unsupported operator in condition"))
+                            }
+                        }
+                    }
+                    (Operator::NotEq, Bound::Value(_), None) => true,
+                    _ => false,
+                };
+                all &= holds;
+            }
+            all
+        }
+    };
+    if applied {
+        // Rebuild with a fresh timestamp so the write is newer than what was checked.
+        let mut batch = WriteBatch::new();
+        plan.build(
+            coordinator,
+            bindings,
+            parameters.default_timestamp,
+            &mut batch,
+        )?;
+        coordinator
+            .replication
+            .write(batch, Consistency::One, WriteType::Simple)
+            .await?;
+    }
+    let mut columns = vec![ColumnSpec {
+        keyspace: table.keyspace.clone(),
+        table: table.name.clone(),
+        name: "[applied]".into(),
+        cql_type: CqlType::Boolean,
+    }];
+    let mut cells: Vec<Option<Vec<u8>>> = vec![Some(Value::Boolean(applied).serialize())];
+    if !applied {
+        if let Some(row) = &current {
+            for (column, value) in table.columns.iter().zip(row) {
+                columns.push(ColumnSpec {
+                    keyspace: table.keyspace.clone(),
+                    table: table.name.clone(),
+                    name: column.name.clone(),
+                    cql_type: column.cql_type.clone(),
+                });
+                cells.push(value.as_ref().map(Value::serialize));
+            }
+        }
+    }
+    let mut buffer = RowsBuffer::new(columns.len());
+    buffer.push_row(cells.iter().map(|c| c.as_deref()));
+    Ok(ResultBody::Rows(Rows {
+        columns,
+        paging_state: None,
+        skip_metadata: false,
+        rows: buffer,
+    }))
+}

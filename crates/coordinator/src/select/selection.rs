@@ -1,0 +1,310 @@
+//! The selection clause of a SELECT, compiled once when the statement is planned: the
+//! result columns (names and types, as drivers see them in the result metadata) and how
+//! each is computed from a row — a column, `writetime`/`ttl`, `token`, an aggregate, a
+//! conversion function, or a term.
+
+use crate::values::{Bindings, Bound, TypedTerm};
+use crate::{ensure, CqlError};
+use shoal_cql::ast::{Select, Selector};
+use shoal_cql::response::ColumnSpec;
+use shoal_model::CqlType;
+use shoal_schema::{ColumnKind, TableMetadata};
+
+/// What one selected output column computes.
+#[derive(Debug, Clone)]
+pub(crate) enum Output {
+    Column(usize),
+    WriteTime(usize),
+    Ttl(usize),
+    Token,
+    Count(Option<usize>),
+    Min(usize),
+    Max(usize),
+    Sum(usize),
+    Avg(usize),
+    ToTimestamp(usize),
+    ToUnixTimestamp(usize),
+    ToDate(usize),
+    Constant(Option<Vec<u8>>),
+    /// A term evaluated once per execution (`now()`, a bind marker, a literal).
+    Term(TypedTerm),
+}
+
+impl Output {
+    pub(crate) fn is_aggregate(&self) -> bool {
+        matches!(
+            self,
+            Output::Count(_) | Output::Min(_) | Output::Max(_) | Output::Sum(_) | Output::Avg(_)
+        )
+    }
+}
+
+/// What a SELECT returns: the result columns and how each is computed.
+#[derive(Debug, Clone)]
+pub(crate) struct Selection {
+    pub(crate) columns: Vec<ColumnSpec>,
+    pub(crate) outputs: Vec<Output>,
+    pub(crate) aggregate: bool,
+}
+
+impl Selection {
+    /// The selection for one execution: terms evaluated to constants. Borrowed as is when
+    /// it has none (the usual case).
+    pub(crate) fn bind(
+        &self,
+        bindings: Bindings<'_>,
+    ) -> Result<std::borrow::Cow<'_, Selection>, CqlError> {
+        if !self.outputs.iter().any(|o| matches!(o, Output::Term(_))) {
+            return Ok(std::borrow::Cow::Borrowed(self));
+        }
+        let mut bound = self.clone();
+        for output in &mut bound.outputs {
+            if let Output::Term(term) = output {
+                let bytes = match term.evaluate(bindings)? {
+                    Bound::Value(value) => Some(value.serialize()),
+                    _ => None,
+                };
+                *output = Output::Constant(bytes);
+            }
+        }
+        Ok(std::borrow::Cow::Owned(bound))
+    }
+}
+
+fn spec(table: &TableMetadata, name: String, cql_type: CqlType) -> ColumnSpec {
+    ColumnSpec {
+        keyspace: table.keyspace.clone(),
+        table: table.name.clone(),
+        name,
+        cql_type,
+    }
+}
+
+/// Compiles a SELECT's selection clause against its table (once, when it is planned).
+pub(crate) fn compile_selection(
+    table: &TableMetadata,
+    select: &Select,
+) -> Result<Selection, CqlError> {
+    let mut columns = Vec::new();
+    let mut outputs = Vec::new();
+    if select.items.is_empty() {
+        for (index, column) in table.columns.iter().enumerate() {
+            if select.distinct
+                && !matches!(column.kind, ColumnKind::PartitionKey | ColumnKind::Static)
+            {
+                continue;
+            }
+            columns.push(spec(table, column.name.clone(), column.cql_type.clone()));
+            outputs.push(Output::Column(index));
+        }
+    }
+    for item in &select.items {
+        let (name, cql_type, output) = compile_selector(table, select, item)?;
+        columns.push(spec(table, item.alias.clone().unwrap_or(name), cql_type));
+        outputs.push(output);
+    }
+    let aggregate = outputs.iter().any(Output::is_aggregate);
+    Ok(Selection {
+        columns,
+        outputs,
+        aggregate,
+    })
+}
+
+/// One selected item: its result column's name and type, and what computes it.
+fn compile_selector(
+    table: &TableMetadata,
+    select: &Select,
+    item: &shoal_cql::ast::SelectItem,
+) -> Result<(String, CqlType, Output), CqlError> {
+    let simple_column = |name: &str, what: &str| -> Result<usize, CqlError> {
+        let (index, column) = table.require_column(name)?;
+        ensure(!column.cql_type.is_multi_cell(), || {
+            CqlError::invalid(format!(
+                "Cannot use selection function {what} on non-frozen collection {name}"
+            ))
+        })?;
+        ensure(
+            !matches!(
+                column.kind,
+                ColumnKind::PartitionKey | ColumnKind::Clustering
+            ),
+            || {
+                CqlError::invalid(format!(
+                    "Cannot use selection function {what} on PRIMARY KEY part {name}"
+                ))
+            },
+        )?;
+        Ok(index)
+    };
+    Ok(match &item.selector {
+        Selector::Column(name) => {
+            let (index, column) = table.require_column(name)?;
+            if select.distinct {
+                ensure(
+                    matches!(column.kind, ColumnKind::PartitionKey | ColumnKind::Static),
+                    || {
+                        CqlError::invalid(format!("SELECT DISTINCT queries must only request partition key columns and/or static columns (not {name})"))
+                    },
+                )?;
+            }
+            (name.clone(), column.cql_type.clone(), Output::Column(index))
+        }
+        Selector::WriteTime(name) => (
+            format!("writetime({name})"),
+            CqlType::Bigint,
+            Output::WriteTime(simple_column(name, "writetime")?),
+        ),
+        Selector::Ttl(name) => (
+            format!("ttl({name})"),
+            CqlType::Int,
+            Output::Ttl(simple_column(name, "ttl")?),
+        ),
+        Selector::CountAll => ("count".to_string(), CqlType::Bigint, Output::Count(None)),
+        Selector::Token(names) => {
+            let expected: Vec<&str> = table.partition_key().map(|c| c.name.as_str()).collect();
+            ensure(
+                names
+                    .iter()
+                    .map(String::as_str)
+                    .eq(expected.iter().copied()),
+                || {
+                    CqlError::invalid(format!(
+                        "token() must be called with the partition key columns in order: {}",
+                        expected.join(", ")
+                    ))
+                },
+            )?;
+            (
+                format!("system.token({})", names.join(", ")),
+                CqlType::Bigint,
+                Output::Token,
+            )
+        }
+        Selector::Function { name, arguments } => compile_function(table, name, arguments)?,
+        Selector::Cast { .. } => {
+            return Err(CqlError::invalid(
+                "CAST in selections is not supported by Shoal yet",
+            ))
+        }
+        Selector::Literal(term) => {
+            let (cql_type, shown) = match term {
+                shoal_cql::ast::Term::Literal(shoal_cql::ast::Literal::Integer(text)) => {
+                    (CqlType::Int, text.clone())
+                }
+                shoal_cql::ast::Term::Literal(shoal_cql::ast::Literal::String(text)) => {
+                    (CqlType::Text, format!("'{text}'"))
+                }
+                shoal_cql::ast::Term::Cast { cql_type, .. } => (cql_type.clone(), "?".to_string()),
+                _ => (CqlType::Text, "literal".to_string()),
+            };
+            let output = Output::Term(TypedTerm::new(term, &cql_type, "selection")?);
+            (shown, cql_type, output)
+        }
+    })
+}
+
+/// `function(column)` or a function without arguments.
+fn compile_function(
+    table: &TableMetadata,
+    name: &str,
+    arguments: &[Selector],
+) -> Result<(String, CqlType, Output), CqlError> {
+    let function = name.to_ascii_lowercase();
+    let argument_column = |position: usize| -> Result<(usize, CqlType, String), CqlError> {
+        match arguments.get(position) {
+            Some(Selector::Column(column)) => {
+                let (index, metadata) = table.require_column(column)?;
+                Ok((index, metadata.cql_type.clone(), column.clone()))
+            }
+            _ => Err(CqlError::invalid(format!(
+                "Function {function} takes a column argument in Shoal"
+            ))),
+        }
+    };
+    Ok(match (function.as_str(), arguments.len()) {
+        ("count", 1) => {
+            let (index, _, column) = argument_column(0)?;
+            (
+                format!("system.count({column})"),
+                CqlType::Bigint,
+                Output::Count(Some(index)),
+            )
+        }
+        ("min" | "max" | "sum" | "avg", 1) => {
+            let (index, cql_type, column) = argument_column(0)?;
+            if matches!(function.as_str(), "sum" | "avg") {
+                ensure(cql_type.is_numeric(), || {
+                    CqlError::invalid(format!(
+                        "Invalid call to function {function}: {column} is not numeric"
+                    ))
+                })?;
+            }
+            let output = match function.as_str() {
+                "min" => Output::Min(index),
+                "max" => Output::Max(index),
+                "sum" => Output::Sum(index),
+                _ => Output::Avg(index),
+            };
+            (format!("system.{function}({column})"), cql_type, output)
+        }
+        ("totimestamp" | "dateof", 1) => {
+            let (index, _, column) = argument_column(0)?;
+            (
+                format!("system.{function}({column})"),
+                CqlType::Timestamp,
+                Output::ToTimestamp(index),
+            )
+        }
+        ("tounixtimestamp" | "unixtimestampof", 1) => {
+            let (index, _, column) = argument_column(0)?;
+            (
+                format!("system.{function}({column})"),
+                CqlType::Bigint,
+                Output::ToUnixTimestamp(index),
+            )
+        }
+        ("todate", 1) => {
+            let (index, _, column) = argument_column(0)?;
+            (
+                format!("system.todate({column})"),
+                CqlType::Date,
+                Output::ToDate(index),
+            )
+        }
+        ("now", 0)
+        | ("uuid", 0)
+        | ("currenttimestamp", 0)
+        | ("currentdate", 0)
+        | ("currenttime", 0)
+        | ("currenttimeuuid", 0) => {
+            let cql_type = match function.as_str() {
+                "now" | "currenttimeuuid" => CqlType::Timeuuid,
+                "uuid" => CqlType::Uuid,
+                "currenttimestamp" => CqlType::Timestamp,
+                "currentdate" => CqlType::Date,
+                _ => CqlType::Time,
+            };
+            let term = shoal_cql::ast::Term::Function {
+                name: function.clone(),
+                arguments: Vec::new(),
+            };
+            let output = Output::Term(TypedTerm::new(&term, &cql_type, &function)?);
+            (format!("system.{function}()"), cql_type, output)
+        }
+        _ => {
+            return Err(CqlError::invalid(format!(
+                "Unknown function '{function}' with {} arguments",
+                arguments.len()
+            )))
+        }
+    })
+}
+
+/// The result columns a SELECT returns (for PREPARE), checking the selection.
+pub(crate) fn result_columns(
+    table: &TableMetadata,
+    select: &Select,
+) -> Result<Vec<ColumnSpec>, CqlError> {
+    Ok(compile_selection(table, select)?.columns)
+}

@@ -1,0 +1,630 @@
+//! The storage walk's consumer for a SELECT: [`SelectVisitor`] receives live rows from
+//! [`shoal_storage::reader`], filters them, counts LIMIT / PER PARTITION LIMIT / page size,
+//! computes the selection (or the aggregates), and encodes cells straight into the
+//! response buffer. A full page stops the walk and remembers the last row returned, which
+//! the paging state names.
+
+use crate::paging::PagingState;
+use crate::restrictions::Filter;
+use crate::select::selection::{Output, Selection};
+use crate::values::timeuuid_millis;
+use crate::CqlError;
+use shoal_cql::ast::Operator;
+use shoal_cql::request::QueryParameters;
+use shoal_cql::response::{ResultBody, Rows, RowsBuffer};
+use shoal_model::clustering::decode_component;
+use shoal_model::{keys, Cell, CqlType, Token, Value};
+use shoal_schema::TableMetadata;
+use shoal_storage::reader::{ClusteringSlice, Flow, PartitionHeader, Row, Visitor};
+
+/// One column's value in a row being produced: serialized bytes plus, for simple cells,
+/// the write timestamp and remaining TTL.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ColumnValue {
+    pub(crate) bytes: Option<Vec<u8>>,
+    pub(crate) timestamp: Option<i64>,
+    pub(crate) ttl: Option<i32>,
+}
+
+/// Splits a serialized partition key into typed values.
+pub(crate) fn decode_partition_key_values(
+    table: &TableMetadata,
+    partition_key: &[u8],
+) -> Result<Vec<Value>, CqlError> {
+    let types: Vec<&CqlType> = table.partition_key().map(|c| &c.cql_type).collect();
+    let parts = keys::split_partition_key(partition_key, types.len())
+        .ok_or_else(|| CqlError::server("malformed stored partition key"))?;
+    parts
+        .iter()
+        .zip(types)
+        .map(|(bytes, t)| Ok(Value::deserialize(t, bytes)?))
+        .collect()
+}
+
+/// Serializes the live cells of a non-frozen collection as one collection value.
+fn collection_bytes(cql_type: &CqlType, cells: &[(Vec<u8>, Cell)]) -> Result<Vec<u8>, CqlError> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&(cells.len() as i32).to_be_bytes());
+    let push = |out: &mut Vec<u8>, bytes: &[u8]| {
+        out.extend_from_slice(&(bytes.len() as i32).to_be_bytes());
+        out.extend_from_slice(bytes);
+    };
+    for (path, cell) in cells {
+        match cql_type {
+            CqlType::List { .. } => push(&mut out, &cell.value),
+            CqlType::Set { element, .. } => {
+                let (value, _) = decode_component(path, element, false)?;
+                push(&mut out, &value.serialize());
+            }
+            CqlType::Map { key, .. } => {
+                let (value, _) = decode_component(path, key, false)?;
+                push(&mut out, &value.serialize());
+                push(&mut out, &cell.value);
+            }
+            _ => return Err(CqlError::server("not a collection")),
+        }
+    }
+    Ok(out)
+}
+
+/// Fills `values` (indexed like `table.columns`) from a stored row's cells.
+pub(crate) fn fill_from_row(
+    table: &TableMetadata,
+    row: Row,
+    values: &mut [ColumnValue],
+    now_seconds: i64,
+) -> Result<(), CqlError> {
+    for column in row.columns {
+        let Some(index) = table.column_index(&column.name) else {
+            continue;
+        };
+        let metadata = &table.columns[index];
+        let mut cells = column.cells;
+        // Cells older than a drop of this column name belong to the dropped column.
+        if let Some(dropped) = table.dropped_columns.get(&column.name) {
+            cells.retain(|(_, cell)| cell.timestamp.0 > dropped.dropped_at_micros);
+        }
+        if metadata.cql_type.is_multi_cell() {
+            if !cells.is_empty() {
+                values[index] = ColumnValue {
+                    bytes: Some(collection_bytes(&metadata.cql_type, &cells)?),
+                    timestamp: None,
+                    ttl: None,
+                };
+            }
+        } else if let Some((_, cell)) = cells.into_iter().next() {
+            values[index] = ColumnValue {
+                timestamp: Some(cell.timestamp.0),
+                ttl: cell.remaining_ttl(now_seconds),
+                bytes: Some(cell.value),
+            };
+        }
+    }
+    Ok(())
+}
+
+fn numeric_as_f64(value: &Value) -> f64 {
+    match value {
+        Value::Tinyint(v) => *v as f64,
+        Value::Smallint(v) => *v as f64,
+        Value::Int(v) => *v as f64,
+        Value::Bigint(v) | Value::Counter(v) => *v as f64,
+        Value::Float(v) => *v as f64,
+        Value::Double(v) => *v,
+        Value::Varint(v) => v.to_string().parse().unwrap_or(0.0),
+        Value::Decimal { unscaled, scale } => {
+            unscaled.to_string().parse::<f64>().unwrap_or(0.0) / 10f64.powi(*scale)
+        }
+        _ => 0.0,
+    }
+}
+
+fn numeric_from_f64(cql_type: &CqlType, value: f64, integral_sum: i128) -> Value {
+    match cql_type {
+        CqlType::Tinyint => Value::Tinyint(integral_sum as i8),
+        CqlType::Smallint => Value::Smallint(integral_sum as i16),
+        CqlType::Int => Value::Int(integral_sum as i32),
+        CqlType::Bigint | CqlType::Counter => Value::Bigint(integral_sum as i64),
+        CqlType::Varint => Value::Varint(num_bigint::BigInt::from(integral_sum)),
+        CqlType::Float => Value::Float(value as f32),
+        CqlType::Decimal => crate::values::literal_value(
+            &shoal_cql::ast::Literal::Float(format!("{value:?}")),
+            cql_type,
+            "sum",
+            false,
+        )
+        .unwrap_or(Value::Double(value)),
+        _ => Value::Double(value),
+    }
+}
+
+fn integral(value: &Value) -> i128 {
+    match value {
+        Value::Tinyint(v) => *v as i128,
+        Value::Smallint(v) => *v as i128,
+        Value::Int(v) => *v as i128,
+        Value::Bigint(v) | Value::Counter(v) => *v as i128,
+        Value::Varint(v) => i128::try_from(v).unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Running state of one aggregate output.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Accumulator {
+    count: i64,
+    sum: f64,
+    integral_sum: i128,
+    best: Option<Value>,
+    first_bytes: Option<Option<Vec<u8>>>,
+}
+
+/// A row kept for sorting across partitions: its clustering and its output cells.
+type SortableRow = (Vec<u8>, Vec<Option<Vec<u8>>>);
+
+pub(crate) struct SelectVisitor<'a> {
+    pub(crate) table: &'a TableMetadata,
+    pub(crate) selection: &'a Selection,
+    pub(crate) filters: &'a [Filter],
+    /// In scans, clustering restrictions become a row predicate.
+    pub(crate) row_slices: Option<Vec<ClusteringSlice>>,
+    pub(crate) distinct: bool,
+    /// Emit a row for a partition that has only static data.
+    pub(crate) static_only_rows: bool,
+    pub(crate) page_size: usize,
+    pub(crate) limit_remaining: u64,
+    pub(crate) per_partition_limit: u64,
+    pub(crate) now_seconds: i64,
+    // Per partition.
+    pub(crate) partition_values: Vec<ColumnValue>,
+    pub(crate) partition_rows: u64,
+    pub(crate) partition_matched_any: bool,
+    // Output.
+    pub(crate) buffer: RowsBuffer,
+    pub(crate) emitted: usize,
+    pub(crate) last_position: Option<(Token, Vec<u8>, Option<Vec<u8>>)>,
+    pub(crate) has_more: bool,
+    pub(crate) accumulators: Vec<Accumulator>,
+    pub(crate) sort_rows: Option<Vec<SortableRow>>,
+    pub(crate) error: Option<CqlError>,
+}
+
+impl<'a> SelectVisitor<'a> {
+    /// A visitor with no paging, no per-partition limit and nothing to sort.
+    pub(crate) fn new(
+        table: &'a TableMetadata,
+        selection: &'a Selection,
+        filters: &'a [Filter],
+        limit_remaining: u64,
+    ) -> SelectVisitor<'a> {
+        SelectVisitor {
+            table,
+            selection,
+            filters,
+            row_slices: None,
+            distinct: false,
+            static_only_rows: false,
+            page_size: usize::MAX,
+            limit_remaining,
+            per_partition_limit: u64::MAX,
+            now_seconds: 0,
+            partition_values: Vec::new(),
+            partition_rows: 0,
+            partition_matched_any: false,
+            buffer: RowsBuffer::new(selection.columns.len()),
+            emitted: 0,
+            last_position: None,
+            has_more: false,
+            accumulators: vec![Accumulator::default(); selection.outputs.len()],
+            sort_rows: None,
+            error: None,
+        }
+    }
+
+    fn fail(&mut self, error: CqlError) -> Flow {
+        self.error = Some(error);
+        Flow::Stop
+    }
+
+    fn begin_partition(&mut self, header: &PartitionHeader) -> Result<(), CqlError> {
+        self.partition_rows = 0;
+        self.partition_matched_any = false;
+        let mut values = vec![ColumnValue::default(); self.table.columns.len()];
+        let key_values = decode_partition_key_values(self.table, &header.key)?;
+        let parts = keys::split_partition_key(&header.key, key_values.len()).unwrap_or_default();
+        for (column, bytes) in self.table.partition_key().zip(parts) {
+            if let Some(index) = self.table.column_index(&column.name) {
+                values[index].bytes = Some(bytes.to_vec());
+            }
+        }
+        if let Some(static_row) = &header.static_row {
+            fill_from_row(
+                self.table,
+                static_row.clone(),
+                &mut values,
+                self.now_seconds,
+            )?;
+        }
+        self.partition_values = values;
+        Ok(())
+    }
+
+    fn matches_filters(&self, values: &[ColumnValue]) -> Result<bool, CqlError> {
+        for filter in self.filters {
+            let column = &self.table.columns[filter.column];
+            let Some(bytes) = &values[filter.column].bytes else {
+                return Ok(false);
+            };
+            let value = Value::deserialize(&column.cql_type, bytes)?;
+            let holds = match (filter.operator, &filter.map_key) {
+                (Operator::Eq, Some(key)) => match &value {
+                    Value::Map(entries) => entries.iter().any(|(k, v)| {
+                        k.compare(key).is_eq() && v.compare(&filter.values[0]).is_eq()
+                    }),
+                    _ => false,
+                },
+                (Operator::Contains, _) => match &value {
+                    Value::List(elements) | Value::Set(elements) => elements
+                        .iter()
+                        .any(|e| e.compare(&filter.values[0]).is_eq()),
+                    Value::Map(entries) => entries
+                        .iter()
+                        .any(|(_, v)| v.compare(&filter.values[0]).is_eq()),
+                    _ => false,
+                },
+                (Operator::ContainsKey, _) => match &value {
+                    Value::Map(entries) => entries
+                        .iter()
+                        .any(|(k, _)| k.compare(&filter.values[0]).is_eq()),
+                    _ => false,
+                },
+                (Operator::In, _) => filter.values.iter().any(|v| value.compare(v).is_eq()),
+                (operator, _) => {
+                    let order = value.compare(&filter.values[0]);
+                    match operator {
+                        Operator::Eq => order.is_eq(),
+                        Operator::Lt => order.is_lt(),
+                        Operator::Lte => order.is_le(),
+                        Operator::Gt => order.is_gt(),
+                        Operator::Gte => order.is_ge(),
+                        _ => false,
+                    }
+                }
+            };
+            if !holds {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn output_cells(
+        &self,
+        values: &[ColumnValue],
+        token: Token,
+    ) -> Result<Vec<Option<Vec<u8>>>, CqlError> {
+        let mut cells = Vec::with_capacity(self.selection.outputs.len());
+        for output in &self.selection.outputs {
+            let cell = match output {
+                Output::Column(index) => values[*index].bytes.clone(),
+                Output::WriteTime(index) => {
+                    values[*index].timestamp.map(|t| t.to_be_bytes().to_vec())
+                }
+                Output::Ttl(index) => values[*index].ttl.map(|t| t.to_be_bytes().to_vec()),
+                Output::Token => Some(token.0.to_be_bytes().to_vec()),
+                Output::Constant(bytes) => bytes.clone(),
+                Output::ToTimestamp(index)
+                | Output::ToUnixTimestamp(index)
+                | Output::ToDate(index) => {
+                    let column = &self.table.columns[*index];
+                    match &values[*index].bytes {
+                        None => None,
+                        Some(bytes) => {
+                            let millis = match Value::deserialize(&column.cql_type, bytes)? {
+                                Value::Timeuuid(u) => timeuuid_millis(&u),
+                                Value::Timestamp(t) => t,
+                                Value::Date(d) => {
+                                    (d as i64 - shoal_model::value::DATE_EPOCH_OFFSET as i64)
+                                        * 86_400_000
+                                }
+                                _ => {
+                                    return Err(CqlError::invalid(format!(
+                                        "Cannot convert column {} of type {}",
+                                        column.name, column.cql_type
+                                    )))
+                                }
+                            };
+                            Some(match output {
+                                Output::ToTimestamp(_) => Value::Timestamp(millis).serialize(),
+                                Output::ToUnixTimestamp(_) => Value::Bigint(millis).serialize(),
+                                _ => Value::Date(
+                                    (millis.div_euclid(86_400_000)
+                                        + shoal_model::value::DATE_EPOCH_OFFSET as i64)
+                                        as u32,
+                                )
+                                .serialize(),
+                            })
+                        }
+                    }
+                }
+                Output::Count(_)
+                | Output::Min(_)
+                | Output::Max(_)
+                | Output::Sum(_)
+                | Output::Avg(_)
+                // Terms are constants by now (`Selection::bind`).
+                | Output::Term(_) => None,
+            };
+            cells.push(cell);
+        }
+        Ok(cells)
+    }
+
+    fn accumulate(&mut self, values: &[ColumnValue], token: Token) -> Result<(), CqlError> {
+        let plain = self.output_cells(values, token)?;
+        for (i, output) in self.selection.outputs.iter().enumerate() {
+            let accumulator = &mut self.accumulators[i];
+            if accumulator.first_bytes.is_none() {
+                accumulator.first_bytes = Some(plain[i].clone());
+            }
+            let typed = |index: usize| -> Result<Option<Value>, CqlError> {
+                let column = &self.table.columns[index];
+                values[index]
+                    .bytes
+                    .as_ref()
+                    .map(|b| Value::deserialize(&column.cql_type, b))
+                    .transpose()
+                    .map_err(CqlError::from)
+            };
+            match output {
+                Output::Count(None) => accumulator.count += 1,
+                Output::Count(Some(index)) if values[*index].bytes.is_some() => {
+                    accumulator.count += 1;
+                }
+                Output::Min(index) | Output::Max(index) => {
+                    if let Some(value) = typed(*index)? {
+                        let better = match &accumulator.best {
+                            None => true,
+                            Some(best) => {
+                                let order = value.compare(best);
+                                if matches!(output, Output::Min(_)) {
+                                    order.is_lt()
+                                } else {
+                                    order.is_gt()
+                                }
+                            }
+                        };
+                        if better {
+                            accumulator.best = Some(value);
+                        }
+                    }
+                }
+                Output::Sum(index) | Output::Avg(index) => {
+                    if let Some(value) = typed(*index)? {
+                        accumulator.count += 1;
+                        accumulator.sum += numeric_as_f64(&value);
+                        accumulator.integral_sum += integral(&value);
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn finish_aggregate(&mut self) {
+        let mut cells = Vec::with_capacity(self.selection.outputs.len());
+        for (i, output) in self.selection.outputs.iter().enumerate() {
+            let accumulator = &self.accumulators[i];
+            let column_type = |index: usize| self.table.columns[index].cql_type.clone();
+            cells.push(match output {
+                Output::Count(_) => Some(accumulator.count.to_be_bytes().to_vec()),
+                Output::Min(_) | Output::Max(_) => accumulator.best.as_ref().map(Value::serialize),
+                Output::Sum(index) => Some(
+                    numeric_from_f64(
+                        &column_type(*index),
+                        accumulator.sum,
+                        accumulator.integral_sum,
+                    )
+                    .serialize(),
+                ),
+                Output::Avg(index) => {
+                    let count = accumulator.count.max(1);
+                    Some(
+                        numeric_from_f64(
+                            &column_type(*index),
+                            accumulator.sum / count as f64,
+                            accumulator.integral_sum / count as i128,
+                        )
+                        .serialize(),
+                    )
+                }
+                _ => accumulator.first_bytes.clone().flatten(),
+            });
+        }
+        self.buffer.push_row(cells.iter().map(|c| c.as_deref()));
+    }
+
+    /// Emits one candidate row; returns the flow for the storage walk.
+    pub(crate) fn emit(
+        &mut self,
+        header: &PartitionHeader,
+        values: Vec<ColumnValue>,
+        clustering: Option<Vec<u8>>,
+    ) -> Flow {
+        match self.matches_filters(&values) {
+            Ok(true) => {}
+            Ok(false) => return Flow::Continue,
+            Err(error) => return self.fail(error),
+        }
+        if self.selection.aggregate {
+            if let Err(error) = self.accumulate(&values, header.token) {
+                return self.fail(error);
+            }
+            self.partition_matched_any = true;
+            return if self.distinct {
+                Flow::NextPartition
+            } else {
+                Flow::Continue
+            };
+        }
+        if self.emitted >= self.page_size {
+            self.has_more = true;
+            return Flow::Stop;
+        }
+        let cells = match self.output_cells(&values, header.token) {
+            Ok(cells) => cells,
+            Err(error) => return self.fail(error),
+        };
+        match &mut self.sort_rows {
+            Some(rows) => rows.push((clustering.clone().unwrap_or_default(), cells)),
+            None => self.buffer.push_row(cells.iter().map(|c| c.as_deref())),
+        }
+        self.emitted += 1;
+        self.partition_rows += 1;
+        self.partition_matched_any = true;
+        self.limit_remaining = self.limit_remaining.saturating_sub(1);
+        self.last_position = Some((header.token, header.key.clone(), clustering));
+        if self.limit_remaining == 0 {
+            return Flow::Stop;
+        }
+        if self.distinct || self.partition_rows >= self.per_partition_limit {
+            // Nothing more from this partition: paging resumes at the next one.
+            if let Some(position) = &mut self.last_position {
+                position.2 = None;
+            }
+            return Flow::NextPartition;
+        }
+        Flow::Continue
+    }
+}
+
+fn in_slices(slices: &[ClusteringSlice], clustering: &[u8]) -> bool {
+    slices.iter().any(|slice| {
+        clustering >= slice.lower.as_slice()
+            && slice
+                .upper
+                .as_ref()
+                .is_none_or(|upper| clustering < upper.as_slice())
+    })
+}
+
+impl Visitor for SelectVisitor<'_> {
+    fn partition(&mut self, header: &PartitionHeader) -> Flow {
+        match self.begin_partition(header) {
+            Ok(()) => Flow::Continue,
+            Err(error) => self.fail(error),
+        }
+    }
+
+    fn row(&mut self, header: &PartitionHeader, mut row: Row) -> Flow {
+        if let Some(slices) = &self.row_slices {
+            if !in_slices(slices, &row.clustering) {
+                return Flow::Continue;
+            }
+        }
+        let mut values = self.partition_values.clone();
+        let mut position = 0;
+        for column in self.table.clustering() {
+            match decode_component(
+                &row.clustering[position..],
+                &column.cql_type,
+                column.descending,
+            ) {
+                Ok((value, used)) => {
+                    position += used;
+                    if let Some(index) = self.table.column_index(&column.name) {
+                        values[index].bytes = Some(value.serialize());
+                    }
+                }
+                Err(error) => return self.fail(error.into()),
+            }
+        }
+        let clustering = std::mem::take(&mut row.clustering);
+        if let Err(error) = fill_from_row(self.table, row, &mut values, self.now_seconds) {
+            return self.fail(error);
+        }
+        self.emit(header, values, Some(clustering))
+    }
+
+    fn partition_end(&mut self, header: &PartitionHeader) -> Flow {
+        if self.partition_rows == 0
+            && !self.partition_matched_any
+            && self.static_only_rows
+            && header.static_row.is_some()
+        {
+            let values = self.partition_values.clone();
+            let flow = self.emit(header, values, None);
+            if let Some(position) = &mut self.last_position {
+                if position.1 == header.key {
+                    position.2 = None;
+                }
+            }
+            return flow;
+        }
+        Flow::Continue
+    }
+}
+
+/// Sets the per-partition row count when a page resumes inside a partition.
+pub(crate) struct ResumeAware<'v, 'a> {
+    pub(crate) inner: &'v mut SelectVisitor<'a>,
+    pub(crate) initial_partition_rows: u64,
+}
+
+impl Visitor for ResumeAware<'_, '_> {
+    fn partition(&mut self, header: &PartitionHeader) -> Flow {
+        let flow = self.inner.partition(header);
+        self.inner.partition_rows = self.initial_partition_rows;
+        self.inner.partition_matched_any = self.initial_partition_rows > 0;
+        flow
+    }
+    fn row(&mut self, header: &PartitionHeader, row: Row) -> Flow {
+        self.inner.row(header, row)
+    }
+    fn partition_end(&mut self, header: &PartitionHeader) -> Flow {
+        self.inner.partition_end(header)
+    }
+}
+
+pub(crate) fn finish(
+    mut visitor: SelectVisitor<'_>,
+    selection: &Selection,
+    parameters: &QueryParameters,
+    limit: Option<u64>,
+) -> ResultBody {
+    if selection.aggregate {
+        visitor.finish_aggregate();
+    }
+    if let Some(mut rows) = visitor.sort_rows.take() {
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        if let Some(limit) = limit {
+            rows.truncate(limit as usize);
+        }
+        for (_, cells) in &rows {
+            visitor.buffer.push_row(cells.iter().map(|c| c.as_deref()));
+        }
+    }
+    let paging_state = if visitor.has_more {
+        visitor
+            .last_position
+            .map(|(token, partition_key, clustering)| {
+                PagingState {
+                    token,
+                    partition_key,
+                    clustering,
+                    remaining: visitor.limit_remaining,
+                    partition_rows: visitor.partition_rows,
+                }
+                .encode()
+            })
+    } else {
+        None
+    };
+    ResultBody::Rows(Rows {
+        columns: selection.columns.clone(),
+        paging_state,
+        skip_metadata: parameters.skip_metadata,
+        rows: visitor.buffer,
+    })
+}
