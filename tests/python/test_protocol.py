@@ -2,6 +2,7 @@
 limits, malformed frames, many streams in flight, LZ4 compression."""
 
 import socket
+import threading
 import time
 import struct
 
@@ -191,28 +192,54 @@ def test_requests_beyond_the_in_flight_limit_get_overloaded(tmp_path):
 
 
 def test_point_reads_are_not_stuck_behind_a_scan_on_the_same_connection(session):
-    session.execute("CREATE TABLE t (k int, c int, v text, PRIMARY KEY (k, c))")
-    insert = session.prepare("INSERT INTO t (k, c, v) VALUES (?, ?, ?)")
+    """While a long scan runs on a connection, point reads sent on the same connection one
+    after another keep completing in milliseconds. The table grows until a full scan
+    takes at least half a second in this run, so the property is measured, not raced: if
+    point reads waited for the scan, none would finish while it runs."""
+    from cassandra.concurrent import execute_concurrent
     from cassandra.query import BatchStatement, BatchType
 
-    for k in range(60):
-        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
-        for c in range(1000):
-            batch.add(insert, (k, c, "x" * 20))
-        session.execute(batch)
-    finished = {}
+    columns = [f"v{i}" for i in range(8)]
+    session.execute(f"CREATE TABLE t (k int, c int, {', '.join(f'{c} text' for c in columns)}, PRIMARY KEY (k, c))")
+    insert = session.prepare(f"INSERT INTO t (k, c, {', '.join(columns)}) VALUES (?, ?, {', '.join('?' * len(columns))})")
+    point = session.prepare("SELECT v0 FROM t WHERE k = ? AND c = ?")
+    rows = 0
 
-    def done(name):
-        return lambda _: finished.setdefault(name, time.monotonic())
+    def grow(partitions):
+        nonlocal rows
+        first = rows // 500
 
-    scan = session.execute_async("SELECT count(*) FROM t")
-    scan.add_callback(done("scan"))
-    point = session.prepare("SELECT v FROM t WHERE k = ? AND c = ?")
-    points = [session.execute_async(point, (i, i)) for i in range(20)]
-    for i, future in enumerate(points):
-        future.add_callback(done(f"point{i}"))
-    assert scan.result().one().count == 60_000
-    for future in points:
-        assert future.result().one().v == "x" * 20
-    last_point = max(finished[f"point{i}"] for i in range(20))
-    assert last_point < finished["scan"], "point reads waited for the scan"
+        def batch(k):
+            statements = BatchStatement(batch_type=BatchType.UNLOGGED)
+            for c in range(500):
+                statements.add(insert, (k, c, *(["x" * 16] * len(columns))))
+            return statements
+
+        batches = [(batch(k), ()) for k in range(first, first + partitions)]
+        results = execute_concurrent(session, batches, concurrency=8)
+        assert all(ok for ok, _ in results)
+        rows += partitions * 500
+
+    grow(40)
+    while True:
+        scan_done = threading.Event()
+        scan = session.execute_async("SELECT count(*) FROM t", timeout=120)
+        scan.add_callbacks(lambda _: scan_done.set(), lambda _: scan_done.set())
+        started = time.monotonic()
+        latencies = []
+        while not scan_done.is_set():
+            sent = time.monotonic()
+            k = len(latencies) % (rows // 500)
+            assert session.execute(point, (k, k)).one().v0 == "x" * 16
+            latencies.append((time.monotonic() - sent, scan_done.is_set()))
+        assert scan.result().one().count == rows
+        scan_seconds = time.monotonic() - started
+        if scan_seconds >= 0.5 or rows >= 1_280_000:
+            break
+        grow(rows // 500)
+    assert scan_seconds >= 0.5, f"a scan of {rows} rows took only {scan_seconds:.2f} s"
+    during = [latency for latency, after_scan in latencies if not after_scan]
+    assert len(during) >= 10, f"only {len(during)} point reads finished during a {scan_seconds:.2f} s scan"
+    assert max(during) < scan_seconds / 4, (
+        f"a point read took {max(during) * 1000:.0f} ms during a {scan_seconds * 1000:.0f} ms scan"
+    )
