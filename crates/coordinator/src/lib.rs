@@ -337,11 +337,13 @@ impl Coordinator {
         match plan {
             Plan::Select(select) => self.run_select(select, parameters, bindings).await,
             Plan::Modify(modify) => modify.execute(self, parameters, bindings).await,
+            // The rarer statements are boxed: their futures are large, and a request's
+            // future is as large as its largest branch (it is moved into a box per request).
             Plan::Statement(statement) => match statement.as_ref() {
                 Statement::Batch(batch) => {
-                    modify::batch::execute_batch_statement(
+                    Box::pin(modify::batch::execute_batch_statement(
                         self, session, batch, parameters, bindings,
-                    )
+                    ))
                     .await
                 }
                 Statement::Use(keyspace) => {
@@ -362,7 +364,9 @@ impl Coordinator {
                 | Statement::DropKeyspace { .. }
                 | Statement::CreateTable(_)
                 | Statement::AlterTable { .. }
-                | Statement::DropTable { .. } => ddl::execute(self, session, statement).await,
+                | Statement::DropTable { .. } => {
+                    Box::pin(ddl::execute(self, session, statement)).await
+                }
             },
         }
     }
@@ -380,7 +384,7 @@ impl Coordinator {
             StatementClass::System => {
                 return select.execute(self, self.engine().as_ref(), parameters, bindings, None)
             }
-            StatementClass::Scan => return self.run_scan(select, parameters).await,
+            StatementClass::Scan => return Box::pin(self.run_scan(select, parameters)).await,
             _ => {}
         }
         let restrictions = select.where_plan.bind(&select.table, bindings)?;
@@ -405,7 +409,7 @@ impl Coordinator {
             PartitionSource::Merged(merged) => {
                 select.execute(self, &merged, parameters, bindings, Some(&restrictions))
             }
-            PartitionSource::TooLarge => self.run_scan(select, parameters).await,
+            PartitionSource::TooLarge => Box::pin(self.run_scan(select, parameters)).await,
         }
     }
 

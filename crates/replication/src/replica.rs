@@ -45,6 +45,11 @@ impl LocalReplica {
         LocalReplica { engine, log }
     }
 
+    /// Applies cells through the write log.
+    pub async fn apply(&self, cells: Cells) -> Result<(), CqlError> {
+        self.log.append(WriteBatch::from(cells)).await
+    }
+
     /// Answers one request.
     pub async fn serve(&self, request: ReplicaRequest) -> ReplicaResponse {
         match request {

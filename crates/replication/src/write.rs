@@ -18,7 +18,6 @@ use shoal_cql::request::Consistency;
 use shoal_cql::CqlError;
 use shoal_model::{keys, HostId, TableId, Token};
 use shoal_storage::WriteBatch;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The outcome of sending one part of a write to one replica.
@@ -43,30 +42,52 @@ impl StorageProxy {
         write_type: WriteType,
     ) -> Result<(), CqlError> {
         let state = self.topology.state();
-        // Group the cells by the replica set of their tablet.
-        let mut groups: BTreeMap<Vec<HostId>, (TabletReplicas, Cells)> = BTreeMap::new();
+        // Group the cells by the replica set of their tablet. Cells of one partition come
+        // together (a statement writes one partition at a time), so replicas are looked up
+        // once per run of cells with the same table and token.
+        let mut groups: Vec<(TabletReplicas, Cells)> = Vec::new();
+        let mut current: Option<usize> = None;
         for (key, value) in batch.into_entries() {
-            let replicas = match table_and_token(&key) {
-                Some((table, token)) => self.replicas_of(&state, &table, token),
-                None => TabletReplicas {
-                    replicas: Vec::new(),
-                    strategy: None,
-                },
-            };
-            if replicas.replicas.is_empty() {
-                return Err(CqlError::server(
-                    "no replicas are placed for this table yet; retry once the schema has settled",
-                ));
+            let same_partition = current.is_some_and(|index| {
+                groups[index].1.last().is_some_and(|(previous, _)| {
+                    previous.get(..keys::TOKEN_PREFIX_LENGTH)
+                        == key.get(..keys::TOKEN_PREFIX_LENGTH)
+                })
+            });
+            if !same_partition {
+                let replicas = match table_and_token(&key) {
+                    Some((table, token)) => self.replicas_of(&state, &table, token),
+                    None => TabletReplicas {
+                        replicas: Vec::new(),
+                        strategy: None,
+                    },
+                };
+                if replicas.replicas.is_empty() {
+                    return Err(CqlError::server(
+                        "no replicas are placed for this table yet; retry once the schema has settled",
+                    ));
+                }
+                let same_replicas = |(other, _): &(TabletReplicas, Cells)| {
+                    other.len() == replicas.len()
+                        && other
+                            .iter()
+                            .zip(replicas.iter())
+                            .all(|(a, b)| a.host_id == b.host_id)
+                };
+                current = Some(match groups.iter().position(same_replicas) {
+                    Some(index) => index,
+                    None => {
+                        groups.push((replicas, Vec::new()));
+                        groups.len() - 1
+                    }
+                });
             }
-            let ids = replicas.iter().map(|r| r.host_id).collect();
-            groups
-                .entry(ids)
-                .or_insert_with(|| (replicas, Vec::new()))
-                .1
-                .push((key, value));
+            if let Some(index) = current {
+                groups[index].1.push((key, value));
+            }
         }
         // Check every group before sending anything.
-        for (replicas, _) in groups.values() {
+        for (replicas, _) in &groups {
             let requirement = requirement(self.local_datacenter(), consistency, replicas);
             let alive = replicas.iter().filter(|r| r.alive);
             let enough = consistency == Consistency::Any
@@ -79,8 +100,17 @@ impl StorageProxy {
                 ));
             }
         }
+        let only_local = matches!(groups.as_slice(), [(replicas, _)]
+            if matches!(replicas.replicas.as_slice(), [only] if only.local));
+        if only_local {
+            if let Some((_, cells)) = groups.pop() {
+                // This node is the only replica: nothing to wait for but its own log,
+                // whose error (a poisoned log, say) is the client's.
+                return self.local.apply(cells).await;
+            }
+        }
         let waits = groups
-            .into_values()
+            .into_iter()
             .map(|(replicas, cells)| self.write_group(replicas, cells, consistency, write_type));
         for result in futures::future::join_all(waits).await {
             result?;

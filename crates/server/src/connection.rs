@@ -4,9 +4,10 @@
 //! cuts complete frames out of it, and starts every request as a future in the
 //! connection's own [`FuturesUnordered`] — so many requests (stream ids) are in flight at
 //! once without spawning a task per request or waking another thread. Requests that finish
-//! at once (a point read, a write in periodic mode) answer in the same pass; requests that
-//! wait (a group-commit write) finish later. All answers of a pass go to the writer task as
-//! one buffer, i.e. one socket write.
+//! at once (a point read) answer in the same pass; requests that wait (a write in the
+//! engine's writer, a replica's answer) finish later. The task is the socket's only
+//! writer: event frames pushed by other tasks reach it through a channel, and all answers
+//! of a pass leave in one socket write.
 //!
 //! Limits: a frame body beyond `max_frame_bytes` is skipped and refused with a protocol
 //! error; requests beyond `max_in_flight` are answered `Overloaded` at once.
@@ -42,8 +43,8 @@ struct ConnectionState {
     compression: AtomicBool,
 }
 
-/// Output buffers queued for the writer task (each is many frames).
-const WRITER_QUEUE_CAPACITY: usize = 64;
+/// Event frames (SCHEMA_CHANGE, STATUS_CHANGE...) queued for the connection.
+const EVENT_QUEUE_CAPACITY: usize = 64;
 /// Bytes read from the socket per read call, at least.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 
@@ -67,19 +68,7 @@ pub async fn serve(
     let peer = socket.peer_addr().ok();
     let _ = socket.set_nodelay(true);
     let (mut read_half, mut write_half) = socket.into_split();
-    let (output_tx, mut output_rx) = mpsc::channel::<Vec<u8>>(WRITER_QUEUE_CAPACITY);
-
-    let writer = tokio::spawn(async move {
-        while let Some(mut buffer) = output_rx.recv().await {
-            while let Ok(more) = output_rx.try_recv() {
-                buffer.extend_from_slice(&more);
-            }
-            if write_half.write_all(&buffer).await.is_err() {
-                break;
-            }
-        }
-        let _ = write_half.shutdown().await;
-    });
+    let (events_tx, mut events_rx) = mpsc::channel::<Vec<u8>>(EVENT_QUEUE_CAPACITY);
 
     let state = Arc::new(ConnectionState {
         session: Mutex::new(Session::default()),
@@ -95,6 +84,7 @@ pub async fn serve(
     loop {
         tokio::select! {
             Some(frame) = in_flight.next(), if !in_flight.is_empty() => output.extend_from_slice(&frame),
+            Some(event) = events_rx.recv() => output.extend_from_slice(&event),
             read = read_half.read_buf(&mut input), if !closing => {
                 match read {
                     Ok(0) | Err(_) => closing = true,
@@ -149,7 +139,7 @@ pub async fn serve(
                         output.extend_from_slice(&error_frame(header.stream, error, compress));
                         continue;
                     }
-                    let request = handle_frame(header, body, Arc::clone(&state), Arc::clone(&coordinator), Arc::clone(&events), output_tx.clone(), limits);
+                    let request = handle_frame(header, body, Arc::clone(&state), Arc::clone(&coordinator), Arc::clone(&events), events_tx.clone(), limits);
                     // STARTUP, OPTIONS and REGISTER change connection state: finish them in order.
                     if matches!(header.opcode, opcode::STARTUP | opcode::OPTIONS | opcode::REGISTER) {
                         output.extend_from_slice(&request.await);
@@ -164,15 +154,17 @@ pub async fn serve(
         while let Some(Some(frame)) = in_flight.next().now_or_never() {
             output.extend_from_slice(&frame);
         }
-        if !output.is_empty() && output_tx.send(std::mem::take(&mut output)).await.is_err() {
-            break;
+        if !output.is_empty() {
+            if write_half.write_all(&output).await.is_err() {
+                break;
+            }
+            output.clear();
         }
         if closing && in_flight.is_empty() {
             break;
         }
     }
-    drop(output_tx);
-    let _ = writer.await;
+    let _ = write_half.shutdown().await;
     tracing::debug!(?peer, "connection closed");
 }
 

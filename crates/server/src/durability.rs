@@ -1,7 +1,8 @@
 //! Making acknowledged writes durable without an fsync per request.
 //!
-//! Both modes write each batch to the engine (its write-ahead log and memtable) at once.
-//! What differs is when the client hears back:
+//! Both modes hand each batch to the engine's writer (its write-ahead log and memtable;
+//! concurrent batches share one write) without blocking the caller. What differs is when
+//! the client hears back:
 //!
 //! - [`CommitLogSync::Periodic`]: immediately; a background thread syncs the log every
 //!   `commitlog_sync_period_ms`.
@@ -111,7 +112,8 @@ impl CommitLog {
         }
         shared
             .engine
-            .write(&batch)
+            .write_async(batch)
+            .await
             .map_err(|e| CqlError::server(e.to_string()))?;
         if shared.mode == CommitLogSync::Periodic {
             return Ok(());

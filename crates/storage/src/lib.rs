@@ -31,7 +31,7 @@ pub use memory::{MemoryEngine, SnapshotCursor};
 pub use rocks::{RocksEngine, RocksOptions};
 
 /// What can go wrong below the storage boundary.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StorageError {
     #[error("storage I/O error: {0}")]
     Io(String),
@@ -110,8 +110,17 @@ pub trait Cursor {
 /// return.
 pub trait Engine: Send + Sync + 'static {
     /// Applies every cell of `batch`, reconciling each with the stored cell by
-    /// last-write-wins.
+    /// last-write-wins. Blocks the calling thread until applied: async callers use
+    /// [`Engine::write_async`].
     fn write(&self, batch: &WriteBatch) -> Result<()>;
+
+    /// Applies `batch` like [`Engine::write`] without blocking the caller's thread: the
+    /// future resolves once the batch is applied. Engines that write in place resolve at
+    /// once.
+    fn write_async(&self, batch: WriteBatch) -> futures::future::BoxFuture<'static, Result<()>> {
+        let result = self.write(&batch);
+        Box::pin(async move { result })
+    }
 
     /// A cursor over keys in `[lower, upper)`, ascending or (if `reverse`) descending.
     fn scan<'a>(

@@ -14,11 +14,14 @@
 //!   commit policy in [`crate::commit`]), never per request.
 //! - Metadata lives in its own column family and is synced on every write.
 
-use crate::shadow::{self, Grace, ShadowTracker, Verdict};
+mod filter;
+mod writer;
+
+use crate::shadow;
 use crate::{Cursor, Engine, GarbageReport, GcGraceTable, Result, StorageError, WriteBatch};
+use filter::PurgeFilterFactory;
+use futures::future::BoxFuture;
 use parking_lot::Mutex;
-use rocksdb::compaction_filter::{CompactionFilter, Decision};
-use rocksdb::compaction_filter_factory::{CompactionFilterContext, CompactionFilterFactory};
 use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBRawIteratorWithThreadMode, MergeOperands,
     Options, ReadOptions, SliceTransform, WriteOptions, DB,
@@ -26,17 +29,15 @@ use rocksdb::{
 use shoal_model::keys::{self, TOKEN_PREFIX_LENGTH};
 use shoal_model::{Cell, CellKind, TableId};
 use std::collections::BTreeSet;
-use std::ffi::CStr;
 use std::path::Path;
 use std::sync::Arc;
+use tokio::sync::{mpsc, oneshot};
+use writer::{Operation, Submission, WriterThread};
 
 const DATA_FAMILY: &str = "data";
 const METADATA_FAMILY: &str = "metadata";
 /// Metadata key of the storage format version ([`keys::STORAGE_FORMAT_VERSION`]).
 const FORMAT_KEY: &[u8] = b"storage/format";
-/// Expired covering deletions remembered for garbage collection; compaction offers them
-/// again later when this is full.
-const MAX_GARBAGE_CANDIDATES: usize = 65_536;
 
 /// Tunables of the RocksDB engine (from the node's configuration).
 #[derive(Debug, Clone)]
@@ -60,88 +61,23 @@ impl Default for RocksOptions {
 }
 
 pub struct RocksEngine {
-    db: DB,
+    db: Arc<DB>,
     gc_grace: Arc<GcGraceTable>,
     /// Keys of expired covering deletions compaction met, for [`RocksEngine::collect_garbage`].
     garbage: Arc<Mutex<BTreeSet<Vec<u8>>>>,
+    /// The writer's queue (every write to the data column family goes through it); taken
+    /// when the engine closes.
+    queue: Option<mpsc::Sender<Submission>>,
+    writer: Option<std::thread::JoinHandle<()>>,
 }
 
-/// Creates a [`PurgeFilter`] for every compaction.
-struct PurgeFilterFactory {
-    gc_grace: Arc<GcGraceTable>,
-    garbage: Arc<Mutex<BTreeSet<Vec<u8>>>>,
-}
-
-impl CompactionFilterFactory for PurgeFilterFactory {
-    type Filter = PurgeFilter;
-
-    fn create(&mut self, _context: CompactionFilterContext) -> PurgeFilter {
-        PurgeFilter {
-            gc_grace: Arc::clone(&self.gc_grace),
-            garbage: Arc::clone(&self.garbage),
-            tracker: ShadowTracker::new(),
-            now_seconds: shoal_model::timestamp::now_seconds(),
-            table: None,
+impl Drop for RocksEngine {
+    fn drop(&mut self) {
+        // The writer ends once its queue has no sender left.
+        self.queue.take();
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
         }
-    }
-
-    fn name(&self) -> &CStr {
-        c"shoal_purge"
-    }
-}
-
-/// One compaction's filter: sees the compaction's full values in key order (merge
-/// operands are never shown to it, and are kept).
-struct PurgeFilter {
-    gc_grace: Arc<GcGraceTable>,
-    garbage: Arc<Mutex<BTreeSet<Vec<u8>>>>,
-    tracker: ShadowTracker,
-    now_seconds: i64,
-    /// The last table seen and its grace period (`None`: never purge it).
-    table: Option<(TableId, Option<Grace>)>,
-}
-
-impl PurgeFilter {
-    fn grace(&mut self, key: &[u8]) -> Option<Grace> {
-        let table = TableId::of_key(key)?;
-        match &self.table {
-            Some((cached, grace)) if *cached == table => *grace,
-            _ => {
-                let grace = self.gc_grace.get(&table).map(|seconds| Grace {
-                    gc_grace_seconds: seconds as i64,
-                    now_seconds: self.now_seconds,
-                });
-                self.table = Some((table, grace));
-                grace
-            }
-        }
-    }
-}
-
-impl CompactionFilter for PurgeFilter {
-    fn filter(&mut self, _level: u32, key: &[u8], value: &[u8]) -> Decision {
-        // Tables without a registered grace period are left alone entirely.
-        let Some(grace) = self.grace(key) else {
-            return Decision::Keep;
-        };
-        let Ok(cell) = Cell::decode(value) else {
-            return Decision::Keep;
-        };
-        match self.tracker.judge(key, &cell, Some(grace)) {
-            Verdict::Keep => Decision::Keep,
-            Verdict::Shadowed | Verdict::Purgeable => Decision::Remove,
-            Verdict::PurgeableOnceCleared => {
-                let mut garbage = self.garbage.lock();
-                if garbage.len() < MAX_GARBAGE_CANDIDATES {
-                    garbage.insert(key.to_vec());
-                }
-                Decision::Keep
-            }
-        }
-    }
-
-    fn name(&self) -> &CStr {
-        c"shoal_purge"
     }
 }
 
@@ -187,11 +123,20 @@ impl RocksEngine {
         data_options.set_prefix_extractor(SliceTransform::create_fixed_prefix(TOKEN_PREFIX_LENGTH));
         data_options.set_memtable_prefix_bloom_ratio(0.1);
         data_options.set_write_buffer_size(options.memtable_mib << 20);
-        data_options.set_compression_type(rocksdb::DBCompressionType::Lz4);
+        // Files of the first two levels are rewritten within seconds under load: compressing
+        // them costs CPU on every flush and early compaction for little space.
+        data_options.set_compression_per_level(&[
+            rocksdb::DBCompressionType::None,
+            rocksdb::DBCompressionType::None,
+            rocksdb::DBCompressionType::Lz4,
+            rocksdb::DBCompressionType::Lz4,
+            rocksdb::DBCompressionType::Lz4,
+            rocksdb::DBCompressionType::Lz4,
+            rocksdb::DBCompressionType::Lz4,
+        ]);
         data_options.set_merge_operator_associative("shoal_last_write_wins", merge_last_write_wins);
-        // A hot key updated again and again would pile up merge operands in the memtable,
-        // and every read would merge them all; past a few, the write merges them instead.
-        data_options.set_max_successive_merges(8);
+        // Hot keys' operands are collapsed by the writer (see `writer`), not by
+        // `max_successive_merges`, which searches the memtable on every write.
         let garbage = Arc::new(Mutex::new(BTreeSet::new()));
         data_options.set_compaction_filter_factory(PurgeFilterFactory {
             gc_grace: Arc::clone(&gc_grace),
@@ -203,11 +148,19 @@ impl RocksEngine {
             ColumnFamilyDescriptor::new(DATA_FAMILY, data_options),
             ColumnFamilyDescriptor::new(METADATA_FAMILY, metadata_options),
         ];
-        let db = DB::open_cf_descriptors(&db_options, path, families).map_err(io_error)?;
+        let db = Arc::new(DB::open_cf_descriptors(&db_options, path, families).map_err(io_error)?);
+        let (queue, submissions) = mpsc::channel(writer::QUEUE_SUBMISSIONS);
+        let writer_thread = WriterThread::new(Arc::clone(&db), DATA_FAMILY);
+        let writer = std::thread::Builder::new()
+            .name("shoal-writer".into())
+            .spawn(move || writer_thread.run(submissions))
+            .map_err(|e| StorageError::Io(format!("cannot start the writer thread: {e}")))?;
         let engine = RocksEngine {
             db,
             gc_grace,
             garbage,
+            queue: Some(queue),
+            writer: Some(writer),
         };
         engine.check_format(path)?;
         Ok(engine)
@@ -241,6 +194,22 @@ impl RocksEngine {
                 self.put_metadata(FORMAT_KEY, &expected)
             }
         }
+    }
+
+    /// Queues `operation` for the writer; the future resolves once it is applied.
+    fn submit(&self, operation: Operation) -> BoxFuture<'static, Result<()>> {
+        let queue = self.queue.clone();
+        Box::pin(async move {
+            let queue = queue.ok_or_else(|| StorageError::Io("the engine is closed".into()))?;
+            let (done, applied) = oneshot::channel();
+            queue
+                .send(Submission { operation, done })
+                .await
+                .map_err(|_| StorageError::Io("the writer has stopped".into()))?;
+            applied
+                .await
+                .map_err(|_| StorageError::Io("the writer has stopped".into()))?
+        })
     }
 
     fn data(&self) -> Result<&rocksdb::ColumnFamily> {
@@ -308,7 +277,7 @@ impl RocksEngine {
         // Every cell that would be live without this deletion gets a tombstone of the
         // deletion's timestamp. A write racing with this one reconciles with it by
         // last-write-wins: newer writes win, older ones were shadowed anyway.
-        let mut batch = rocksdb::WriteBatch::default();
+        let mut batch = WriteBatch::new();
         let tombstone = Cell::tombstone(deletion.timestamp, deleted_at).encode();
         let mut tombstoned = 0u64;
         let mut cursor = self.scan(&lower, &upper, false)?;
@@ -322,7 +291,7 @@ impl RocksEngine {
             if inside && key != deletion_key {
                 let cell = Cell::decode(value).map_err(|e| StorageError::Corrupt(e.0))?;
                 if cell.timestamp <= deletion.timestamp && cell.is_live(now_seconds) {
-                    batch.merge_cf(data, key, &tombstone);
+                    batch.merge(key.to_vec(), tombstone.clone());
                     tombstoned += 1;
                 }
             }
@@ -337,9 +306,11 @@ impl RocksEngine {
             },
             ..deletion
         };
-        batch.merge_cf(data, deletion_key, cleared.encode());
+        batch.merge(deletion_key.to_vec(), cleared.encode());
         // No sync: losing this batch in a crash loses only progress, never a deletion.
-        self.db.write(batch).map_err(io_error)?;
+        // Through the writer, like every write, so that collapsing a hot key never
+        // races it.
+        self.write(&batch)?;
         Ok(Some(tombstoned))
     }
 }
@@ -385,16 +356,11 @@ impl Cursor for RocksCursor<'_> {
 
 impl Engine for RocksEngine {
     fn write(&self, batch: &WriteBatch) -> Result<()> {
-        let data = self.data()?;
-        let mut rocks_batch = rocksdb::WriteBatch::default();
-        for (key, cell) in batch.entries() {
-            rocks_batch.merge_cf(data, key, cell);
-        }
-        let mut write_options = WriteOptions::default();
-        write_options.set_sync(false);
-        self.db
-            .write_opt(rocks_batch, &write_options)
-            .map_err(io_error)
+        futures::executor::block_on(self.submit(Operation::Cells(batch.entries().to_vec())))
+    }
+
+    fn write_async(&self, batch: WriteBatch) -> BoxFuture<'static, Result<()>> {
+        self.submit(Operation::Cells(batch.into_entries()))
     }
 
     fn scan<'a>(
@@ -425,12 +391,10 @@ impl Engine for RocksEngine {
     }
 
     fn delete_range(&self, lower: &[u8], upper: &[u8]) -> Result<()> {
-        let data = self.data()?;
-        let mut batch = rocksdb::WriteBatch::default();
-        batch.delete_range_cf(data, lower, upper);
-        let mut write_options = WriteOptions::default();
-        write_options.set_sync(true);
-        self.db.write_opt(batch, &write_options).map_err(io_error)
+        futures::executor::block_on(self.submit(Operation::DeleteRange {
+            lower: lower.to_vec(),
+            upper: upper.to_vec(),
+        }))
     }
 
     fn sync(&self) -> Result<()> {

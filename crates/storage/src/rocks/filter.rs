@@ -1,0 +1,95 @@
+//! The compaction filter: one [`PurgeFilter`] per compaction, judging the compaction's
+//! full values in key order with a [`ShadowTracker`] (see [`crate::shadow`]).
+
+use crate::shadow::{Grace, ShadowTracker, Verdict};
+use crate::GcGraceTable;
+use parking_lot::Mutex;
+use rocksdb::compaction_filter::{CompactionFilter, Decision};
+use rocksdb::compaction_filter_factory::{CompactionFilterContext, CompactionFilterFactory};
+use shoal_model::{Cell, TableId};
+use std::collections::BTreeSet;
+use std::ffi::CStr;
+use std::sync::Arc;
+
+/// Expired covering deletions remembered for garbage collection; compaction offers them
+/// again later when this is full.
+const MAX_GARBAGE_CANDIDATES: usize = 65_536;
+
+/// Creates a [`PurgeFilter`] for every compaction.
+pub(super) struct PurgeFilterFactory {
+    pub(super) gc_grace: Arc<GcGraceTable>,
+    pub(super) garbage: Arc<Mutex<BTreeSet<Vec<u8>>>>,
+}
+
+impl CompactionFilterFactory for PurgeFilterFactory {
+    type Filter = PurgeFilter;
+
+    fn create(&mut self, _context: CompactionFilterContext) -> PurgeFilter {
+        PurgeFilter {
+            gc_grace: Arc::clone(&self.gc_grace),
+            garbage: Arc::clone(&self.garbage),
+            tracker: ShadowTracker::new(),
+            now_seconds: shoal_model::timestamp::now_seconds(),
+            table: None,
+        }
+    }
+
+    fn name(&self) -> &CStr {
+        c"shoal_purge"
+    }
+}
+
+/// One compaction's filter: sees the compaction's full values in key order (merge
+/// operands are never shown to it, and are kept).
+pub(super) struct PurgeFilter {
+    gc_grace: Arc<GcGraceTable>,
+    garbage: Arc<Mutex<BTreeSet<Vec<u8>>>>,
+    tracker: ShadowTracker,
+    now_seconds: i64,
+    /// The last table seen and its grace period (`None`: never purge it).
+    table: Option<(TableId, Option<Grace>)>,
+}
+
+impl PurgeFilter {
+    fn grace(&mut self, key: &[u8]) -> Option<Grace> {
+        let table = TableId::of_key(key)?;
+        match &self.table {
+            Some((cached, grace)) if *cached == table => *grace,
+            _ => {
+                let grace = self.gc_grace.get(&table).map(|seconds| Grace {
+                    gc_grace_seconds: seconds as i64,
+                    now_seconds: self.now_seconds,
+                });
+                self.table = Some((table, grace));
+                grace
+            }
+        }
+    }
+}
+
+impl CompactionFilter for PurgeFilter {
+    fn filter(&mut self, _level: u32, key: &[u8], value: &[u8]) -> Decision {
+        // Tables without a registered grace period are left alone entirely.
+        let Some(grace) = self.grace(key) else {
+            return Decision::Keep;
+        };
+        let Ok(cell) = Cell::decode(value) else {
+            return Decision::Keep;
+        };
+        match self.tracker.judge(key, &cell, Some(grace)) {
+            Verdict::Keep => Decision::Keep,
+            Verdict::Shadowed | Verdict::Purgeable => Decision::Remove,
+            Verdict::PurgeableOnceCleared => {
+                let mut garbage = self.garbage.lock();
+                if garbage.len() < MAX_GARBAGE_CANDIDATES {
+                    garbage.insert(key.to_vec());
+                }
+                Decision::Keep
+            }
+        }
+    }
+
+    fn name(&self) -> &CStr {
+        c"shoal_purge"
+    }
+}
