@@ -2,13 +2,20 @@
 # Installs what the tests need and runs the whole suite: formatting, clippy (warnings
 # denied), Rust unit and integration tests (including the scylla driver), the Java driver
 # tests (Maven), then the Python suite (cassandra-driver, cqlsh) against real shoal
-# processes.
+# processes, including the nemesis (kills, pauses and nftables partitions).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/shoal/target}
 venv=${SHOAL_VENV:-$HOME/.cache/shoal/venv}
 
 scripts/build-deps.sh
+# The nemesis test cuts nodes off with nftables rules on loopback.
+if ! command -v nft >/dev/null 2>&1; then
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq nftables >/dev/null
+fi
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi

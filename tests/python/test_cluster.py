@@ -186,6 +186,30 @@ def test_with_rf2_any_node_coordinates_any_request(cluster):
                 assert sorted((r.k, r.v) for r in rows) == [(0, writer), (7, writer), (19, writer)]
 
 
+def test_list_element_operations_read_the_list_from_its_replicas_not_the_coordinator(cluster):
+    """`l[i] = v`, `DELETE l[i]` and `l = l - [...]` read the list first; a coordinator that
+    holds no replica of the partition must read it from the replicas."""
+    driver, session = connect(cluster)
+    try:
+        ks = new_keyspace(session, 1)
+        session.execute(f"CREATE TABLE {ks}.t (k int PRIMARY KEY, l list<text>)")
+        session.execute(f"INSERT INTO {ks}.t (k, l) VALUES (1, ['a', 'b', 'c', 'd'])")
+        replica = driver.metadata.get_replicas(ks, session.prepare(f"SELECT l FROM {ks}.t WHERE k = ?").bind((1,)).routing_key)[0]
+    finally:
+        driver.shutdown()
+    others = [a for a in ADDRESSES if a != replica.address]
+    for consistency in (ConsistencyLevel.ONE, ConsistencyLevel.QUORUM):
+        driver, session = connect(cluster, [others[0]], consistency)
+        try:
+            session.execute(f"UPDATE {ks}.t SET l[0] = 'A' WHERE k = 1")
+            session.execute(f"DELETE l[1] FROM {ks}.t WHERE k = 1")
+            session.execute(f"UPDATE {ks}.t SET l = l - ['c'] WHERE k = 1")
+            assert session.execute(f"SELECT l FROM {ks}.t WHERE k = 1").one().l == ["A", "d"]
+            session.execute(f"UPDATE {ks}.t SET l = ['a', 'b', 'c', 'd'] WHERE k = 1")
+        finally:
+            driver.shutdown()
+
+
 def test_conflicting_writes_through_different_coordinators_converge_on_the_newest(cluster):
     driver, session = connect(cluster, [ADDRESSES[0]])
     try:
@@ -677,3 +701,36 @@ def test_seeds_form_a_cluster_whatever_order_they_start_in(tmp_path):
     finally:
         second.kill()
         first.kill()
+
+
+def test_concurrent_joins_never_make_more_than_three_metadata_voters(tmp_path):
+    """Four nodes joining one seed at the same moment: the first two to be admitted become
+    voters, the others learners — never more than three voters (the leader admits one
+    join at a time)."""
+    addresses = [f"127.0.0.{n}" for n in range(7, 12)]
+    cql_port = free_port_on_all(addresses)
+    internode_port = free_port_on_all(addresses)
+    while internode_port == cql_port:
+        internode_port = free_port_on_all(addresses)
+    nodes = [ShoalNode(tmp_path / f"node-{address}", address=address, port=cql_port,
+                       internode_port=internode_port, seeds=addresses[:1])
+             for address in addresses]
+    try:
+        nodes[0].start(timeout=60)
+        for node in nodes[1:]:
+            node.launch()
+        for node in nodes[1:]:
+            node.wait_listening(timeout=90)
+
+        def status():
+            result = subprocess.run([shoal_binary(), "admin", "status", "--host", addresses[0],
+                                     "--port", str(internode_port)], capture_output=True, text=True, timeout=30)
+            return result.stdout if result.returncode == 0 else ""
+
+        wait_until(lambda: status().count("UN ") == 5, timeout=30, message="all five nodes up")
+        lines = [line for line in status().splitlines() if line.startswith("UN ")]
+        assert sum(" voter" in line for line in lines) == 3, "\n".join(lines)
+        assert sum(" learner" in line for line in lines) == 2, "\n".join(lines)
+    finally:
+        for node in nodes:
+            node.kill()

@@ -122,6 +122,9 @@ pub struct ClusterMetadata {
     local_data: Arc<dyn LocalData>,
     /// This node had Raft state when it started.
     resuming: bool,
+    /// Serializes admissions on the leader: two joins deciding at once whether there is
+    /// room for one more voter would both find it.
+    admissions: tokio::sync::Mutex<()>,
 }
 
 fn raft_config() -> Result<Arc<openraft::Config>, ClusterError> {
@@ -166,6 +169,7 @@ impl ClusterMetadata {
             state,
             local_data,
             resuming,
+            admissions: tokio::sync::Mutex::new(()),
         }))
     }
 
@@ -396,6 +400,7 @@ impl ClusterMetadata {
                 Err(error) => Err(ClusterError::Raft(error)),
             };
         }
+        let _admission = self.admissions.lock().await;
         let state = self.state();
         let rejoining = state.members.contains_key(&member.node_id());
         if !rejoining && self.cluster_holds_data(&state).await {

@@ -238,7 +238,18 @@ async fn truncate(
             table.name
         ))
     })?;
-    coordinator.replication.truncate(metadata.id).await?;
+    // Recorded first, through the cluster's metadata: from then on every node's storage
+    // hides what was written before, whatever arrives late or a node failed to delete.
+    let table_id = metadata.id;
+    let truncated_at = shoal_model::timestamp::now_micros();
+    coordinator
+        .schema
+        .change(|schema| {
+            schema.record_truncation(table_id, truncated_at);
+            Ok(true)
+        })
+        .await?;
+    coordinator.replication.truncate(table_id).await?;
     Ok(ResultBody::Void)
 }
 

@@ -317,8 +317,8 @@ impl Coordinator {
             self,
             &statements,
             request.consistency,
-            None,
-            request.default_timestamp,
+            request.kind == shoal_cql::request::BatchKind::Logged,
+            (None, request.default_timestamp),
         )
         .await
     }

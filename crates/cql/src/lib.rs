@@ -24,4 +24,7 @@ pub mod request;
 pub mod response;
 mod wire;
 
+#[cfg(test)]
+mod fuzz;
+
 pub use error::{ensure, CqlError, ErrorCode};

@@ -30,6 +30,9 @@ pub mod token;
 pub mod types;
 pub mod value;
 
+#[cfg(test)]
+mod fuzz;
+
 pub use cell::{Cell, CellKind};
 pub use ids::{HostId, TableId, TabletId};
 pub use timestamp::WriteTimestamp;

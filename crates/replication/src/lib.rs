@@ -16,6 +16,8 @@
 //! - [`replica`] — the replica side: [`LocalReplica`] answers [`messages`] from any
 //!   coordinator, through the node's [`WriteLog`] for writes.
 //! - [`hints`] — writes kept for replicas that are down, replayed when they return.
+//! - [`batchlog`] — logged batches kept on other nodes until applied, so a batch over
+//!   several replica sets is applied everywhere or nowhere.
 //! - [`repair`] — anti-entropy repair by segment hashes.
 //! - [`transport`] — how peers are reached ([`ReplicaTransport`]) and which are up
 //!   ([`Liveness`]): the server implements them over internode messaging.
@@ -26,6 +28,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod batchlog;
 pub mod consistency;
 pub mod hints;
 pub mod messages;
@@ -45,8 +48,8 @@ pub mod write;
 mod tests;
 
 pub use consistency::{Requirement, WriteType, READ_TIMEOUT, WRITE_TIMEOUT};
-pub use hints::Hints;
-pub use messages::{Cells, PartitionRef, ReplicaRequest, ReplicaResponse};
+pub use hints::{HintRefused, Hints};
+pub use messages::{BatchId, Cells, PartitionRef, ReplicaRequest, ReplicaResponse};
 pub use proxy::StorageProxy;
 pub use read::PartitionSource;
 pub use repair::RepairReport;

@@ -7,6 +7,15 @@ use shoal_model::{TableId, Token};
 /// Cells as stored: `(key, encoded cell)`, in key order.
 pub type Cells = Vec<(Vec<u8>, Vec<u8>)>;
 
+/// A logged batch in a batchlog ([`crate::batchlog`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchId {
+    /// When it was logged, in microseconds since the epoch.
+    pub written: i64,
+    /// Random, so batches logged in the same microsecond differ.
+    pub id: [u8; 16],
+}
+
 /// A partition by token and serialized partition key.
 pub type PartitionRef = (Token, Vec<u8>);
 
@@ -34,6 +43,11 @@ pub enum ReplicaRequest {
     /// A hash of the visible cells in each of the consecutive key ranges `[bounds[i],
     /// bounds[i+1])` (anti-entropy repair compares them between replicas).
     RangeHashes { bounds: Vec<Vec<u8>> },
+    /// Keep a logged batch (its cells, serialized) in this node's batchlog until it is
+    /// removed or replayed.
+    StoreBatch { batch: BatchId, cells: Vec<u8> },
+    /// The batch was applied: drop it from the batchlog.
+    RemoveBatch(BatchId),
 }
 
 #[derive(Debug, Serialize, Deserialize)]

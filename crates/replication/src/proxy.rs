@@ -29,7 +29,12 @@ pub struct StorageProxy {
     pub(crate) hints: Arc<Hints>,
     /// Reads answered locally so far, for sampling background replica checks.
     pub(crate) local_reads: AtomicU64,
+    /// Background replica checks allowed to run at once.
+    pub(crate) background_checks: Arc<tokio::sync::Semaphore>,
 }
+
+/// Background replica checks (after reads answered locally) running at most at once.
+pub const MAX_BACKGROUND_CHECKS: usize = 16;
 
 impl StorageProxy {
     pub fn new(
@@ -46,6 +51,7 @@ impl StorageProxy {
             local,
             hints,
             local_reads: AtomicU64::new(0),
+            background_checks: Arc::new(tokio::sync::Semaphore::new(MAX_BACKGROUND_CHECKS)),
         }
     }
 

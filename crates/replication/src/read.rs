@@ -104,8 +104,13 @@ impl StorageProxy {
         if !reads.is_multiple_of(BACKGROUND_CHECK_EVERY) {
             return;
         }
+        // A bounded number at once: under a read storm, checks are skipped, not queued.
+        let Ok(permit) = Arc::clone(&self.background_checks).try_acquire_owned() else {
+            return;
+        };
         let proxy = Arc::clone(self);
         tokio::spawn(async move {
+            let _permit = permit;
             let state = proxy.topology.state();
             for (token, partition_key) in partitions {
                 let replicas = proxy.replicas_of(&state, &table, token);
@@ -251,17 +256,44 @@ impl StorageProxy {
         let repairs = repairs_for(&answers, &reconciled);
         if !repairs.is_empty() {
             reconciled.repaired = repairs.iter().map(|(_, cells)| cells.len()).sum();
-            self.send_repairs(repairs).await;
+            // The answer may only be given once enough replicas hold it: those that
+            // answered with nothing missing, and those that acknowledged their repair.
+            // Otherwise a later read of another quorum could go back in time.
+            let mut holding: Vec<String> = answers
+                .iter()
+                .filter(|(replica, _, _)| {
+                    !repairs.iter().any(|(r, _)| r.host_id == replica.host_id)
+                })
+                .map(|(replica, _, _)| replica.datacenter.clone())
+                .collect();
+            holding.extend(self.send_repairs(repairs).await);
+            if !requirement.met_by(holding.iter().map(String::as_str)) {
+                return Err(read_timeout(
+                    consistency,
+                    holding.len(),
+                    requirement.block_for(),
+                    true,
+                ));
+            }
         }
         Ok(reconciled)
     }
 
-    async fn send_repairs(&self, repairs: Vec<(Replica, Cells)>) {
+    /// Sends each replica the cells it lacked; the datacenters of those that
+    /// acknowledged.
+    async fn send_repairs(&self, repairs: Vec<(Replica, Cells)>) -> Vec<String> {
         let mut sends = FuturesUnordered::new();
         for (replica, cells) in repairs {
             tracing::debug!(replica = %replica.address, cells = cells.len(), "read repair");
-            sends.push(self.apply_on(&replica, cells));
+            let applied = self.apply_on(&replica, cells);
+            sends.push(async move { (replica.datacenter, applied.await) });
         }
-        while sends.next().await.is_some() {}
+        let mut acknowledged = Vec::new();
+        while let Some((datacenter, applied)) = sends.next().await {
+            if applied {
+                acknowledged.push(datacenter);
+            }
+        }
+        acknowledged
     }
 }

@@ -10,7 +10,7 @@
 use crate::messages::{Cells, ReplicaRequest, ReplicaResponse};
 use futures::future::BoxFuture;
 use shoal_cql::CqlError;
-use shoal_model::keys;
+use shoal_model::{keys, TableId};
 use shoal_storage::{Engine, WriteBatch};
 use std::hash::Hasher;
 use std::sync::Arc;
@@ -42,6 +42,8 @@ pub struct LocalReplica {
 
 impl LocalReplica {
     pub fn new(engine: Arc<dyn Engine>, log: Arc<dyn WriteLog>) -> LocalReplica {
+        // Removed batchlog entries may be purged at once (see `crate::batchlog`).
+        engine.set_gc_grace_seconds(crate::batchlog::BATCHLOG_TABLE_ID, 0);
         LocalReplica { engine, log }
     }
 
@@ -79,38 +81,83 @@ impl LocalReplica {
                     Err(error) => ReplicaResponse::Error(error),
                 }
             }
-            ReplicaRequest::Truncate(table_id) => match self
-                .engine
-                .delete_range(&keys::table_prefix(&table_id), &keys::table_end(&table_id))
-            {
-                Ok(()) => ReplicaResponse::Applied,
-                Err(error) => ReplicaResponse::Error(error.to_string()),
-            },
+            ReplicaRequest::StoreBatch { batch, cells } => {
+                match self.log.append(crate::batchlog::entry(batch, cells)).await {
+                    Ok(()) => ReplicaResponse::Applied,
+                    Err(error) => ReplicaResponse::Error(error.message),
+                }
+            }
+            ReplicaRequest::RemoveBatch(batch) => {
+                match self.log.append(crate::batchlog::removal(batch)).await {
+                    Ok(()) => ReplicaResponse::Applied,
+                    Err(error) => ReplicaResponse::Error(error.message),
+                }
+            }
+            ReplicaRequest::Truncate(table_id) => {
+                match remove_table_data(Arc::clone(&self.engine), table_id).await {
+                    Ok(()) => ReplicaResponse::Applied,
+                    Err(error) => ReplicaResponse::Error(error),
+                }
+            }
         }
     }
 }
 
-/// Visits the visible cells of `[lower, upper)` in the engine, at most `limit` of them;
-/// `true` if that was all of them.
+/// Removes every cell of `table` from `engine` — a synced range deletion — on a blocking
+/// thread, not the runtime's.
+pub(crate) async fn remove_table_data(
+    engine: Arc<dyn Engine>,
+    table: TableId,
+) -> Result<(), String> {
+    tokio::task::spawn_blocking(move || {
+        engine
+            .delete_range(&keys::table_prefix(&table), &keys::table_end(&table))
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|_| "removing the table's data failed unexpectedly".to_string())?
+}
+
+/// The bytes of cells one read or digest covers at most: a reply stays far below the
+/// internode frame limit however large the cells, and the coordinator asks for the rest
+/// in further reads (an answer cut short says so: `complete` is false).
+pub const READ_REPLY_BYTES: usize = 8 << 20;
+
+/// Visits the visible cells of `[lower, upper)` in the engine, at most `limit` of them and
+/// [`READ_REPLY_BYTES`] (always at least one cell); `true` if that was all of them. Reads
+/// and digests both walk this way, so a digest covers exactly the cells a read returns.
 fn walk_visible(
     engine: &dyn Engine,
     lower: &[u8],
     upper: &[u8],
     limit: u32,
+    visit: impl FnMut(&[u8], &[u8]),
+) -> Result<bool, String> {
+    walk_visible_within(engine, lower, upper, limit, READ_REPLY_BYTES, visit)
+}
+
+fn walk_visible_within(
+    engine: &dyn Engine,
+    lower: &[u8],
+    upper: &[u8],
+    limit: u32,
+    max_bytes: usize,
     mut visit: impl FnMut(&[u8], &[u8]),
 ) -> Result<bool, String> {
     let mut visited = 0u64;
+    let mut bytes = 0usize;
     shoal_storage::shadow::visit_visible(
         engine,
         lower,
         upper,
         shoal_model::timestamp::now_seconds(),
         |key, value| {
-            if visited >= limit as u64 {
+            if visited >= limit as u64 || (visited > 0 && bytes >= max_bytes) {
                 return false;
             }
             visit(key, value);
             visited += 1;
+            bytes += key.len() + value.len();
             true
         },
     )
@@ -184,6 +231,27 @@ mod tests {
 
     fn cell(timestamp: i64, value: &[u8]) -> Vec<u8> {
         Cell::live(WriteTimestamp(timestamp), value.to_vec()).encode()
+    }
+
+    #[test]
+    fn a_read_stops_at_the_reply_byte_bound_and_its_digest_covers_the_same_cells() {
+        let engine = MemoryEngine::new();
+        let large = vec![7u8; READ_REPLY_BYTES / 2 + 1];
+        let mut batch = WriteBatch::new();
+        for key in [b"a", b"b", b"c"] {
+            batch.merge(key.to_vec(), cell(1, &large));
+        }
+        engine.write(&batch).unwrap();
+        let (cells, complete) = read_visible(&engine, b"a", b"z", u32::MAX).unwrap();
+        assert_eq!(cells.len(), 2, "the reply stops once past the byte bound");
+        assert!(!complete, "and says it was cut short");
+        assert_eq!(
+            digest_visible(&engine, b"a", b"z", u32::MAX).unwrap(),
+            (cells_digest(&cells), false)
+        );
+        // A single cell larger than the bound still comes back: progress is guaranteed.
+        let (first, _) = read_visible(&engine, b"a", b"b", u32::MAX).unwrap();
+        assert_eq!(first.len(), 1);
     }
 
     #[test]

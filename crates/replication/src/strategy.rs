@@ -41,6 +41,15 @@ pub trait Replication: Send + Sync + 'static {
         write_type: WriteType,
     ) -> BoxFuture<'_, Result<(), CqlError>>;
 
+    /// Applies a BATCH's cells and waits until `consistency` is met; a `logged` batch is
+    /// applied everywhere or nowhere (see [`crate::batchlog`]).
+    fn write_batch(
+        &self,
+        batch: WriteBatch,
+        consistency: Consistency,
+        logged: bool,
+    ) -> BoxFuture<'_, Result<(), CqlError>>;
+
     /// Where the named partitions of `table` are read at `consistency`.
     fn read_partitions<'a>(
         &'a self,
@@ -77,6 +86,15 @@ impl Replication for StorageProxy {
         write_type: WriteType,
     ) -> BoxFuture<'_, Result<(), CqlError>> {
         Box::pin(StorageProxy::write(self, batch, consistency, write_type))
+    }
+
+    fn write_batch(
+        &self,
+        batch: WriteBatch,
+        consistency: Consistency,
+        logged: bool,
+    ) -> BoxFuture<'_, Result<(), CqlError>> {
+        Box::pin(StorageProxy::write_batch(self, batch, consistency, logged))
     }
 
     fn read_partitions<'a>(
@@ -162,6 +180,16 @@ impl Replication for LocalReplication {
             self.check(table, consistency)?;
             self.local.log.append(batch).await
         })
+    }
+
+    /// One node, one engine write: a batch is atomic without a batchlog.
+    fn write_batch(
+        &self,
+        batch: WriteBatch,
+        consistency: Consistency,
+        _logged: bool,
+    ) -> BoxFuture<'_, Result<(), CqlError>> {
+        self.write(batch, consistency, WriteType::Batch)
     }
 
     fn read_partitions<'a>(

@@ -42,6 +42,19 @@ pub struct Replica {
     pub alive: bool,
 }
 
+impl Replica {
+    /// `member` as a live replica; `local` when it is this node.
+    pub(crate) fn of(member: &Member, local: bool) -> Replica {
+        Replica {
+            host_id: member.host_id,
+            address: member.internode_address,
+            datacenter: member.datacenter.clone(),
+            local,
+            alive: true,
+        }
+    }
+}
+
 /// A tablet's replicas for one request, with the keyspace's replication.
 #[derive(Debug, Clone)]
 pub struct TabletReplicas {

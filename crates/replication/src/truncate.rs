@@ -6,7 +6,8 @@ use crate::messages::{ReplicaRequest, ReplicaResponse};
 use crate::proxy::StorageProxy;
 use shoal_cql::request::Consistency;
 use shoal_cql::{CqlError, ErrorCode};
-use shoal_model::{keys, TableId};
+use shoal_model::TableId;
+use std::sync::Arc;
 
 impl StorageProxy {
     /// Removes `table`'s data on every member.
@@ -44,9 +45,8 @@ impl StorageProxy {
                 WRITE_TIMEOUT,
             ));
         }
-        self.local
-            .engine
-            .delete_range(&keys::table_prefix(&table), &keys::table_end(&table))
+        crate::replica::remove_table_data(Arc::clone(&self.local.engine), table)
+            .await
             .map_err(|e| CqlError::server(format!("could not remove the table's data: {e}")))?;
         for result in futures::future::join_all(calls).await {
             match result {

@@ -3,7 +3,10 @@
 //!
 //! Before anything is sent, every part's live replicas must be able to meet the level
 //! (`Unavailable` otherwise). A replica the failure detector calls down gets the part as a
-//! hint; a replica that fails or does not answer gets it as a hint too. The client is
+//! hint; a replica that fails or does not answer gets it as a hint too. At `ANY` a hint
+//! counts as an acknowledgement only once it is stored: a hint refused (the replica is
+//! down past the hint window, the hints are full, the write failed) counts for nothing,
+//! and with no replica and no hint the write times out with nothing received. The client is
 //! answered as soon as the level is met; deliveries still on their way finish in the
 //! background. Without enough acknowledgements within [`WRITE_TIMEOUT`] the answer is
 //! `WriteTimeout` with the count received.
@@ -24,6 +27,7 @@ use std::sync::Arc;
 enum Delivery {
     Acknowledged(String),
     Hinted,
+    NotHinted,
     Failed(HostId, Cells),
 }
 
@@ -147,8 +151,13 @@ impl StorageProxy {
                     }
                 }) as BoxFuture<'static, Delivery>);
             } else {
-                self.hints.store(host_id, &cells);
-                deliveries.push(Box::pin(async { Delivery::Hinted }));
+                let stored = self.hints.store(host_id, &cells);
+                deliveries.push(Box::pin(async move {
+                    match stored.await {
+                        Ok(()) => Delivery::Hinted,
+                        Err(_) => Delivery::NotHinted,
+                    }
+                }));
             }
         }
         let mut acknowledged: Vec<String> = Vec::new();
@@ -164,9 +173,11 @@ impl StorageProxy {
                 delivery = deliveries.next() => match delivery {
                     Some(Delivery::Acknowledged(dc)) => acknowledged.push(dc),
                     Some(Delivery::Hinted) => hinted += 1,
+                    Some(Delivery::NotHinted) => {}
                     Some(Delivery::Failed(host, cells)) => {
                         if !cells.is_empty() {
-                            self.hints.store(host, &cells);
+                            // Not counted even at ANY: the replica may have applied it.
+                            tokio::spawn(self.hints.store(host, &cells));
                         }
                     }
                     None => break,
@@ -182,7 +193,7 @@ impl StorageProxy {
                 while let Some(delivery) = deliveries.next().await {
                     if let Delivery::Failed(host, cells) = delivery {
                         if !cells.is_empty() {
-                            hints.store(host, &cells);
+                            let _ = hints.store(host, &cells).await;
                         }
                     }
                 }

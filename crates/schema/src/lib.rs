@@ -7,7 +7,9 @@
 //!   current one behind an `Arc` (readers clone the `Arc` and never lock across a
 //!   request) and changes it: through the cluster's replicated metadata, as a
 //!   compare-and-set on the schema version, each change getting a new version UUID that
-//!   `system.local.schema_version` reports and drivers compare.
+//!   `system.local.schema_version` reports and drivers compare. The schema also records
+//!   truncated and dropped tables ([`Truncation`]), so every node's storage keeps their
+//!   old data dead.
 //! - [`system`] defines the system keyspaces' virtual tables.
 //!
 //! Columns keep Cassandra's order: partition key components, then clustering columns, then
@@ -21,5 +23,5 @@ pub mod system;
 pub mod table;
 
 pub use keyspace::{replication_strategy, KeyspaceMetadata};
-pub use store::{schema_diff, validate_name, Schema, SchemaStore};
+pub use store::{schema_diff, validate_name, Schema, SchemaStore, Truncation, DROPPED};
 pub use table::{ColumnKind, ColumnMetadata, DroppedColumn, TableMetadata, TableOptions};

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use shoal_cluster::{ClusterMetadata, Command, CommandOutcome, SchemaRecord};
 use shoal_cql::response::SchemaChange;
 use shoal_cql::{ensure, CqlError};
-use shoal_model::{keys, TableId};
+use shoal_model::{keys, TableId, WriteTimestamp};
 use shoal_placement::ReplicationStrategy;
 use shoal_storage::Engine;
 use std::collections::BTreeMap;
@@ -18,9 +18,33 @@ use std::sync::Arc;
 pub struct Schema {
     pub version: [u8; 16],
     pub keyspaces: BTreeMap<String, KeyspaceMetadata>,
+    /// Tables truncated (the latest TRUNCATE of each) or dropped (truncated at the end of
+    /// time), so storage keeps what they held dead however late it arrives — a hint, a
+    /// slow replica, repair from a node that missed the TRUNCATE
+    /// ([`shoal_storage::Engine::set_truncated_at`]).
+    #[serde(default)]
+    pub truncations: Vec<Truncation>,
 }
 
+/// A table's data written at or before `at` (µs since the epoch) is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Truncation {
+    pub table: TableId,
+    pub at: i64,
+}
+
+/// What a dropped table is truncated at: everything it ever held.
+pub const DROPPED: i64 = i64::MAX;
+
 impl Schema {
+    /// Records that `table` was truncated at `at` (replacing an earlier truncation).
+    pub fn record_truncation(&mut self, table: TableId, at: i64) {
+        match self.truncations.iter_mut().find(|t| t.table == table) {
+            Some(truncation) => truncation.at = truncation.at.max(at),
+            None => self.truncations.push(Truncation { table, at }),
+        }
+    }
+
     pub fn keyspace(&self, name: &str) -> Result<&KeyspaceMetadata, CqlError> {
         self.keyspaces
             .get(name)
@@ -127,12 +151,14 @@ impl SchemaStore {
             None => Schema {
                 version: *uuid::Uuid::new_v4().as_bytes(),
                 keyspaces: BTreeMap::new(),
+                truncations: Vec::new(),
             },
         };
         let store = SchemaStore {
             current: RwLock::new(Arc::new(Schema {
                 version: schema.version,
                 keyspaces: BTreeMap::new(),
+                truncations: Vec::new(),
             })),
             engine,
             cluster: RwLock::new(None),
@@ -157,7 +183,8 @@ impl SchemaStore {
     }
 
     /// Publishes `next` (user keyspaces; system ones are added): registers gc grace
-    /// periods, removes the data of tables that no longer exist, and returns what changed.
+    /// periods and truncations, removes the data of tables that no longer exist, and
+    /// returns what changed.
     fn install(&self, mut next: Schema) -> Vec<SchemaChange> {
         let _serialized = self.install_lock.lock();
         for keyspace in crate::system::system_keyspaces() {
@@ -180,6 +207,10 @@ impl SchemaStore {
                 self.engine
                     .set_gc_grace_seconds(table.id, table.options.gc_grace_seconds);
             }
+        }
+        for truncation in &next.truncations {
+            self.engine
+                .set_truncated_at(truncation.table, WriteTimestamp(truncation.at));
         }
         let changes = schema_diff(&before, &next);
         *self.current.write() = Arc::new(next);
@@ -213,6 +244,13 @@ impl SchemaStore {
             let mut next = (*base).clone();
             if !change(&mut next)? {
                 return Ok(false);
+            }
+            // Tables the change dropped (DROP TABLE, DROP KEYSPACE) stay dead everywhere.
+            let remaining = table_ids(&next);
+            for id in table_ids(&base).into_keys() {
+                if !remaining.contains_key(&id) {
+                    next.record_truncation(id, DROPPED);
+                }
             }
             next.version = *uuid::Uuid::new_v4().as_bytes();
             next.keyspaces.retain(|_, k| !k.is_system);

@@ -54,6 +54,10 @@ pub struct CommitLog {
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
+fn stopped_error() -> CqlError {
+    CqlError::server("This node is shutting down and no longer acknowledges writes.")
+}
+
 fn poisoned_error() -> CqlError {
     CqlError::server("A write-ahead log sync failed earlier; this node no longer acknowledges writes. Restart it after checking its disk.")
 }
@@ -110,16 +114,25 @@ impl CommitLog {
         if shared.poisoned.load(Ordering::Acquire) {
             return Err(poisoned_error());
         }
+        if shared.stopping.load(Ordering::SeqCst) {
+            return Err(stopped_error());
+        }
         shared
             .engine
             .write_async(batch)
             .await
             .map_err(|e| CqlError::server(e.to_string()))?;
+        // Join the open epoch: the sync that closes it starts after our write returned.
+        let epoch = shared.open_epoch.load(Ordering::SeqCst);
+        // Seen after the write and the epoch: if the log is not stopping yet, its final
+        // sync (which begins only after `stopping` is set) covers this write. If it is, no
+        // sync may come any more, so the write is not acknowledged.
+        if shared.stopping.load(Ordering::SeqCst) {
+            return Err(stopped_error());
+        }
         if shared.mode == CommitLogSync::Periodic {
             return Ok(());
         }
-        // Join the open epoch: the sync that closes it starts after our write returned.
-        let epoch = shared.open_epoch.load(Ordering::SeqCst);
         let mut durable = shared.durable.subscribe();
         {
             let mut requested = shared.sync_requested.lock();
@@ -309,6 +322,23 @@ mod tests {
         let error = log.append(one_cell_batch(2)).await.unwrap_err();
         assert!(error.message.contains("no longer acknowledges writes"));
         log.stop();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stopped_log_acknowledges_nothing() {
+        for mode in [CommitLogSync::Group, CommitLogSync::Periodic] {
+            let engine = engine();
+            let log = CommitLog::start(engine.clone(), mode, 1000).unwrap();
+            log.append(one_cell_batch(1)).await.unwrap();
+            log.stop();
+            let syncs = engine.syncs.load(Ordering::SeqCst);
+            let error = log.append(one_cell_batch(2)).await.unwrap_err();
+            assert!(
+                error.message.contains("shutting down"),
+                "{mode:?}: {error:?}"
+            );
+            assert_eq!(engine.syncs.load(Ordering::SeqCst), syncs);
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,7 @@
 //! Server-pushed events (protocol EVENT frames, stream id -1) to connections that
-//! REGISTERed for them: schema changes now; topology and status changes with the cluster.
+//! REGISTERed for them: SCHEMA_CHANGE when a schema change is applied here (whichever node
+//! made it), TOPOLOGY_CHANGE when a member joins, STATUS_CHANGE when the failure detector
+//! sees a member go down or come back (`crate::membership`).
 
 use parking_lot::Mutex;
 use shoal_cql::frame;

@@ -8,8 +8,10 @@
 //! per request, as for CQL connections — decision 0004) and coalesces the responses.
 //!
 //! Messages are versioned by enum variant: a new message kind is a new variant, added at
-//! the end. Bounded everywhere: a frame beyond [`MAX_FRAME_BYTES`] closes the connection,
-//! the outgoing queue per peer holds [`QUEUE_FRAMES`] frames, and every call has a timeout.
+//! the end. Outgoing connections leave from the node's own address. Bounded everywhere: a frame beyond [`MAX_FRAME_BYTES`] is refused before it is
+//! sent (and closes the connection if a peer sends one anyway), the outgoing queue per
+//! peer holds [`QUEUE_FRAMES`] frames, a connection serves at most
+//! [`MAX_REQUESTS_RUNNING`] requests at once, and every call has a timeout.
 
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
@@ -38,6 +40,8 @@ const HEADER_BYTES: usize = 9;
 pub const MAX_FRAME_BYTES: usize = 256 * 1024 * 1024;
 /// Frames queued per peer connection before callers wait.
 const QUEUE_FRAMES: usize = 8192;
+/// Requests from one peer connection served at once; more wait their turn.
+const MAX_REQUESTS_RUNNING: usize = 1024;
 /// After a failed connect, calls to that peer fail at once for this long.
 const RECONNECT_BACKOFF: Duration = Duration::from_millis(300);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -96,7 +100,23 @@ pub trait Handler: Send + Sync + 'static {
     fn handle(&self, message: Message) -> Pin<Box<dyn Future<Output = Reply> + Send + '_>>;
 }
 
+/// Encodes a frame; a message too large for a peer to accept is an error here, before it
+/// is sent, rather than a closed connection that fails every request in flight on it.
 fn encode_frame(id: u64, payload: &impl Serialize) -> Result<Vec<u8>, String> {
+    encode_frame_within(id, payload, MAX_FRAME_BYTES)
+}
+
+fn encode_frame_within(
+    id: u64,
+    payload: &impl Serialize,
+    max_frame_bytes: usize,
+) -> Result<Vec<u8>, String> {
+    let size = bincode::serialized_size(payload).map_err(|e| e.to_string())? as usize;
+    if HEADER_BYTES + size > max_frame_bytes {
+        return Err(format!(
+            "an internode message of {size} bytes exceeds the frame limit of {max_frame_bytes} bytes"
+        ));
+    }
     let body = bincode::serialize(payload).map_err(|e| e.to_string())?;
     let mut frame = Vec::with_capacity(4 + HEADER_BYTES + body.len());
     frame.extend_from_slice(&((HEADER_BYTES + body.len()) as u32).to_be_bytes());
@@ -168,6 +188,9 @@ struct PeerConnection {
 /// Outgoing connections to peers.
 #[derive(Default)]
 pub struct Peers {
+    /// The address outgoing connections leave from (the node's own, as in Cassandra, so
+    /// that a firewall rule can cut one node off by address); `None`: the system's choice.
+    source: Option<std::net::IpAddr>,
     connections: Mutex<HashMap<SocketAddr, Arc<PeerConnection>>>,
     failed_connects: Mutex<HashMap<SocketAddr, Instant>>,
     next_id: AtomicU64,
@@ -175,7 +198,32 @@ pub struct Peers {
     stopped: AtomicBool,
 }
 
+/// Connects to `to` from `source` (any port), or from wherever the system picks.
+async fn connect_from(
+    source: Option<std::net::IpAddr>,
+    to: SocketAddr,
+) -> std::io::Result<TcpStream> {
+    let Some(source) = source else {
+        return TcpStream::connect(to).await;
+    };
+    let socket = if source.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.bind(SocketAddr::new(source, 0))?;
+    socket.connect(to).await
+}
+
 impl Peers {
+    /// Outgoing connections leaving from `source`, the node's own address.
+    pub fn from_address(source: std::net::IpAddr) -> Peers {
+        Peers {
+            source: (!source.is_unspecified()).then_some(source),
+            ..Peers::default()
+        }
+    }
+
     async fn connection(&self, to: SocketAddr) -> Result<Arc<PeerConnection>, String> {
         if let Some(existing) = self.connections.lock().get(&to) {
             if !existing.closed.load(Ordering::Acquire) {
@@ -190,7 +238,8 @@ impl Peers {
                 return Err(format!("{to} is unreachable"));
             }
         }
-        let socket = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(to)).await {
+        let connect = connect_from(self.source, to);
+        let socket = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
             Ok(Ok(socket)) => socket,
             Ok(Err(error)) => {
                 self.failed_connects.lock().insert(to, Instant::now());
@@ -330,7 +379,9 @@ async fn serve_connection(socket: TcpStream, handler: Arc<dyn Handler>) {
     let mut reading = true;
     loop {
         tokio::select! {
-            frame = requests.recv(), if reading => match frame {
+            // At most MAX_REQUESTS_RUNNING at once: beyond that, frames wait in the bounded
+            // queue and then in the socket, and the peer's sends slow down (backpressure).
+            frame = requests.recv(), if reading && running.len() < MAX_REQUESTS_RUNNING => match frame {
                 Some((id, payload)) => {
                     let handler = Arc::clone(&handler);
                     running.push(async move {
@@ -344,7 +395,12 @@ async fn serve_connection(socket: TcpStream, handler: Arc<dyn Handler>) {
                 None => reading = false,
             },
             Some((id, reply)) = running.next(), if !running.is_empty() => {
-                match encode_frame(id, &reply) {
+                // A reply that cannot be sent becomes an error the caller hears at once.
+                let frame = encode_frame(id, &reply).or_else(|error| {
+                    tracing::warn!(%error, "cannot send an internode reply");
+                    encode_frame(id, &Reply::Error(error))
+                });
+                match frame {
                     Ok(frame) => {
                         if frames.send(frame).await.is_err() {
                             break;
@@ -365,6 +421,14 @@ async fn serve_connection(socket: TcpStream, handler: Arc<dyn Handler>) {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_message_over_the_frame_limit_is_refused_before_it_is_sent() {
+        let reply = Reply::Error("x".repeat(1000));
+        let error = encode_frame_within(1, &reply, 500).unwrap_err();
+        assert!(error.contains("exceeds the frame limit"), "{error}");
+        assert!(encode_frame_within(1, &reply, 2000).is_ok());
+    }
+
     #[tokio::test]
     async fn frames_round_trip_and_other_versions_are_refused() {
         let frame = encode_frame(42, &Message::Status).unwrap();
@@ -382,5 +446,70 @@ mod tests {
         too_short[..4].copy_from_slice(&3u32.to_be_bytes());
         assert!(read_frame(&mut too_short.as_slice()).await.is_err());
         assert!(read_frame(&mut [].as_slice()).await.unwrap().is_none());
+    }
+
+    /// A valid message of most kinds, encoded as it travels.
+    fn valid_messages() -> Vec<Vec<u8>> {
+        let cells = vec![(b"key".to_vec(), b"cell".to_vec())];
+        let messages = [
+            Message::Replica(ReplicaRequest::Apply(cells.clone())),
+            Message::Replica(ReplicaRequest::Read {
+                lower: b"a".to_vec(),
+                upper: b"z".to_vec(),
+                limit: 10,
+            }),
+            Message::Replica(ReplicaRequest::RangeHashes {
+                bounds: vec![b"a".to_vec(), b"m".to_vec()],
+            }),
+            Message::Ping {
+                from: HostId([1; 16]),
+                schema_version: [2; 16],
+                load_bytes: 3,
+            },
+            Message::Repair {
+                keyspace: Some("ks".into()),
+                table: None,
+            },
+        ];
+        messages
+            .iter()
+            .map(|message| encode_frame(7, message).unwrap())
+            .collect()
+    }
+
+    proptest::proptest! {
+        /// Whatever bytes a peer sends, framing and decoding answer with a message or an
+        /// error: no panic, and no allocation beyond what the frame's bytes hold
+        /// (`bincode::deserialize` from a slice checks every length against the bytes
+        /// left).
+        #[test]
+        fn arbitrary_internode_bytes_are_refused_or_decoded(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256),
+        ) {
+            let _ = bincode::deserialize::<Message>(&bytes);
+            let _ = bincode::deserialize::<Reply>(&bytes);
+            let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            if let Ok(Some((_, payload))) = runtime.block_on(read_frame(&mut bytes.as_slice())) {
+                let _ = bincode::deserialize::<Message>(&payload);
+            }
+        }
+
+        #[test]
+        fn mutated_internode_frames_are_refused_or_decoded(
+            which in 0usize..5,
+            flips in proptest::collection::vec((proptest::prelude::any::<usize>(), proptest::prelude::any::<u8>()), 1..5),
+            keep in 0usize..128,
+        ) {
+            let mut frame = valid_messages().swap_remove(which);
+            for (position, byte) in flips {
+                let index = position % frame.len();
+                frame[index] = byte;
+            }
+            frame.truncate(keep);
+            let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            if let Ok(Some((_, payload))) = runtime.block_on(read_frame(&mut frame.as_slice())) {
+                let _ = bincode::deserialize::<Message>(&payload);
+            }
+        }
     }
 }

@@ -8,7 +8,7 @@
 //! - [`events`] — pushing SCHEMA_CHANGE, TOPOLOGY_CHANGE and STATUS_CHANGE events.
 //! - [`internode`] — messaging between nodes; [`membership`] — the failure detector and
 //!   the loops that follow the cluster metadata.
-//! - [`maintenance`] — storage garbage collection in the background.
+//! - [`maintenance`] — storage garbage collection and batchlog replay in the background.
 //! - [`Node`] — opens storage, builds the coordinator, listens for clients, and shuts
 //!   everything down cleanly.
 
@@ -27,6 +27,8 @@ use config::Config;
 use durability::CommitLog;
 use shoal_coordinator::{ClusterView, Coordinator, NodeInfo};
 use shoal_model::HostId;
+use shoal_replication::batchlog::BATCHLOG_TABLE_ID;
+use shoal_replication::hints::HINTS_TABLE_ID;
 use shoal_replication::{Hints, Liveness, LocalReplica, ReplicaTransport, StorageProxy};
 use shoal_schema::SchemaStore;
 use shoal_storage::{Engine, RocksEngine, RocksOptions};
@@ -57,10 +59,20 @@ struct EngineData(Arc<dyn Engine>);
 
 impl shoal_cluster::LocalData for EngineData {
     fn holds_user_data(&self) -> bool {
-        self.0
-            .scan(&[], &shoal_replication::hints::HINTS_TABLE_ID.0, false)
-            .map(|cursor| cursor.current().is_some())
-            .unwrap_or(true)
+        // Every key below the hints, except the batchlog's (internal, like the hints).
+        let batchlog = shoal_model::keys::table_prefix(&BATCHLOG_TABLE_ID);
+        let after_batchlog = shoal_model::keys::table_end(&BATCHLOG_TABLE_ID);
+        [
+            (&[][..], batchlog.as_slice()),
+            (after_batchlog.as_slice(), &HINTS_TABLE_ID.0[..]),
+        ]
+        .iter()
+        .any(|(lower, upper)| {
+            self.0
+                .scan(lower, upper, false)
+                .map(|cursor| cursor.current().is_some())
+                .unwrap_or(true)
+        })
     }
 }
 
@@ -92,7 +104,7 @@ impl Node {
 
         // Internode messaging first: joining a cluster needs it.
         let detector = Arc::new(membership::FailureDetector::new(host_id));
-        let peers = Arc::new(internode::Peers::default());
+        let peers = Arc::new(internode::Peers::from_address(config.listen_address));
         let transport = Arc::new(membership::Transport {
             peers: Arc::clone(&peers),
         });
@@ -153,6 +165,7 @@ impl Node {
         let liveness = Arc::clone(&detector) as Arc<dyn Liveness>;
         let hints = Arc::new(Hints::new(
             Arc::clone(&engine),
+            commit_log.clone(),
             Arc::clone(&liveness),
             std::time::Duration::from_millis(config.max_hint_window_ms),
             config.max_hints_mib * 1024 * 1024,
@@ -193,6 +206,9 @@ impl Node {
         )));
         background.push(tokio::spawn(maintenance::collect_garbage_regularly(
             Arc::clone(&engine),
+        )));
+        background.push(tokio::spawn(maintenance::replay_batches_regularly(
+            Arc::clone(&proxy),
         )));
         background.push(tokio::spawn(membership::follow_metadata(
             Arc::clone(&metadata),

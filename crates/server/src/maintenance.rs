@@ -6,10 +6,18 @@
 //! deletions as it meets them; this loop clears them on a blocking thread every
 //! [`GARBAGE_COLLECTION_INTERVAL`], so the work follows compaction's pace and never runs
 //! on the request path.
+//!
+//! Batchlog replay ([`shoal_replication::StorageProxy::replay_batches`]) writes again the
+//! logged batches whose coordinator did not finish them, every [`BATCHLOG_REPLAY_INTERVAL`].
 
+use shoal_replication::batchlog::REPLAY_AFTER;
+use shoal_replication::StorageProxy;
 use shoal_storage::Engine;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// How often this node looks for logged batches to replay (as Cassandra).
+pub const BATCHLOG_REPLAY_INTERVAL: Duration = Duration::from_secs(10);
 
 /// How often reported deletions are cleared.
 pub const GARBAGE_COLLECTION_INTERVAL: Duration = Duration::from_secs(10);
@@ -29,6 +37,21 @@ pub async fn collect_garbage_regularly(engine: Arc<dyn Engine>) {
             Ok(Ok(_)) => {}
             Ok(Err(error)) => tracing::warn!(%error, "storage garbage collection failed"),
             Err(_) => return,
+        }
+    }
+}
+
+/// Replays unfinished logged batches every [`BATCHLOG_REPLAY_INTERVAL`] until the task is
+/// dropped.
+pub async fn replay_batches_regularly(proxy: Arc<StorageProxy>) {
+    let mut interval = tokio::time::interval(BATCHLOG_REPLAY_INTERVAL);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        match proxy.replay_batches(REPLAY_AFTER).await {
+            Ok(0) => {}
+            Ok(replayed) => tracing::info!(replayed, "replayed logged batches from the batchlog"),
+            Err(error) => tracing::warn!(%error, "batchlog replay failed"),
         }
     }
 }

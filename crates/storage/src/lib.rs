@@ -44,7 +44,7 @@ pub enum StorageError {
 
 pub type Result<T> = std::result::Result<T, StorageError>;
 
-use shoal_model::TableId;
+use shoal_model::{TableId, WriteTimestamp};
 
 /// A set of cell writes applied atomically. Each entry is `(key, encoded cell)`, merged by
 /// last-write-wins with what the key already holds.
@@ -157,6 +157,18 @@ pub trait Engine: Send + Sync + 'static {
     /// The grace period registered for `table_id`, if any.
     fn gc_grace_seconds(&self, table_id: &TableId) -> Option<i32>;
 
+    /// Hides every cell of `table_id` written at or before `at`, as if every partition of
+    /// the table had a partition deletion at `at` (TRUNCATE; DROP TABLE at the end of
+    /// time): reads skip those cells, compaction drops them, and cells arriving late (a
+    /// hint, a slow replica, repair from a replica that missed the truncation) stay dead.
+    /// Engines that hold no data of their own ignore it.
+    fn set_truncated_at(&self, _table_id: TableId, _at: WriteTimestamp) {}
+
+    /// The truncation registered for `table_id`, if any.
+    fn truncated_at(&self, _table_id: &TableId) -> Option<WriteTimestamp> {
+        None
+    }
+
     /// Lets compaction drop deletions that cover other keys once their grace period is
     /// over: every cell such a deletion still shadows gets a tombstone of its own, and the
     /// deletion is marked (see [`shadow`]). Call it regularly; it does work proportional
@@ -176,22 +188,39 @@ pub struct GarbageReport {
     pub cells_tombstoned: u64,
 }
 
-/// Per-table gc_grace_seconds, readable from compaction threads. A table not registered
-/// here (not yet in the installed schema, or internal) is never purged.
+/// Per-table rules storage applies, readable from compaction threads: gc_grace_seconds
+/// (a table not registered here — not yet in the installed schema, or internal — is never
+/// purged) and truncations ([`Engine::set_truncated_at`]).
 #[derive(Default)]
-pub(crate) struct GcGraceTable {
+pub(crate) struct TableRules {
     seconds_by_table: parking_lot::RwLock<std::collections::HashMap<TableId, i32>>,
+    truncated: parking_lot::RwLock<std::collections::HashMap<TableId, WriteTimestamp>>,
 }
 
 /// Cassandra's default gc_grace_seconds (10 days).
 pub const DEFAULT_GC_GRACE_SECONDS: i32 = 864_000;
 
-impl GcGraceTable {
+impl TableRules {
     pub(crate) fn get(&self, table_id: &TableId) -> Option<i32> {
         self.seconds_by_table.read().get(table_id).copied()
     }
 
     pub(crate) fn set(&self, table_id: TableId, seconds: i32) {
         self.seconds_by_table.write().insert(table_id, seconds);
+    }
+
+    pub(crate) fn truncated_at(&self, table_id: &TableId) -> Option<WriteTimestamp> {
+        let truncated = self.truncated.read();
+        if truncated.is_empty() {
+            return None;
+        }
+        truncated.get(table_id).copied()
+    }
+
+    /// Records a truncation; a later one replaces an earlier, never the reverse.
+    pub(crate) fn set_truncated_at(&self, table_id: TableId, at: WriteTimestamp) {
+        let mut truncated = self.truncated.write();
+        let entry = truncated.entry(table_id).or_insert(at);
+        *entry = (*entry).max(at);
     }
 }

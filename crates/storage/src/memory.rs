@@ -2,7 +2,7 @@
 //! their range taken when they are created, which is simple and, for tests, fast enough.
 
 use crate::shadow::{self, ShadowTracker, Verdict};
-use crate::{Cursor, Engine, GarbageReport, GcGraceTable, Result, WriteBatch};
+use crate::{Cursor, Engine, GarbageReport, Result, TableRules, WriteBatch};
 use parking_lot::RwLock;
 use shoal_model::{Cell, TableId};
 use std::collections::BTreeMap;
@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 pub struct MemoryEngine {
     data: RwLock<BTreeMap<Vec<u8>, Vec<u8>>>,
     metadata: RwLock<BTreeMap<Vec<u8>, Vec<u8>>>,
-    gc_grace: GcGraceTable,
+    rules: TableRules,
 }
 
 impl MemoryEngine {
@@ -28,13 +28,16 @@ impl MemoryEngine {
         let mut tracker = ShadowTracker::new();
         let mut report = GarbageReport::default();
         data.retain(|key, value| {
-            let Some(grace) = shadow::grace_for(self, key, now_seconds) else {
+            let grace = shadow::grace_for(self, key, now_seconds);
+            let truncation = shadow::truncation_for(self, key);
+            if grace.is_none() && truncation.is_none() {
                 return true;
-            };
+            }
             let Ok(cell) = Cell::decode(value) else {
                 return true;
             };
-            match tracker.judge(key, &cell, Some(grace)) {
+            tracker.set_truncation(truncation);
+            match tracker.judge(key, &cell, grace) {
                 Verdict::Keep => true,
                 Verdict::Shadowed | Verdict::Purgeable => false,
                 Verdict::PurgeableOnceCleared => {
@@ -183,11 +186,19 @@ impl Engine for MemoryEngine {
     }
 
     fn set_gc_grace_seconds(&self, table_id: TableId, seconds: i32) {
-        self.gc_grace.set(table_id, seconds);
+        self.rules.set(table_id, seconds);
     }
 
     fn gc_grace_seconds(&self, table_id: &TableId) -> Option<i32> {
-        self.gc_grace.get(table_id)
+        self.rules.get(table_id)
+    }
+
+    fn set_truncated_at(&self, table_id: TableId, at: shoal_model::WriteTimestamp) {
+        self.rules.set_truncated_at(table_id, at);
+    }
+
+    fn truncated_at(&self, table_id: &TableId) -> Option<shoal_model::WriteTimestamp> {
+        self.rules.truncated_at(table_id)
     }
 
     fn collect_garbage(&self) -> Result<GarbageReport> {

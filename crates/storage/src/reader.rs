@@ -9,7 +9,7 @@
 //! A visitor steers the walk with [`Flow`], which is how LIMIT, paging and DISTINCT stop
 //! reading as soon as they have enough.
 
-use crate::{Cursor, Engine, Result, StorageError};
+use crate::{shadow, Cursor, Engine, Result, StorageError};
 use shoal_model::keys::{self, ColumnPart};
 use shoal_model::{Cell, TableId, Token, WriteTimestamp};
 use std::cmp::Ordering;
@@ -265,17 +265,19 @@ fn next_raw_row(
 
 /// Reads a partition's deletions and static row from a forward cursor positioned at the
 /// partition's first key; leaves the cursor at its first clustered row (or past it).
+/// `truncation` (the table's, [`Engine::truncated_at`]) counts as a partition deletion.
 fn read_header(
     cursor: &mut dyn Cursor,
     token: Token,
     key: &[u8],
     prefix: Vec<u8>,
     now_seconds: i64,
+    truncation: Option<WriteTimestamp>,
 ) -> Result<PartitionHeader> {
     let mut header = PartitionHeader {
         token,
         key: key.to_vec(),
-        deletion: None,
+        deletion: truncation,
         range_tombstones: Vec::new(),
         static_row: None,
         prefix,
@@ -349,7 +351,15 @@ pub fn read_partition(
     // Forward reads use one cursor for the header and every slice (one iterator per
     // partition read); reversed reads need a second, descending cursor for the rows.
     let mut cursor = engine.scan(&header_lower, &partition_end, false)?;
-    let header = read_header(cursor.as_mut(), token, key, prefix.clone(), now_seconds)?;
+    let truncation = engine.truncated_at(table_id);
+    let header = read_header(
+        cursor.as_mut(),
+        token,
+        key,
+        prefix.clone(),
+        now_seconds,
+        truncation,
+    )?;
     cursor.status()?;
     match visitor.partition(&header) {
         Flow::Continue => {}
@@ -413,7 +423,15 @@ pub fn scan_partitions(
                 (token, partition_key.to_vec(), prefix)
             }
         };
-        let header = read_header(cursor.as_mut(), token, &partition_key, prefix, now_seconds)?;
+        let truncation = shadow::truncation_for(engine, &prefix);
+        let header = read_header(
+            cursor.as_mut(),
+            token,
+            &partition_key,
+            prefix,
+            now_seconds,
+            truncation,
+        )?;
         let mut flow = visitor.partition(&header);
         while flow == Flow::Continue {
             let on_partition_row =

@@ -88,6 +88,9 @@ pub struct ShadowTracker {
     row_partition_floor: Option<WriteTimestamp>,
     row_deletion: Option<WriteTimestamp>,
     collection_deletions: Vec<(Vec<u8>, WriteTimestamp)>,
+    /// The table's truncation ([`Engine::set_truncated_at`]): every partition starts with
+    /// it as its partition deletion.
+    truncation: Option<WriteTimestamp>,
 }
 
 fn covered(floor: Option<WriteTimestamp>, cell: &Cell) -> bool {
@@ -97,6 +100,12 @@ fn covered(floor: Option<WriteTimestamp>, cell: &Cell) -> bool {
 impl ShadowTracker {
     pub fn new() -> ShadowTracker {
         ShadowTracker::default()
+    }
+
+    /// The truncation of the table whose keys come next: every partition entered from now
+    /// on starts covered by it. Set it whenever the walk reaches another table.
+    pub fn set_truncation(&mut self, truncation: Option<WriteTimestamp>) {
+        self.truncation = truncation;
     }
 
     /// Judges the cell stored under `key`. Keys must come in ascending order. `grace`
@@ -110,6 +119,8 @@ impl ShadowTracker {
         if self.partition != partition {
             *self = ShadowTracker {
                 partition: partition.to_vec(),
+                partition_deletion: self.truncation,
+                truncation: self.truncation,
                 ..ShadowTracker::default()
             };
         }
@@ -247,6 +258,11 @@ fn decode(value: &[u8]) -> Result<Cell> {
     Cell::decode(value).map_err(|e| StorageError::Corrupt(e.0))
 }
 
+/// The truncation of the table `key` belongs to, as `engine` knows it.
+pub fn truncation_for(engine: &dyn Engine, key: &[u8]) -> Option<WriteTimestamp> {
+    engine.truncated_at(&TableId::of_key(key)?)
+}
+
 /// The grace period of the table `key` belongs to, as `engine` knows it.
 pub fn grace_for(engine: &dyn Engine, key: &[u8], now_seconds: i64) -> Option<Grace> {
     let table = TableId::of_key(key)?;
@@ -289,6 +305,7 @@ pub fn visit_visible(
     let mut cursor = engine.scan(lower, upper, false)?;
     let mut tracker = ShadowTracker::new();
     if let Some((first, _)) = cursor.current() {
+        tracker.set_truncation(truncation_for(engine, first));
         seed_mid_partition(engine, &mut tracker, lower, first)?;
     }
     let mut grace: Option<(Vec<u8>, Option<Grace>)> = None;
@@ -296,6 +313,7 @@ pub fn visit_visible(
         let table = &key[..key.len().min(keys::TABLE_ID_LENGTH)];
         if grace.as_ref().is_none_or(|(cached, _)| cached != table) {
             grace = Some((table.to_vec(), grace_for(engine, key, now_seconds)));
+            tracker.set_truncation(truncation_for(engine, key));
         }
         let table_grace = grace.as_ref().and_then(|(_, g)| *g);
         let cell = decode(value)?;

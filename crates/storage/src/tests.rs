@@ -796,3 +796,61 @@ fn concurrent_writers_all_land() {
     }
     assert_eq!(count, 1000);
 }
+
+#[test]
+fn a_truncated_table_hides_what_was_written_before_even_when_it_arrives_late() {
+    with_each_engine(|engine| {
+        // No grace period registered: a truncation applies all the same (DROP TABLE
+        // leaves no schema, hence no grace, behind).
+        write(
+            engine,
+            row_key(b"p", b"a", "v"),
+            Cell::live(WriteTimestamp(10), b"before".to_vec()),
+        );
+        engine.set_truncated_at(TABLE, WriteTimestamp(20));
+        assert!(read(engine, b"p", NOW).is_empty(), "truncated data is read");
+        // A hint, a slow replica or a repair delivers an old cell after the truncation.
+        write(
+            engine,
+            row_key(b"p", b"b", "v"),
+            Cell::live(WriteTimestamp(15), b"late".to_vec()),
+        );
+        assert!(
+            read(engine, b"p", NOW).is_empty(),
+            "a late old cell is read"
+        );
+        let mut visible = 0;
+        crate::shadow::visit_visible(
+            engine,
+            &keys::table_prefix(&TABLE),
+            &keys::table_end(&TABLE),
+            NOW,
+            |_, _| {
+                visible += 1;
+                true
+            },
+        )
+        .expect("walk");
+        assert_eq!(visible, 0, "a replica would send truncated cells");
+        // What is written after the truncation is there, and compaction keeps it while
+        // it drops what the truncation hides.
+        write(
+            engine,
+            row_key(b"p", b"c", "v"),
+            Cell::live(WriteTimestamp(30), b"after".to_vec()),
+        );
+        engine.compact_all().expect("compact");
+        let rows = read(engine, b"p", NOW);
+        assert_eq!(rows.len(), 1);
+        assert_eq!(value_of(&rows[0], "v"), Some(b"after".to_vec()));
+        let mut stored = 0;
+        let mut cursor = engine
+            .scan(&keys::table_prefix(&TABLE), &keys::table_end(&TABLE), false)
+            .expect("scan");
+        while cursor.current().is_some() {
+            stored += 1;
+            cursor.advance();
+        }
+        assert_eq!(stored, 1, "compaction keeps truncated cells");
+    });
+}

@@ -3,7 +3,9 @@
 //! A batch is a `BEGIN BATCH ... APPLY BATCH` statement or a protocol BATCH message (of
 //! prepared statements and statement texts, whose plans the coordinator resolves). Every
 //! statement's plan is built into one [`WriteBatch`], stamped with the batch's
-//! timestamp, `USING TIMESTAMP`, the protocol's default timestamp or the clock.
+//! timestamp, `USING TIMESTAMP`, the protocol's default timestamp or the clock. A logged
+//! batch is applied everywhere or nowhere (the replication layer's batchlog); an unlogged
+//! one is applied partition by partition.
 
 use super::ModifyPlan;
 use crate::values::{Bindings, Bound, TypedTerm};
@@ -12,7 +14,6 @@ use shoal_cql::ast::{Batch, BatchType};
 use shoal_cql::request::{Consistency, QueryParameters};
 use shoal_cql::response::ResultBody;
 use shoal_model::{CqlType, Value, WriteTimestamp};
-use shoal_replication::WriteType;
 use shoal_storage::WriteBatch;
 
 pub(crate) fn refuse_counter_batches(counter: bool) -> Result<(), CqlError> {
@@ -58,21 +59,22 @@ pub(crate) async fn execute_batch_statement(
         coordinator,
         &statements,
         parameters.consistency,
-        batch_timestamp,
-        parameters.default_timestamp,
+        batch.batch_type == BatchType::Logged,
+        (batch_timestamp, parameters.default_timestamp),
     )
     .await
 }
 
-/// Builds every statement into one write; `batch_timestamp` is `BEGIN BATCH USING
-/// TIMESTAMP`, `default_timestamp` the protocol's.
+/// Builds every statement into one write; `timestamps` are `BEGIN BATCH USING TIMESTAMP`
+/// and the protocol's default timestamp.
 pub(crate) async fn apply(
     coordinator: &Coordinator,
     statements: &[(&ModifyPlan, Bindings<'_>)],
     consistency: Consistency,
-    batch_timestamp: Option<i64>,
-    default_timestamp: Option<i64>,
+    logged: bool,
+    timestamps: (Option<i64>, Option<i64>),
 ) -> Result<ResultBody, CqlError> {
+    let (batch_timestamp, default_timestamp) = timestamps;
     let mut batch = WriteBatch::new();
     // One timestamp for every statement of the batch, as in Cassandra.
     let timestamp = Some(
@@ -89,12 +91,20 @@ pub(crate) async fn apply(
             !(plan.has_own_timestamp && batch_timestamp.is_some()),
             || CqlError::invalid("Timestamp must be set either on BATCH or individual statements"),
         )?;
-        plan.build(coordinator, *bindings, timestamp, &mut batch)?;
+        let current = plan
+            .read_current(coordinator, *bindings, consistency)
+            .await?;
+        plan.build(
+            current.engine(coordinator),
+            *bindings,
+            timestamp,
+            &mut batch,
+        )?;
     }
     if !batch.is_empty() {
         coordinator
             .replication
-            .write(batch, consistency, WriteType::Batch)
+            .write_batch(batch, consistency, logged)
             .await?;
     }
     Ok(ResultBody::Void)

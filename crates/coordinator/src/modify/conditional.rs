@@ -37,8 +37,9 @@ pub(super) async fn execute(
     })?;
     // Find the single row the statement touches by building it once into a scratch batch.
     let mut scratch = WriteBatch::new();
+    // A single node: its own engine is the current state.
     let touched = plan.build(
-        coordinator,
+        coordinator.engine().as_ref(),
         bindings,
         parameters.default_timestamp,
         &mut scratch,
@@ -104,7 +105,7 @@ pub(super) async fn execute(
         // Rebuild with a fresh timestamp so the write is newer than what was checked.
         let mut batch = WriteBatch::new();
         plan.build(
-            coordinator,
+            coordinator.engine().as_ref(),
             bindings,
             parameters.default_timestamp,
             &mut batch,

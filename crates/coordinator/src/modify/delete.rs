@@ -6,11 +6,11 @@ use super::update::{list_element, RowTarget};
 use super::{check_no_filters, missing_clustering, partitions, row_prefixes, RowAddress};
 use crate::restrictions::WherePlan;
 use crate::values::{Bindings, Bound, TypedTerm};
-use crate::{ensure, Coordinator, CqlError};
+use crate::{ensure, CqlError};
 use shoal_cql::ast::Delete;
 use shoal_model::{keys, Cell, CqlType, Value};
 use shoal_schema::{ColumnKind, TableMetadata};
-use shoal_storage::WriteBatch;
+use shoal_storage::{Engine, WriteBatch};
 
 /// What a DELETE without columns removes.
 #[derive(Debug)]
@@ -149,10 +149,17 @@ impl DeletePlan {
         })
     }
 
+    /// True when a target needs the list's current elements (`DELETE l[i]`).
+    pub(crate) fn reads_lists(&self) -> bool {
+        self.targets
+            .iter()
+            .any(|t| matches!(t.op, TargetOp::ListIndex(_)))
+    }
+
     /// Builds the DELETE's tombstones into `batch`.
     pub(crate) fn build(
         &self,
-        coordinator: &Coordinator,
+        current: &dyn Engine,
         ctx: &WriteContext<'_>,
         bindings: Bindings<'_>,
         batch: &mut WriteBatch,
@@ -213,7 +220,7 @@ impl DeletePlan {
                 row_prefixes(table, token, &partition_key, &restrictions, static_rows)
             {
                 let target_row = RowTarget {
-                    coordinator,
+                    current,
                     token,
                     partition_key: &partition_key,
                     clustering: clustering.as_deref(),

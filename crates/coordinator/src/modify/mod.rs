@@ -5,9 +5,10 @@
 //! to bind. [`ModifyPlan::build`] turns one execution into cells in a [`WriteBatch`] (see
 //! [`shoal_model::keys`] for where each cell lives): values, TTL'd values and tombstones,
 //! all stamped with the statement's write timestamp. Nothing is read first, except where
-//! CQL itself requires it (list element assignment and removal, and conditional `IF`
-//! statements, as in Cassandra). The batch goes to the replication layer at the
-//! request's consistency level.
+//! CQL itself requires it: list element assignment and removal read the list through the
+//! replication layer at the statement's consistency level ([`ModifyPlan::read_current`],
+//! as Cassandra does), and conditional `IF` statements read the row. The batch goes to
+//! the replication layer at the request's consistency level.
 //!
 //! - [`rows`] writes the cells of one row; [`insert`], [`update`] and [`delete`] plan and
 //!   build each statement kind;
@@ -28,13 +29,14 @@ use delete::DeletePlan;
 use insert::InsertPlan;
 use rows::WriteContext;
 use shoal_cql::ast::{Conditions, Statement, Using};
+use shoal_cql::request::Consistency;
 use shoal_cql::request::QueryParameters;
 use shoal_cql::response::ResultBody;
 use shoal_model::token::murmur3_token;
 use shoal_model::{keys, CqlType, Token, Value, WriteTimestamp};
-use shoal_replication::WriteType;
+use shoal_replication::{PartitionSource, WriteType};
 use shoal_schema::{ColumnKind, KeyspaceMetadata, TableMetadata};
-use shoal_storage::WriteBatch;
+use shoal_storage::{Engine, WriteBatch};
 use std::sync::Arc;
 use update::UpdatePlan;
 
@@ -53,6 +55,23 @@ enum ModifyKind {
     Insert(InsertPlan),
     Update(UpdatePlan),
     Delete(DeletePlan),
+}
+
+/// What a statement that reads before it writes sees of its partitions now.
+pub(crate) enum CurrentState {
+    /// This node's engine (nothing needs reading, or this replica may answer alone).
+    Local,
+    /// The partitions as reconciled from their replicas.
+    Read(shoal_storage::MemoryEngine),
+}
+
+impl CurrentState {
+    pub(crate) fn engine<'a>(&'a self, coordinator: &'a Coordinator) -> &'a dyn Engine {
+        match self {
+            CurrentState::Local => coordinator.engine().as_ref(),
+            CurrentState::Read(engine) => engine,
+        }
+    }
 }
 
 /// An INSERT, UPDATE or DELETE checked against the schema.
@@ -178,11 +197,57 @@ impl ModifyPlan {
         }
     }
 
+    /// True when building the statement needs the current elements of a list.
+    fn reads_lists(&self) -> bool {
+        match &self.kind {
+            ModifyKind::Insert(_) => false,
+            ModifyKind::Update(update) => update.reads_lists(),
+            ModifyKind::Delete(delete) => delete.reads_lists(),
+        }
+    }
+
+    /// Reads the partitions the statement writes when it must see them first (list
+    /// element operations), through the replication layer at `consistency` — never just
+    /// this node's engine, which need not be a replica or up to date.
+    pub(crate) async fn read_current(
+        &self,
+        coordinator: &Coordinator,
+        bindings: Bindings<'_>,
+        consistency: Consistency,
+    ) -> Result<CurrentState, CqlError> {
+        if !self.reads_lists() {
+            return Ok(CurrentState::Local);
+        }
+        let where_plan = match &self.kind {
+            ModifyKind::Insert(_) => return Ok(CurrentState::Local),
+            ModifyKind::Update(update) => &update.where_plan,
+            ModifyKind::Delete(delete) => &delete.where_plan,
+        };
+        let restrictions = where_plan.bind(&self.table, bindings)?;
+        let partitions = partitions(&restrictions)?;
+        // A write at ANY reads what one replica has.
+        let consistency = match consistency {
+            Consistency::Any => Consistency::One,
+            level => level,
+        };
+        match coordinator
+            .replication
+            .read_partitions(self.table.id, &partitions, consistency)
+            .await?
+        {
+            PartitionSource::Local => Ok(CurrentState::Local),
+            PartitionSource::Merged(engine) => Ok(CurrentState::Read(engine)),
+            PartitionSource::TooLarge => Err(CqlError::invalid(
+                "List element operations on a partition too large to read whole from its replicas are not supported by Shoal yet; use ONE on a replica or rewrite the whole list",
+            )),
+        }
+    }
+
     /// Builds one execution's cells into `batch`; `default_timestamp` is the protocol's
     /// (or the batch's) when the statement has none of its own.
     pub(crate) fn build(
         &self,
-        coordinator: &Coordinator,
+        current: &dyn Engine,
         bindings: Bindings<'_>,
         default_timestamp: Option<i64>,
         batch: &mut WriteBatch,
@@ -216,8 +281,8 @@ impl ModifyPlan {
         };
         match &self.kind {
             ModifyKind::Insert(insert) => insert.build(&ctx, bindings, batch),
-            ModifyKind::Update(update) => update.build(coordinator, &ctx, bindings, batch),
-            ModifyKind::Delete(delete) => delete.build(coordinator, &ctx, bindings, batch),
+            ModifyKind::Update(update) => update.build(current, &ctx, bindings, batch),
+            ModifyKind::Delete(delete) => delete.build(current, &ctx, bindings, batch),
         }
     }
 
@@ -234,9 +299,12 @@ impl ModifyPlan {
             return conditional::execute(coordinator, self, conditions, parameters, bindings).await;
         }
         coordinator.check_consistency(&self.keyspace, parameters.consistency, true)?;
+        let current = self
+            .read_current(coordinator, bindings, parameters.consistency)
+            .await?;
         let mut batch = WriteBatch::new();
         self.build(
-            coordinator,
+            current.engine(coordinator),
             bindings,
             parameters.default_timestamp,
             &mut batch,

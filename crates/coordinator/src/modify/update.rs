@@ -5,11 +5,11 @@ use super::rows::{element_path, list_path, write_column_value, RowWriter, WriteC
 use super::{check_no_filters, missing_clustering, partitions, row_prefixes, RowAddress};
 use crate::restrictions::WherePlan;
 use crate::values::{Bindings, Bound, TypedTerm};
-use crate::{ensure, Coordinator, CqlError};
+use crate::{ensure, CqlError};
 use shoal_cql::ast::{Assignment, Update};
 use shoal_model::{keys, Cell, CqlType, Token, Value};
 use shoal_schema::{ColumnKind, TableMetadata};
-use shoal_storage::WriteBatch;
+use shoal_storage::{Engine, WriteBatch};
 
 /// What one assignment does to its column.
 #[derive(Debug)]
@@ -157,10 +157,21 @@ impl UpdatePlan {
         })
     }
 
+    /// True when an assignment needs the list's current elements (`l[i] = v`,
+    /// `l = l - [...]`).
+    pub(crate) fn reads_lists(&self) -> bool {
+        self.assignments.iter().any(|a| {
+            matches!(
+                a.op,
+                AssignmentOp::RemoveFromList(_) | AssignmentOp::SetListElement { .. }
+            )
+        })
+    }
+
     /// Builds the UPDATE's cells into `batch`.
     pub(crate) fn build(
         &self,
-        coordinator: &Coordinator,
+        current: &dyn Engine,
         ctx: &WriteContext<'_>,
         bindings: Bindings<'_>,
         batch: &mut WriteBatch,
@@ -179,7 +190,7 @@ impl UpdatePlan {
                 self.static_only,
             ) {
                 let target = RowTarget {
-                    coordinator,
+                    current,
                     token,
                     partition_key: &partition_key,
                     clustering: clustering.as_deref(),
@@ -218,7 +229,8 @@ impl UpdatePlan {
 /// The row an assignment writes, for the operations that read it first.
 #[derive(Clone, Copy)]
 pub(crate) struct RowTarget<'a> {
-    pub(crate) coordinator: &'a Coordinator,
+    /// The rows' current state, read at the statement's consistency level.
+    pub(crate) current: &'a dyn Engine,
     pub(crate) token: Token,
     pub(crate) partition_key: &'a [u8],
     pub(crate) clustering: Option<&'a [u8]>,
@@ -232,7 +244,7 @@ impl RowTarget<'_> {
         column: &str,
     ) -> Result<Vec<(Vec<u8>, Cell)>, CqlError> {
         let row = crate::select::read_single_row(
-            self.coordinator,
+            self.current,
             table,
             self.token,
             self.partition_key,

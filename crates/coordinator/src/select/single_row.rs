@@ -1,5 +1,5 @@
-//! Reading one row of this node's storage: what list element operations and conditional
-//! statements read before they write.
+//! Reading one row from an engine — this node's, or the replicas' reconciled cells: what
+//! list element operations and conditional statements read before they write.
 
 use crate::select::visitor::{decode_partition_key_values, fill_from_row, ColumnValue};
 use crate::{Coordinator, CqlError};
@@ -8,10 +8,11 @@ use shoal_model::keys::increment_prefix;
 use shoal_model::{Token, Value};
 use shoal_schema::TableMetadata;
 use shoal_storage::reader::{self, ClusteringSlice, Flow, PartitionHeader, Row, Visitor};
+use shoal_storage::Engine;
 
 /// Reads one live row (or the static row when `clustering` is `None`).
 pub(crate) fn read_single_row(
-    coordinator: &Coordinator,
+    engine: &dyn Engine,
     table: &TableMetadata,
     token: Token,
     partition_key: &[u8],
@@ -44,7 +45,7 @@ pub(crate) fn read_single_row(
     };
     let now = shoal_model::timestamp::now_seconds();
     reader::read_partition(
-        coordinator.engine().as_ref(),
+        engine,
         &table.id,
         token,
         partition_key,
@@ -69,7 +70,8 @@ pub(crate) fn read_row_values(
     partition_key: &[u8],
     clustering: Option<&[u8]>,
 ) -> Result<Option<Vec<Option<Value>>>, CqlError> {
-    let Some(row) = read_single_row(coordinator, table, token, partition_key, clustering)? else {
+    let engine = coordinator.engine().as_ref();
+    let Some(row) = read_single_row(engine, table, token, partition_key, clustering)? else {
         return Ok(None);
     };
     let now = shoal_model::timestamp::now_seconds();

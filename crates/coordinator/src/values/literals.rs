@@ -244,11 +244,9 @@ fn parse_time(text: &str) -> Option<i64> {
 /// being `Z`, `+hh`, `+hhmm` or `+hh:mm` (UTC when absent). Milliseconds since the epoch.
 pub fn parse_timestamp(text: &str) -> Option<i64> {
     let text = text.trim();
-    if text.len() < 10 {
-        return None;
-    }
-    let days = parse_date(&text[..10])?;
-    let mut rest = &text[10..];
+    // `get` rather than indexing: byte 10 need not be a character boundary.
+    let days = parse_date(text.get(..10)?)?;
+    let mut rest = text.get(10..)?;
     let mut millis_of_day = 0i64;
     if rest.starts_with(' ') || rest.starts_with('T') {
         rest = &rest[1..];
@@ -274,8 +272,8 @@ pub fn parse_timestamp(text: &str) -> Option<i64> {
         let (hours, minutes) = match digits.len() {
             2 => (digits.parse::<i64>().ok()?, 0),
             4 => (
-                digits[..2].parse::<i64>().ok()?,
-                digits[2..].parse::<i64>().ok()?,
+                digits.get(..2)?.parse::<i64>().ok()?,
+                digits.get(2..)?.parse::<i64>().ok()?,
             ),
             _ => return None,
         };
@@ -382,6 +380,30 @@ mod tests {
             Some(1_296_702_300_000)
         );
         assert_eq!(parse_timestamp("yesterday"), None);
+        // Byte 10 inside a multi-byte character, and a zone of non-ASCII "digits".
+        assert_eq!(parse_timestamp("2011-02-0€ 04:05"), None);
+        assert_eq!(parse_timestamp("2011-02-03 04:05+€1"), None);
+    }
+
+    proptest::proptest! {
+        /// Whatever text a client sends as a date, time, timestamp, duration or decimal,
+        /// parsing answers (a value or `None`) and never panics.
+        #[test]
+        fn text_literals_never_panic(text in "\\PC{0,40}") {
+            let _ = parse_timestamp(&text);
+            let _ = parse_date(&text);
+            let _ = parse_time(&text);
+            let _ = parse_duration(&text);
+            let _ = parse_decimal(&text);
+        }
+
+        #[test]
+        fn timestamp_shaped_text_never_panics(
+            date in "[0-9]{4}-[0-9]{2}-[0-9€é]{1,3}",
+            rest in "[ T]?[0-9:.€]{0,12}[+Zz-]?[0-9:€é]{0,6}",
+        ) {
+            let _ = parse_timestamp(&format!("{date}{rest}"));
+        }
     }
 
     #[test]

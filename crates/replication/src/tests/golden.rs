@@ -10,7 +10,7 @@
 //! - `read k=KEY [cl=LEVEL]` — what a read at that level returns.
 //! - `put nX k=KEY v=VALUE|deleted ts=MICROS` — a cell written into one node's storage
 //!   only (a replica that missed writes, or holds old ones).
-//! - `state nX up|down|paused|failing|slow=MILLIS` — how a node answers; `down` is also
+//! - `state nX up|down|paused|failing|read-only|slow=MILLIS` — how a node answers; `down` is also
 //!   what the failure detector says.
 //! - `replicas k=KEY` — the replicas of a key's tablet, primary first.
 //! - `dump` — every node's visible cells.
@@ -19,6 +19,13 @@
 //! - `restart nX` — a new process over the same storage (hints survive).
 //! - `advance SECONDS` — moves the clock on.
 //! - `repair` — anti-entropy repair of the table, coordinated by the prefix node.
+//! - `batch logged|unlogged KEY=VALUE... [cl=LEVEL] [ts=MICROS] [crash=after-log]` — a
+//!   BATCH writing column `v` of each key; `crash=after-log` stops the coordinator once
+//!   the batch is in the batchlog, before any part is applied.
+//! - `batchlog` — the batches every node keeps in its batchlog.
+//! - `replay-batches` — every node replays every batch in its batchlog.
+//! - `truncate ts=MICROS [except=nX]` — TRUNCATE as every node applies it: the truncation
+//!   recorded, the table's data removed (not on the `except` node, whose removal failed).
 //!
 //! After every command the clock moves on 10 s, so writes still on their way to slow or
 //! paused replicas finish (or time out) before the next one: the output never depends on
@@ -245,8 +252,9 @@ impl Runner {
             (Some("down"), None) => Behaviour::Down,
             (Some("paused"), None) => Behaviour::Paused,
             (Some("failing"), None) => Behaviour::Failing,
+            (Some("read-only"), None) => Behaviour::ReadOnly,
             (None, Some(millis)) => Behaviour::Slow(Duration::from_millis(millis.parse()?)),
-            _ => return Err("state nX up|down|paused|failing|slow=MILLIS".into()),
+            _ => return Err("state nX up|down|paused|failing|read-only|slow=MILLIS".into()),
         };
         args.reject_next()?;
         let cluster = self.cluster()?;
@@ -320,6 +328,89 @@ impl Runner {
         Ok(out)
     }
 
+    fn batch(&mut self, command: &Command, context: &Context) -> Outcome {
+        let coordinator = self.coordinator(context)?;
+        let mut logged = None;
+        let (mut level, mut timestamp, mut crash) =
+            (Consistency::One, WriteTimestamp::now(), false);
+        let mut values = Vec::new();
+        for argument in &command.args {
+            let (key, value) = match argument {
+                goldenscript::Argument::Positional(value) => (None, value.as_str()),
+                goldenscript::Argument::KeyValue(key, value) => {
+                    (Some(key.as_str()), value.as_str())
+                }
+                other => return Err(format!("unexpected {other}").into()),
+            };
+            match (key, value) {
+                (None, "logged") => logged = Some(true),
+                (None, "unlogged") => logged = Some(false),
+                (Some("cl"), value) => level = consistency(value)?,
+                (Some("ts"), value) => timestamp = WriteTimestamp(value.parse()?),
+                (Some("crash"), "after-log") => crash = true,
+                (Some(key), value) => values.push((key, value)),
+                (None, other) => return Err(format!("unexpected {other}").into()),
+            }
+        }
+        let mut writes = WriteBatch::new();
+        for (key, value) in values {
+            let cell = Cell::live(timestamp, value.as_bytes().to_vec());
+            writes.merge(cell_key(key), cell.encode());
+        }
+        let logged = logged.ok_or("logged or unlogged?")?;
+        let proxy = self.cluster()?.nodes[coordinator].proxy.clone();
+        let result = if crash {
+            let cells = writes.into_entries();
+            self.runtime
+                .block_on(proxy.log_batch(&cells))
+                .map(|_| "crashed after logging the batch".to_string())
+        } else {
+            self.runtime
+                .block_on(proxy.write_batch(writes, level, logged))
+                .map(|()| "ok".to_string())
+        };
+        Ok(result.unwrap_or_else(|error| show_error(&error)))
+    }
+
+    fn batchlog(&mut self) -> Outcome {
+        let cluster = self.cluster()?;
+        let mut out = String::new();
+        for node in &cluster.nodes {
+            let pending = crate::batchlog::pending(node.engine.as_ref(), i64::MAX)?;
+            let batches: Vec<String> = pending
+                .iter()
+                .map(|(_, cells)| {
+                    let keys: Vec<String> = cells
+                        .iter()
+                        .filter_map(|(key, _)| keys::split_partition(key))
+                        .map(|(_, key, _)| String::from_utf8_lossy(key).into_owned())
+                        .collect();
+                    format!("[{}]", keys.join(" "))
+                })
+                .collect();
+            writeln!(out, "{}: {}", node.name, batches.join(" "))?;
+        }
+        Ok(out)
+    }
+
+    fn replay_batches(&mut self) -> Outcome {
+        let proxies: Vec<_> = self
+            .cluster()?
+            .nodes
+            .iter()
+            .map(|node| (node.name.clone(), node.proxy.clone()))
+            .collect();
+        let mut out = String::new();
+        for (name, proxy) in proxies {
+            match self.runtime.block_on(proxy.replay_batches(Duration::ZERO)) {
+                Ok(0) => {}
+                Ok(count) => writeln!(out, "{name}: {count} replayed")?,
+                Err(error) => writeln!(out, "{name}: {error}")?,
+            }
+        }
+        Ok(out)
+    }
+
     fn repair(&mut self, context: &Context) -> Outcome {
         let coordinator = self.coordinator(context)?;
         let proxy = self.cluster()?.nodes[coordinator].proxy.clone();
@@ -351,8 +442,12 @@ impl goldenscript::Runner for Runner {
                 let rf = args.take_key("rf").unwrap_or("3").parse()?;
                 let window =
                     Duration::from_secs(args.take_key("hint_window").unwrap_or("10800").parse()?);
+                let max_hint_bytes = args
+                    .take_key("max_hint_bytes")
+                    .unwrap_or("67108864")
+                    .parse()?;
                 args.reject_next()?;
-                self.cluster = Some(SimCluster::new(nodes, rf, window));
+                self.cluster = Some(SimCluster::new(nodes, rf, window, max_hint_bytes));
                 format!("{nodes} nodes, replication factor {rf}")
             }
             "write" => self.write(command, context, false)?,
@@ -381,6 +476,23 @@ impl goldenscript::Runner for Runner {
                 String::new()
             }
             "repair" => self.repair(context)?,
+            "batch" => self.batch(command, context)?,
+            "batchlog" => self.batchlog()?,
+            "replay-batches" => self.replay_batches()?,
+            "truncate" => {
+                let mut args = command.consume_args();
+                let at = WriteTimestamp(args.take_key("ts").ok_or("ts= is required")?.parse()?);
+                let except = args.take_key("except").map(str::to_string);
+                args.reject_next()?;
+                for node in &self.cluster()?.nodes {
+                    node.engine.set_truncated_at(TABLE, at);
+                    if except.as_deref() != Some(node.name.as_str()) {
+                        node.engine
+                            .delete_range(&keys::table_prefix(&TABLE), &keys::table_end(&TABLE))?;
+                    }
+                }
+                String::new()
+            }
             "replicas" => {
                 let mut args = command.consume_args();
                 let key = args.take_key("k").ok_or("k= is required")?.to_string();
@@ -443,6 +555,16 @@ fn read_repair() {
 #[test]
 fn hints() {
     run_script("hints");
+}
+
+#[test]
+fn batchlog() {
+    run_script("batchlog");
+}
+
+#[test]
+fn truncate() {
+    run_script("truncate");
 }
 
 #[test]

@@ -38,6 +38,8 @@ pub enum Behaviour {
     Slow(Duration),
     /// Answers every request with an error.
     Failing,
+    /// Answers reads and refuses writes (a full disk, say).
+    ReadOnly,
 }
 
 /// The simulated network: which node listens where, and how it behaves.
@@ -86,6 +88,12 @@ impl ReplicaTransport for SimTransport {
                     timed_out()
                 }
                 Behaviour::Failing => Ok(ReplicaResponse::Error("injected failure".into())),
+                Behaviour::ReadOnly => match request {
+                    ReplicaRequest::Apply(_) => {
+                        Ok(ReplicaResponse::Error("injected write failure".into()))
+                    }
+                    request => Ok(replica.serve(request).await),
+                },
             }
         })
     }
@@ -163,6 +171,7 @@ pub struct SimCluster {
     pub liveness: Arc<SimLiveness>,
     state: Arc<ClusterState>,
     hint_window: Duration,
+    max_hint_bytes: u64,
 }
 
 fn member(index: usize) -> Member {
@@ -179,7 +188,13 @@ fn member(index: usize) -> Member {
 
 impl SimCluster {
     /// `nodes` nodes holding [`TABLE`] with `replication_factor` replicas per tablet.
-    pub fn new(nodes: usize, replication_factor: usize, hint_window: Duration) -> SimCluster {
+    /// Hints are kept for `hint_window` and up to `max_hint_bytes` per node.
+    pub fn new(
+        nodes: usize,
+        replication_factor: usize,
+        hint_window: Duration,
+        max_hint_bytes: u64,
+    ) -> SimCluster {
         let mut state = ClusterState::default();
         for index in 0..nodes {
             state.apply(Command::AddMember(member(index)));
@@ -203,6 +218,7 @@ impl SimCluster {
             liveness: Arc::default(),
             state: Arc::new(state),
             hint_window,
+            max_hint_bytes,
         };
         for index in 0..nodes {
             let engine = Arc::new(MemoryEngine::new());
@@ -221,12 +237,13 @@ impl SimCluster {
     fn node(&self, index: usize, engine: Arc<MemoryEngine>) -> SimNode {
         let member = member(index);
         let log = Arc::new(ImmediateWriteLog(engine.clone()));
-        let local = Arc::new(LocalReplica::new(engine.clone(), log));
+        let local = Arc::new(LocalReplica::new(engine.clone(), log.clone()));
         let hints = Arc::new(Hints::new(
             engine.clone(),
+            log.clone(),
             self.liveness.clone() as Arc<dyn Liveness>,
             self.hint_window,
-            64 << 20,
+            self.max_hint_bytes,
         ));
         let proxy = Arc::new(StorageProxy::new(
             Arc::new(SimTopology {

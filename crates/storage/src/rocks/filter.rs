@@ -2,11 +2,11 @@
 //! full values in key order with a [`ShadowTracker`] (see [`crate::shadow`]).
 
 use crate::shadow::{Grace, ShadowTracker, Verdict};
-use crate::GcGraceTable;
+use crate::TableRules;
 use parking_lot::Mutex;
 use rocksdb::compaction_filter::{CompactionFilter, Decision};
 use rocksdb::compaction_filter_factory::{CompactionFilterContext, CompactionFilterFactory};
-use shoal_model::{Cell, TableId};
+use shoal_model::{Cell, TableId, WriteTimestamp};
 use std::collections::BTreeSet;
 use std::ffi::CStr;
 use std::sync::Arc;
@@ -17,7 +17,7 @@ const MAX_GARBAGE_CANDIDATES: usize = 65_536;
 
 /// Creates a [`PurgeFilter`] for every compaction.
 pub(super) struct PurgeFilterFactory {
-    pub(super) gc_grace: Arc<GcGraceTable>,
+    pub(super) rules: Arc<TableRules>,
     pub(super) garbage: Arc<Mutex<BTreeSet<Vec<u8>>>>,
 }
 
@@ -26,7 +26,7 @@ impl CompactionFilterFactory for PurgeFilterFactory {
 
     fn create(&mut self, _context: CompactionFilterContext) -> PurgeFilter {
         PurgeFilter {
-            gc_grace: Arc::clone(&self.gc_grace),
+            rules: Arc::clone(&self.rules),
             garbage: Arc::clone(&self.garbage),
             tracker: ShadowTracker::new(),
             now_seconds: shoal_model::timestamp::now_seconds(),
@@ -42,26 +42,32 @@ impl CompactionFilterFactory for PurgeFilterFactory {
 /// One compaction's filter: sees the compaction's full values in key order (merge
 /// operands are never shown to it, and are kept).
 pub(super) struct PurgeFilter {
-    gc_grace: Arc<GcGraceTable>,
+    rules: Arc<TableRules>,
     garbage: Arc<Mutex<BTreeSet<Vec<u8>>>>,
     tracker: ShadowTracker,
     now_seconds: i64,
-    /// The last table seen and its grace period (`None`: never purge it).
-    table: Option<(TableId, Option<Grace>)>,
+    /// The last table seen, its grace period (`None`: never purge) and its truncation.
+    table: Option<(TableId, Option<Grace>, Option<WriteTimestamp>)>,
 }
 
 impl PurgeFilter {
-    fn grace(&mut self, key: &[u8]) -> Option<Grace> {
-        let table = TableId::of_key(key)?;
+    /// The grace period and truncation of the table `key` belongs to; the tracker learns
+    /// the truncation when the table changes.
+    fn rules_for(&mut self, key: &[u8]) -> (Option<Grace>, Option<WriteTimestamp>) {
+        let Some(table) = TableId::of_key(key) else {
+            return (None, None);
+        };
         match &self.table {
-            Some((cached, grace)) if *cached == table => *grace,
+            Some((cached, grace, truncation)) if *cached == table => (*grace, *truncation),
             _ => {
-                let grace = self.gc_grace.get(&table).map(|seconds| Grace {
+                let grace = self.rules.get(&table).map(|seconds| Grace {
                     gc_grace_seconds: seconds as i64,
                     now_seconds: self.now_seconds,
                 });
-                self.table = Some((table, grace));
-                grace
+                let truncation = self.rules.truncated_at(&table);
+                self.tracker.set_truncation(truncation);
+                self.table = Some((table, grace, truncation));
+                (grace, truncation)
             }
         }
     }
@@ -69,14 +75,15 @@ impl PurgeFilter {
 
 impl CompactionFilter for PurgeFilter {
     fn filter(&mut self, _level: u32, key: &[u8], value: &[u8]) -> Decision {
-        // Tables without a registered grace period are left alone entirely.
-        let Some(grace) = self.grace(key) else {
+        // Tables without a registered grace period or truncation are left alone.
+        let (grace, truncation) = self.rules_for(key);
+        if grace.is_none() && truncation.is_none() {
             return Decision::Keep;
-        };
+        }
         let Ok(cell) = Cell::decode(value) else {
             return Decision::Keep;
         };
-        match self.tracker.judge(key, &cell, Some(grace)) {
+        match self.tracker.judge(key, &cell, grace) {
             Verdict::Keep => Decision::Keep,
             Verdict::Shadowed | Verdict::Purgeable => Decision::Remove,
             Verdict::PurgeableOnceCleared => {

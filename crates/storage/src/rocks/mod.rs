@@ -18,7 +18,7 @@ mod filter;
 mod writer;
 
 use crate::shadow;
-use crate::{Cursor, Engine, GarbageReport, GcGraceTable, Result, StorageError, WriteBatch};
+use crate::{Cursor, Engine, GarbageReport, Result, StorageError, TableRules, WriteBatch};
 use filter::PurgeFilterFactory;
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
@@ -62,7 +62,7 @@ impl Default for RocksOptions {
 
 pub struct RocksEngine {
     db: Arc<DB>,
-    gc_grace: Arc<GcGraceTable>,
+    rules: Arc<TableRules>,
     /// Keys of expired covering deletions compaction met, for [`RocksEngine::collect_garbage`].
     garbage: Arc<Mutex<BTreeSet<Vec<u8>>>>,
     /// The writer's queue (every write to the data column family goes through it); taken
@@ -102,7 +102,7 @@ fn merge_last_write_wins(
 
 impl RocksEngine {
     pub fn open(path: &Path, options: &RocksOptions) -> Result<RocksEngine> {
-        let gc_grace = Arc::new(GcGraceTable::default());
+        let rules = Arc::new(TableRules::default());
 
         let mut db_options = Options::default();
         db_options.create_if_missing(true);
@@ -139,7 +139,7 @@ impl RocksEngine {
         // `max_successive_merges`, which searches the memtable on every write.
         let garbage = Arc::new(Mutex::new(BTreeSet::new()));
         data_options.set_compaction_filter_factory(PurgeFilterFactory {
-            gc_grace: Arc::clone(&gc_grace),
+            rules: Arc::clone(&rules),
             garbage: Arc::clone(&garbage),
         });
 
@@ -157,7 +157,7 @@ impl RocksEngine {
             .map_err(|e| StorageError::Io(format!("cannot start the writer thread: {e}")))?;
         let engine = RocksEngine {
             db,
-            gc_grace,
+            rules,
             garbage,
             queue: Some(queue),
             writer: Some(writer),
@@ -444,11 +444,19 @@ impl Engine for RocksEngine {
     }
 
     fn set_gc_grace_seconds(&self, table_id: TableId, seconds: i32) {
-        self.gc_grace.set(table_id, seconds);
+        self.rules.set(table_id, seconds);
     }
 
     fn gc_grace_seconds(&self, table_id: &TableId) -> Option<i32> {
-        self.gc_grace.get(table_id)
+        self.rules.get(table_id)
+    }
+
+    fn set_truncated_at(&self, table_id: TableId, at: shoal_model::WriteTimestamp) {
+        self.rules.set_truncated_at(table_id, at);
+    }
+
+    fn truncated_at(&self, table_id: &TableId) -> Option<shoal_model::WriteTimestamp> {
+        self.rules.truncated_at(table_id)
     }
 
     fn collect_garbage(&self) -> Result<GarbageReport> {
