@@ -647,8 +647,22 @@ def test_a_partition_too_large_to_gather_whole_reads_in_chunks_at_quorum(cluster
             assert paged == list(range(rows))
             sliced = list(session.execute(f"SELECT t FROM {ks}.series WHERE k = 1 AND t >= 4000 AND t < 4003"))
             assert [r.t for r in sliced] == [4000, 4001, 4002]
+            # Backwards, chunk by chunk from the end, across the whole partition.
+            descending = [r.t for r in session.execute(SimpleStatement(
+                f"SELECT t FROM {ks}.series WHERE k = 1 ORDER BY t DESC", fetch_size=1000))]
+            assert descending == list(reversed(range(rows)))
         finally:
             driver.shutdown()
+    # A range deletion sorts at the start of the partition: chunks read backwards from the
+    # end must still see it.
+    driver, session = connect(cluster, [ADDRESSES[1]], ConsistencyLevel.QUORUM)
+    try:
+        session.execute(f"DELETE FROM {ks}.series WHERE k = 1 AND t >= 1000 AND t < 5000")
+        descending = [r.t for r in session.execute(SimpleStatement(
+            f"SELECT t FROM {ks}.series WHERE k = 1 ORDER BY t DESC", fetch_size=700))]
+        assert descending == list(reversed(range(5000, rows))) + list(reversed(range(1000)))
+    finally:
+        driver.shutdown()
 
 
 def test_schema_changes_continue_when_the_metadata_leader_dies(cluster):

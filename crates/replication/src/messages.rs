@@ -16,6 +16,10 @@ pub struct BatchId {
     pub id: [u8; 16],
 }
 
+/// Cells read backwards in a chunk, and the key they start at (`None`: the chunk reached
+/// the lower bound asked for).
+pub type CellsFrom = (Cells, Option<Vec<u8>>);
+
 /// A partition by token and serialized partition key.
 pub type PartitionRef = (Token, Vec<u8>);
 
@@ -48,6 +52,13 @@ pub enum ReplicaRequest {
     StoreBatch { batch: BatchId, cells: Vec<u8> },
     /// The batch was applied: drop it from the batchlog.
     RemoveBatch(BatchId),
+    /// The last visible cells of `[lower, upper)`, at most `limit`, in key order (reverse
+    /// scans walk a partition backwards in such chunks).
+    ReadBefore {
+        lower: Vec<u8>,
+        upper: Vec<u8>,
+        limit: u32,
+    },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -66,4 +77,10 @@ pub enum ReplicaResponse {
         complete: bool,
     },
     Error(String),
+    /// The answer to `ReadBefore`: the cells of `[from, upper)` (`from: None`: of the
+    /// whole `[lower, upper)`).
+    CellsFrom {
+        cells: Cells,
+        from: Option<Vec<u8>>,
+    },
 }

@@ -9,7 +9,7 @@
 
 use crate::consistency::{READ_TIMEOUT, WRITE_TIMEOUT};
 use crate::hints::Hints;
-use crate::messages::{Cells, ReplicaRequest, ReplicaResponse};
+use crate::messages::{Cells, CellsFrom, ReplicaRequest, ReplicaResponse};
 use crate::replica::LocalReplica;
 use crate::topology::{replicas_of, Replica, TabletReplicas, Topology};
 use crate::transport::{Liveness, ReplicaTransport};
@@ -139,6 +139,29 @@ impl StorageProxy {
         Box::pin(async move {
             match read.await? {
                 ReplicaResponse::Cells { cells, complete } => Ok((cells, complete)),
+                other => Err(format!("unexpected answer {other:?}")),
+            }
+        })
+    }
+
+    /// The last visible cells of `[lower, upper)` on `replica`, at most `limit`, and where
+    /// they start (`None`: at `lower`).
+    pub(crate) fn read_cells_before_on(
+        &self,
+        replica: &Replica,
+        lower: &[u8],
+        upper: &[u8],
+        limit: u32,
+    ) -> BoxFuture<'static, Result<CellsFrom, String>> {
+        let request = ReplicaRequest::ReadBefore {
+            lower: lower.to_vec(),
+            upper: upper.to_vec(),
+            limit,
+        };
+        let read = self.call(replica, request, READ_TIMEOUT);
+        Box::pin(async move {
+            match read.await? {
+                ReplicaResponse::CellsFrom { cells, from } => Ok((cells, from)),
                 other => Err(format!("unexpected answer {other:?}")),
             }
         })

@@ -3,6 +3,9 @@
 //! consistency level needs and reconciling them like any read, so the storage reader,
 //! paging and LIMIT work unchanged across nodes.
 //!
+//! Reverse reads of a partition walk it backwards in chunks (`ReplicaRequest::ReadBefore`),
+//! so `ORDER BY … DESC LIMIT n` on a large partition fetches only its end.
+//!
 //! Scans run on blocking threads (the coordinator's scan stage); a cursor waits for each
 //! chunk on the runtime handle it was given.
 
@@ -16,7 +19,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// Cells per chunk when a scan fetches from a replica.
-const SCAN_CHUNK_CELLS: u32 = 4096;
+pub const SCAN_CHUNK_CELLS: u32 = 4096;
 
 /// A read-only [`Engine`] view of one table across its replicas.
 pub struct ReplicatedView {
@@ -124,6 +127,98 @@ impl ReplicatedCursor<'_> {
     }
 }
 
+/// Walks `[lower, upper)` within one token backwards: chunks of the last cells before
+/// where the previous chunk started, so a reverse read holds one chunk at a time and a
+/// `LIMIT` fetches only what it returns.
+struct ReverseReplicatedCursor<'v> {
+    view: &'v ReplicatedView,
+    lower: Vec<u8>,
+    /// Where the next chunk ends; `None` once `lower` has been reached.
+    next_upper: Option<Vec<u8>>,
+    /// The current chunk, greatest key first.
+    buffer: VecDeque<(Vec<u8>, Vec<u8>)>,
+    error: Option<String>,
+}
+
+impl ReverseReplicatedCursor<'_> {
+    fn fill(&mut self) {
+        while self.buffer.is_empty() && self.error.is_none() {
+            let Some(end) = self.next_upper.take() else {
+                return;
+            };
+            if end <= self.lower {
+                return;
+            }
+            match self.fetch_before(&end) {
+                Ok(reconciled) => {
+                    self.buffer.extend(reconciled.cells.into_iter().rev());
+                    self.next_upper = reconciled.covered_from;
+                }
+                Err(error) => {
+                    self.error = Some(error.message.clone());
+                    self.view.error.lock().get_or_insert(error);
+                }
+            }
+        }
+    }
+
+    fn fetch_before(&self, end: &[u8]) -> Result<crate::reconcile::Reconciled, CqlError> {
+        let proxy = &self.view.proxy;
+        let state = proxy.topology.state();
+        let token = self
+            .lower
+            .get(keys::TABLE_ID_LENGTH..keys::TOKEN_PREFIX_LENGTH)
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+            .map(Token::from_sortable_bytes)
+            .unwrap_or(Token::MIN);
+        let replicas = proxy.replicas_of(&state, &self.view.table, token);
+        self.view.runtime.block_on(proxy.read_replicas_before(
+            &replicas,
+            self.view.consistency,
+            &self.lower,
+            end,
+            SCAN_CHUNK_CELLS,
+        ))
+    }
+}
+
+impl Cursor for ReverseReplicatedCursor<'_> {
+    fn current(&self) -> Option<(&[u8], &[u8])> {
+        self.buffer
+            .front()
+            .map(|(k, v)| (k.as_slice(), v.as_slice()))
+    }
+
+    fn advance(&mut self) {
+        self.buffer.pop_front();
+        self.fill();
+    }
+
+    /// Backwards: to the first entry before `key`.
+    fn skip_to(&mut self, key: &[u8]) {
+        while self
+            .buffer
+            .front()
+            .is_some_and(|(k, _)| k.as_slice() >= key)
+        {
+            self.buffer.pop_front();
+        }
+        if self.buffer.is_empty() {
+            if self.next_upper.as_ref().is_some_and(|n| n.as_slice() > key) {
+                self.next_upper = Some(key.to_vec());
+            }
+            self.fill();
+        }
+    }
+
+    fn status(&self) -> shoal_storage::Result<()> {
+        match &self.error {
+            Some(error) => Err(shoal_storage::StorageError::Io(error.clone())),
+            None => Ok(()),
+        }
+    }
+}
+
 impl Cursor for ReplicatedCursor<'_> {
     fn current(&self) -> Option<(&[u8], &[u8])> {
         self.buffer
@@ -171,6 +266,19 @@ impl Engine for ReplicatedView {
         upper: &[u8],
         reverse: bool,
     ) -> shoal_storage::Result<Box<dyn Cursor + 'a>> {
+        let within_one_token = lower.len() >= keys::TOKEN_PREFIX_LENGTH
+            && lower.get(..keys::TOKEN_PREFIX_LENGTH) == upper.get(..keys::TOKEN_PREFIX_LENGTH);
+        if reverse && within_one_token {
+            let mut cursor = ReverseReplicatedCursor {
+                view: self,
+                lower: lower.to_vec(),
+                next_upper: Some(upper.to_vec()),
+                buffer: Default::default(),
+                error: None,
+            };
+            cursor.fill();
+            return Ok(Box::new(cursor));
+        }
         let mut cursor = ReplicatedCursor {
             view: self,
             next: Some(lower.to_vec()),
@@ -188,7 +296,8 @@ impl Engine for ReplicatedView {
             cursor.advance();
         }
         cursor.status()?;
-        // Reverse scans only happen within one partition: read it forward, then reverse.
+        // Reverse scans happen within one partition (one token, above); a range over several
+        // tokens read backwards is read forward, then reversed.
         cells.reverse();
         Ok(Box::new(shoal_storage::SnapshotCursor::new(cells, true)))
     }

@@ -12,10 +12,11 @@
 //! A read at ONE on a replica is answered from this node's engine directly; one in
 //! [`BACKGROUND_CHECK_EVERY`] such reads also compares the replicas in the background.
 
+use crate::consistency::Requirement;
 use crate::consistency::{read_timeout, READ_TIMEOUT};
 use crate::messages::{Cells, PartitionRef};
 use crate::proxy::StorageProxy;
-use crate::reconcile::{reconcile, repairs_for, Answer, Reconciled};
+use crate::reconcile::{reconcile, reconcile_before, repairs_for, Answer, Reconciled};
 use crate::replica::cells_digest;
 use crate::topology::{plan_read, Replica, TabletReplicas};
 use futures::future::BoxFuture;
@@ -42,9 +43,6 @@ pub enum PartitionSource {
     /// A partition too large to gather whole: read it as a scan, in chunks.
     TooLarge,
 }
-
-/// One replica's answer to a read.
-type ReplicaRead = BoxFuture<'static, (Replica, Result<(Cells, bool), String>)>;
 
 impl StorageProxy {
     /// Reads the partitions of `table` from their replicas at `consistency`, repairing
@@ -191,6 +189,7 @@ impl StorageProxy {
         Ok(agree.then_some(Reconciled {
             cells,
             covered_until: None,
+            covered_from: None,
             repaired: 0,
         }))
     }
@@ -205,11 +204,60 @@ impl StorageProxy {
         upper: &[u8],
         limit: u32,
     ) -> Result<Reconciled, CqlError> {
+        let (requirement, answers) = self
+            .gather(replicas, consistency, |replica| {
+                self.read_cells_on(replica, lower, upper, limit)
+            })
+            .await?;
+        let answers: Vec<Answer> = answers
+            .into_iter()
+            .map(|(replica, (cells, complete))| (replica, cells, complete))
+            .collect();
+        let mut reconciled = reconcile(&answers);
+        self.read_repair(&requirement, consistency, &answers, &mut reconciled)
+            .await?;
+        Ok(reconciled)
+    }
+
+    /// Reads the last cells of `[lower, upper)` — at most about `limit` — from enough
+    /// replicas, reconciles and repairs: the result covers `[covered_from, upper)`. What
+    /// reverse scans fetch, chunk by chunk, from the end.
+    pub(crate) async fn read_replicas_before(
+        &self,
+        replicas: &TabletReplicas,
+        consistency: Consistency,
+        lower: &[u8],
+        upper: &[u8],
+        limit: u32,
+    ) -> Result<Reconciled, CqlError> {
+        let (requirement, answers) = self
+            .gather(replicas, consistency, |replica| {
+                self.read_cells_before_on(replica, lower, upper, limit)
+            })
+            .await?;
+        let answers = answers
+            .into_iter()
+            .map(|(replica, (cells, from))| (replica, cells, from))
+            .collect();
+        let (mut reconciled, answers) = reconcile_before(answers);
+        self.read_repair(&requirement, consistency, &answers, &mut reconciled)
+            .await?;
+        Ok(reconciled)
+    }
+
+    /// Asks the replicas `consistency` needs with `read`, replacing one that fails by a
+    /// live standby, until enough answered (`ReadTimeout` otherwise).
+    async fn gather<T: Send + 'static>(
+        &self,
+        replicas: &TabletReplicas,
+        consistency: Consistency,
+        read: impl Fn(&Replica) -> BoxFuture<'static, Result<T, String>>,
+    ) -> Result<(Requirement, Vec<(Replica, T)>), CqlError> {
         let (requirement, chosen, candidates) =
             plan_read(self.local_datacenter(), replicas, consistency)?;
-        let start_read = |replica: Replica| -> ReplicaRead {
-            let read = self.read_cells_on(&replica, lower, upper, limit);
-            Box::pin(async move { (replica, read.await) })
+        let start_read = |replica: Replica| -> BoxFuture<'static, (Replica, Result<T, String>)> {
+            let answer = read(&replica);
+            Box::pin(async move { (replica, answer.await) })
         };
         let mut reads = FuturesUnordered::new();
         for replica in &chosen {
@@ -222,13 +270,13 @@ impl StorageProxy {
             .copied()
             .filter(|c| !chosen.iter().any(|r| r.host_id == c.host_id))
             .collect();
-        let mut answers: Vec<Answer> = Vec::new();
+        let mut answers: Vec<(Replica, T)> = Vec::new();
         let timeout = tokio::time::sleep(READ_TIMEOUT);
         tokio::pin!(timeout);
-        while !requirement.met_by(answers.iter().map(|(r, _, _)| r.datacenter.as_str())) {
+        while !requirement.met_by(answers.iter().map(|(r, _)| r.datacenter.as_str())) {
             tokio::select! {
                 read = reads.next() => match read {
-                    Some((replica, Ok((cells, complete)))) => answers.push((replica, cells, complete)),
+                    Some((replica, Ok(answer))) => answers.push((replica, answer)),
                     Some((failed, Err(error))) => {
                         tracing::debug!(replica = %failed.address, %error, "replica read failed");
                         let substitute = standby
@@ -244,7 +292,7 @@ impl StorageProxy {
                 _ = &mut timeout => break,
             }
         }
-        if !requirement.met_by(answers.iter().map(|(r, _, _)| r.datacenter.as_str())) {
+        if !requirement.met_by(answers.iter().map(|(r, _)| r.datacenter.as_str())) {
             return Err(read_timeout(
                 consistency,
                 answers.len(),
@@ -252,31 +300,40 @@ impl StorageProxy {
                 !answers.is_empty(),
             ));
         }
-        let mut reconciled = reconcile(&answers);
-        let repairs = repairs_for(&answers, &reconciled);
-        if !repairs.is_empty() {
-            reconciled.repaired = repairs.iter().map(|(_, cells)| cells.len()).sum();
-            // The answer may only be given once enough replicas hold it: those that
-            // answered with nothing missing, and those that acknowledged their repair.
-            // Otherwise a later read of another quorum could go back in time.
-            let mut holding: Vec<String> = answers
-                .iter()
-                .filter(|(replica, _, _)| {
-                    !repairs.iter().any(|(r, _)| r.host_id == replica.host_id)
-                })
-                .map(|(replica, _, _)| replica.datacenter.clone())
-                .collect();
-            holding.extend(self.send_repairs(repairs).await);
-            if !requirement.met_by(holding.iter().map(String::as_str)) {
-                return Err(read_timeout(
-                    consistency,
-                    holding.len(),
-                    requirement.block_for(),
-                    true,
-                ));
-            }
+        Ok((requirement, answers))
+    }
+
+    /// Blocking read repair: sends every replica that answered stale data what it lacked,
+    /// and fails unless enough replicas hold the reconciled answer afterwards — those that
+    /// had it all and those that acknowledged their repair. Otherwise a later read of
+    /// another quorum could go back in time.
+    async fn read_repair(
+        &self,
+        requirement: &Requirement,
+        consistency: Consistency,
+        answers: &[Answer],
+        reconciled: &mut Reconciled,
+    ) -> Result<(), CqlError> {
+        let repairs = repairs_for(answers, reconciled);
+        if repairs.is_empty() {
+            return Ok(());
         }
-        Ok(reconciled)
+        reconciled.repaired = repairs.iter().map(|(_, cells)| cells.len()).sum();
+        let mut holding: Vec<String> = answers
+            .iter()
+            .filter(|(replica, _, _)| !repairs.iter().any(|(r, _)| r.host_id == replica.host_id))
+            .map(|(replica, _, _)| replica.datacenter.clone())
+            .collect();
+        holding.extend(self.send_repairs(repairs).await);
+        if !requirement.met_by(holding.iter().map(String::as_str)) {
+            return Err(read_timeout(
+                consistency,
+                holding.len(),
+                requirement.block_for(),
+                true,
+            ));
+        }
+        Ok(())
     }
 
     /// Sends each replica the cells it lacked; the datacenters of those that

@@ -14,6 +14,9 @@ pub struct Reconciled {
     pub cells: Cells,
     /// `None`: the whole requested range.
     pub covered_until: Option<Vec<u8>>,
+    /// For a chunk read backwards: it covers `[covered_from, upper)` (`None`: from the
+    /// requested lower bound).
+    pub covered_from: Option<Vec<u8>>,
     /// Cells sent to replicas that lacked them (read repair).
     pub repaired: usize,
 }
@@ -54,8 +57,32 @@ pub(crate) fn reconcile(answers: &[Answer]) -> Reconciled {
             key.push(0);
             key
         }),
+        covered_from: None,
         repaired: 0,
     }
+}
+
+/// Replicas' answers to a backward chunk read (each covering `[from, upper)`), cut to what
+/// every answer covers — `[the greatest from, upper)` — and merged; with the cut answers
+/// (for [`repairs_for`]).
+pub(crate) fn reconcile_before(
+    answers: Vec<(Replica, Cells, Option<Vec<u8>>)>,
+) -> (Reconciled, Vec<Answer>) {
+    let covered_from = answers.iter().filter_map(|(_, _, from)| from.clone()).max();
+    let cut: Vec<Answer> = answers
+        .into_iter()
+        .map(|(replica, mut cells, _)| {
+            if let Some(from) = &covered_from {
+                cells.retain(|(key, _)| key >= from);
+            }
+            (replica, cells, true)
+        })
+        .collect();
+    let reconciled = Reconciled {
+        covered_from,
+        ..reconcile(&cut)
+    };
+    (reconciled, cut)
 }
 
 /// For each replica, the reconciled cells it does not hold exactly.

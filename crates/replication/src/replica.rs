@@ -87,6 +87,14 @@ impl LocalReplica {
                     Err(error) => ReplicaResponse::Error(error.message),
                 }
             }
+            ReplicaRequest::ReadBefore {
+                lower,
+                upper,
+                limit,
+            } => match read_visible_before(self.engine.as_ref(), &lower, &upper, limit) {
+                Ok((cells, from)) => ReplicaResponse::CellsFrom { cells, from },
+                Err(error) => ReplicaResponse::Error(error),
+            },
             ReplicaRequest::RemoveBatch(batch) => {
                 match self.log.append(crate::batchlog::removal(batch)).await {
                     Ok(()) => ReplicaResponse::Applied,
@@ -176,6 +184,43 @@ pub fn read_visible(
         cells.push((key.to_vec(), value.to_vec()))
     })?;
     Ok((cells, complete))
+}
+
+/// The last visible cells of `[lower, upper)`: the window of the last `limit` stored keys
+/// (and about [`READ_REPLY_BYTES`]) before `upper`, walked backwards, then read forwards
+/// for what is visible in it (deletions before the window still count). Returns the cells
+/// and where the window starts (`None`: it reached `lower`, the answer is complete).
+pub fn read_visible_before(
+    engine: &dyn Engine,
+    lower: &[u8],
+    upper: &[u8],
+    limit: u32,
+) -> Result<(Cells, Option<Vec<u8>>), String> {
+    let mut cursor = engine.scan(lower, upper, true).map_err(|e| e.to_string())?;
+    let (mut taken, mut bytes) = (0u32, 0usize);
+    let mut first: Option<Vec<u8>> = None;
+    let mut reached_lower = true;
+    while let Some((key, value)) = cursor.current() {
+        if taken >= limit.max(1) || (taken > 0 && bytes >= READ_REPLY_BYTES) {
+            reached_lower = false;
+            break;
+        }
+        first = Some(key.to_vec());
+        taken += 1;
+        bytes += key.len() + value.len();
+        cursor.advance();
+    }
+    cursor.status().map_err(|e| e.to_string())?;
+    drop(cursor);
+    let from = match (reached_lower, first) {
+        (true, _) | (false, None) => lower.to_vec(),
+        (false, Some(first)) => first,
+    };
+    let mut cells = Vec::new();
+    walk_visible_within(engine, &from, upper, u32::MAX, usize::MAX, |key, value| {
+        cells.push((key.to_vec(), value.to_vec()))
+    })?;
+    Ok((cells, (!reached_lower).then_some(from)))
 }
 
 /// Adds one cell to a digest; every digest and repair hash is built this way. (The

@@ -2,4 +2,5 @@
 //! plain-text golden scripts ([`golden`], scripts in `src/testscripts/`).
 
 mod golden;
+mod reverse;
 mod sim;

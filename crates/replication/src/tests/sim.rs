@@ -46,6 +46,8 @@ pub enum Behaviour {
 #[derive(Default)]
 pub struct Network {
     nodes: Mutex<HashMap<SocketAddr, (Arc<LocalReplica>, Behaviour)>>,
+    /// Cells sent back in answers to reads, for tests of how much a read fetches.
+    pub cells_answered: std::sync::atomic::AtomicU64,
 }
 
 impl Network {
@@ -67,13 +69,24 @@ impl ReplicaTransport for SimTransport {
         timeout: Duration,
     ) -> BoxFuture<'static, Result<ReplicaResponse, String>> {
         let target = self.0.nodes.lock().get(&to).cloned();
+        let network = Arc::clone(&self.0);
         Box::pin(async move {
             let Some((replica, behaviour)) = target else {
                 return Err(format!("no node at {to}"));
             };
             let timed_out = || Err(format!("{to} did not answer within {timeout:?}"));
             match behaviour {
-                Behaviour::Up => Ok(replica.serve(request).await),
+                Behaviour::Up => {
+                    let response = replica.serve(request).await;
+                    if let ReplicaResponse::Cells { cells, .. }
+                    | ReplicaResponse::CellsFrom { cells, .. } = &response
+                    {
+                        network
+                            .cells_answered
+                            .fetch_add(cells.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    Ok(response)
+                }
                 Behaviour::Down => Err(format!("cannot connect to {to}: refused")),
                 Behaviour::Paused => {
                     tokio::time::sleep(timeout).await;
