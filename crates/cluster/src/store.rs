@@ -58,6 +58,23 @@ fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, bincode::Error> {
     bincode::serialize(value)
 }
 
+/// Writes metadata entries durably on a blocking thread: each is synced, which must not
+/// hold a runtime worker (and the requests queued on it) for the length of an fsync.
+async fn put_durably(
+    engine: &Arc<dyn Engine>,
+    entries: Vec<(Vec<u8>, Vec<u8>)>,
+) -> Result<(), shoal_storage::StorageError> {
+    let engine = Arc::clone(engine);
+    tokio::task::spawn_blocking(move || {
+        for (key, value) in entries {
+            engine.put_metadata(&key, &value)?;
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|_| shoal_storage::StorageError::Io("a metadata write failed unexpectedly".into()))?
+}
+
 struct LogInner {
     engine: Arc<dyn Engine>,
     entries: BTreeMap<u64, Entry<TypeConfig>>,
@@ -172,9 +189,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> StorageResult<()> {
         let mut inner = self.inner.lock().await;
         let bytes = encode(vote).map_err(|e| StorageIOError::write_vote(&e))?;
-        inner
-            .engine
-            .put_metadata(VOTE_KEY, &bytes)
+        put_durably(&inner.engine, vec![(VOTE_KEY.to_vec(), bytes)])
+            .await
             .map_err(|e| StorageIOError::write_vote(&e))?;
         inner.vote = Some(*vote);
         Ok(())
@@ -187,9 +203,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> StorageResult<()> {
         let mut inner = self.inner.lock().await;
         let bytes = encode(&committed).map_err(|e| StorageIOError::write(&e))?;
-        inner
-            .engine
-            .put_metadata(COMMITTED_KEY, &bytes)
+        put_durably(&inner.engine, vec![(COMMITTED_KEY.to_vec(), bytes)])
+            .await
             .map_err(|e| StorageIOError::write(&e))?;
         inner.committed = committed;
         Ok(())
@@ -205,12 +220,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let mut inner = self.inner.lock().await;
+        let entries: Vec<Entry<TypeConfig>> = entries.into_iter().collect();
+        let mut encoded = Vec::with_capacity(entries.len());
+        for entry in &entries {
+            let bytes = encode(entry).map_err(|e| StorageIOError::write_logs(&e))?;
+            encoded.push((log_key(entry.log_id.index), bytes));
+        }
+        put_durably(&inner.engine, encoded)
+            .await
+            .map_err(|e| StorageIOError::write_logs(&e))?;
         for entry in entries {
-            let bytes = encode(&entry).map_err(|e| StorageIOError::write_logs(&e))?;
-            inner
-                .engine
-                .put_metadata(&log_key(entry.log_id.index), &bytes)
-                .map_err(|e| StorageIOError::write_logs(&e))?;
             inner.entries.insert(entry.log_id.index, entry);
         }
         callback.log_io_completed(Ok(()));
@@ -225,9 +244,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn purge(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
         let mut inner = self.inner.lock().await;
         let bytes = encode(&Some(log_id)).map_err(|e| StorageIOError::write_logs(&e))?;
-        inner
-            .engine
-            .put_metadata(PURGED_KEY, &bytes)
+        put_durably(&inner.engine, vec![(PURGED_KEY.to_vec(), bytes)])
+            .await
             .map_err(|e| StorageIOError::write_logs(&e))?;
         inner.last_purged = Some(log_id);
         inner.remove_entries(..=log_id.index)
@@ -286,6 +304,15 @@ impl MachineInner {
             .put_metadata(STATE_MACHINE_KEY, &bytes)
             .map_err(|e| StorageIOError::write_state_machine(&e))?;
         Ok(bytes)
+    }
+
+    /// [`MachineInner::persist`] on a blocking thread (the state machine is synced).
+    async fn persist_durably(&self) -> StorageResult<()> {
+        let bytes = encode(&self.persisted).map_err(|e| StorageIOError::write_state_machine(&e))?;
+        put_durably(&self.engine, vec![(STATE_MACHINE_KEY.to_vec(), bytes)])
+            .await
+            .map_err(|e| StorageIOError::write_state_machine(&e))?;
+        Ok(())
     }
 
     fn publish(&self) {
@@ -351,7 +378,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             };
             outcomes.push(outcome);
         }
-        inner.persist()?;
+        inner.persist_durably().await?;
         inner.publish();
         Ok(outcomes)
     }
