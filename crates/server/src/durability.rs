@@ -341,6 +341,48 @@ mod tests {
         }
     }
 
+    /// A down peer, as the failure detector would report it.
+    struct OneDown;
+
+    impl shoal_replication::Liveness for OneDown {
+        fn is_alive(&self, _: &shoal_model::HostId) -> bool {
+            false
+        }
+        fn down_for(&self, _: &shoal_model::HostId) -> Option<Duration> {
+            Some(Duration::from_secs(1))
+        }
+        fn schema_version(&self, _: &shoal_model::HostId) -> Option<[u8; 16]> {
+            None
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stored_hint_is_as_durable_as_an_acknowledged_write() {
+        // In group mode a hint is kept only once the log sync covering it returned: an
+        // `ANY` write acknowledged on that hint survives a crash like any other.
+        let engine = engine();
+        let log = CommitLog::start(engine.clone(), CommitLogSync::Group, 1000).unwrap();
+        let hints = Arc::new(shoal_replication::Hints::new(
+            engine.clone(),
+            log.clone(),
+            Arc::new(OneDown),
+            Duration::from_secs(3600),
+            1 << 20,
+        ));
+        let before = engine.syncs.load(Ordering::SeqCst);
+        let cells = vec![(b"key".to_vec(), b"cell".to_vec())];
+        hints
+            .store(shoal_model::HostId([9; 16]), &cells)
+            .await
+            .unwrap();
+        assert!(
+            engine.syncs.load(Ordering::SeqCst) > before,
+            "the hint was acknowledged before any sync"
+        );
+        assert!(hints.pending_for(&shoal_model::HostId([9; 16])));
+        log.stop();
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn periodic_mode_acknowledges_without_waiting_for_a_sync() {
         let engine = engine();
