@@ -192,15 +192,24 @@ impl SchemaStore {
         }
         let before = self.current();
         let live_tables = table_ids(&next);
-        for id in table_ids(&before).keys() {
-            if !live_tables.contains_key(id) {
-                if let Err(error) = self
-                    .engine
-                    .delete_range(&keys::table_prefix(id), &keys::table_end(id))
-                {
-                    tracing::warn!(%error, "could not remove a dropped table's data");
+        let dropped: Vec<TableId> = table_ids(&before)
+            .into_keys()
+            .filter(|id| !live_tables.contains_key(id))
+            .collect();
+        if !dropped.is_empty() {
+            // The truncation recorded for a dropped table already hides its data and lets
+            // compaction drop it; removing it now only frees the space sooner. A synced
+            // range deletion has no business on the caller's (often a runtime) thread.
+            let engine = Arc::clone(&self.engine);
+            std::thread::spawn(move || {
+                for id in dropped {
+                    if let Err(error) =
+                        engine.delete_range(&keys::table_prefix(&id), &keys::table_end(&id))
+                    {
+                        tracing::warn!(%error, "could not remove a dropped table's data");
+                    }
                 }
-            }
+            });
         }
         for keyspace in next.user_keyspaces() {
             for table in keyspace.tables.values() {
