@@ -32,7 +32,7 @@ class ShoalNode:
     """One `shoal server` process."""
 
     def __init__(self, data_dir, address="127.0.0.1", port=None, commitlog_sync="periodic", config=None, extra_args=(),
-                 internode_port=None, seeds=()):
+                 internode_port=None, seeds=(), env=None):
         self.data_dir = Path(data_dir)
         self.address = address
         self.port = port or free_port(address)
@@ -41,6 +41,7 @@ class ShoalNode:
         self.commitlog_sync = commitlog_sync
         self.config = config
         self.extra_args = list(extra_args)
+        self.env = dict(env or {})
         self.process = None
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}.log"
 
@@ -67,7 +68,8 @@ class ShoalNode:
         """Starts the process without waiting for it to serve clients."""
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
-        self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
+                                        env={**os.environ, **self.env})
         log.close()
         return self
 

@@ -166,6 +166,46 @@ impl Hints {
         )
     }
 
+    /// Removes every hint none of whose cells is still due (tables dropped or truncated
+    /// since, or older than their gc_grace_seconds), whether or not its replica ever
+    /// returns; returns how many were removed. Runs on the caller's thread: call it from a
+    /// blocking one.
+    pub fn sweep(&self) -> Result<usize, String> {
+        let lower = HINTS_TABLE_ID.0.to_vec();
+        let upper = vec![0xff; HINTS_TABLE_ID.0.len() + 1];
+        let mut expired: Vec<(Vec<u8>, u64)> = Vec::new();
+        {
+            let mut cursor = self
+                .engine
+                .scan(&lower, &upper, false)
+                .map_err(|e| e.to_string())?;
+            while let Some((key, value)) = cursor.current() {
+                let cell = Cell::decode(value).map_err(|e| format!("{e:?}"))?;
+                let hinted: Cells = bincode::deserialize(&cell.value).map_err(|e| e.to_string())?;
+                let hinted_at = cell.timestamp.0 / 1_000_000;
+                if !hinted
+                    .iter()
+                    .any(|(key, value)| self.still_due(key, value, hinted_at))
+                {
+                    expired.push((key.to_vec(), value.len() as u64));
+                }
+                cursor.advance();
+            }
+        }
+        for (key, bytes) in &expired {
+            let mut end = key.clone();
+            end.push(0);
+            self.engine
+                .delete_range(key, &end)
+                .map_err(|e| e.to_string())?;
+            self.stored_bytes.fetch_sub(
+                (*bytes).min(self.stored_bytes.load(Ordering::Relaxed)),
+                Ordering::Relaxed,
+            );
+        }
+        Ok(expired.len())
+    }
+
     /// True when hints are waiting for `host`.
     pub fn pending_for(&self, host: &HostId) -> bool {
         let prefix = host_prefix(host);

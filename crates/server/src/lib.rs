@@ -8,7 +8,8 @@
 //! - [`events`] — pushing SCHEMA_CHANGE, TOPOLOGY_CHANGE and STATUS_CHANGE events.
 //! - [`internode`] — messaging between nodes; [`membership`] — the failure detector and
 //!   the loops that follow the cluster metadata.
-//! - [`maintenance`] — storage garbage collection and batchlog replay in the background.
+//! - [`maintenance`] — storage garbage collection, hint sweeps and batchlog replay in the
+//!   background.
 //! - [`Node`] — opens storage, builds the coordinator, listens for clients, and shuts
 //!   everything down cleanly.
 
@@ -208,6 +209,9 @@ impl Node {
             Arc::clone(&engine),
         )));
         background.push(tokio::spawn(maintenance::replay_batches_regularly(
+            Arc::clone(&proxy),
+        )));
+        background.push(tokio::spawn(maintenance::sweep_hints_regularly(
             Arc::clone(&proxy),
         )));
         background.push(tokio::spawn(membership::follow_metadata(

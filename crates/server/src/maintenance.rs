@@ -7,6 +7,10 @@
 //! [`GARBAGE_COLLECTION_INTERVAL`], so the work follows compaction's pace and never runs
 //! on the request path.
 //!
+//! Hint sweeps ([`shoal_replication::Hints::sweep`]) remove, every
+//! [`HINT_SWEEP_INTERVAL`], hints for dropped or truncated tables and hints older than
+//! their table's gc_grace_seconds, even for a replica that never returns.
+//!
 //! Batchlog replay ([`shoal_replication::StorageProxy::replay_batches`]) writes again the
 //! logged batches whose coordinator did not finish them, every [`BATCHLOG_REPLAY_INTERVAL`].
 
@@ -18,6 +22,9 @@ use std::time::Duration;
 
 /// How often this node looks for logged batches to replay (as Cassandra).
 pub const BATCHLOG_REPLAY_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How often hints that are no longer due are removed.
+pub const HINT_SWEEP_INTERVAL: Duration = Duration::from_secs(600);
 
 /// How often reported deletions are cleared.
 pub const GARBAGE_COLLECTION_INTERVAL: Duration = Duration::from_secs(10);
@@ -52,6 +59,23 @@ pub async fn replay_batches_regularly(proxy: Arc<StorageProxy>) {
             Ok(0) => {}
             Ok(replayed) => tracing::info!(replayed, "replayed logged batches from the batchlog"),
             Err(error) => tracing::warn!(%error, "batchlog replay failed"),
+        }
+    }
+}
+
+/// Removes hints that are no longer due every [`HINT_SWEEP_INTERVAL`] until the task is
+/// dropped.
+pub async fn sweep_hints_regularly(proxy: Arc<StorageProxy>) {
+    let mut interval = tokio::time::interval(HINT_SWEEP_INTERVAL);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        let hints = Arc::clone(proxy.hints());
+        match tokio::task::spawn_blocking(move || hints.sweep()).await {
+            Ok(Ok(0)) => {}
+            Ok(Ok(removed)) => tracing::info!(removed, "removed hints that are no longer due"),
+            Ok(Err(error)) => tracing::warn!(%error, "sweeping hints failed"),
+            Err(_) => return,
         }
     }
 }

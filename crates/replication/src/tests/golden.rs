@@ -16,6 +16,7 @@
 //! - `dump` — every node's visible cells.
 //! - `hints` — how many hints every node keeps, and for whom.
 //! - `replay` — every node replays its hints to the live nodes they are for.
+//! - `sweep` — every node removes the hints that are no longer due.
 //! - `restart nX` — a new process over the same storage (hints survive).
 //! - `advance SECONDS` — moves the clock on.
 //! - `repair` — anti-entropy repair of the table, coordinated by the prefix node.
@@ -458,6 +459,16 @@ impl goldenscript::Runner for Runner {
             "dump" => self.dump()?,
             "hints" => self.hints()?,
             "replay" => self.replay()?,
+            "sweep" => {
+                let mut out = String::new();
+                for node in &self.cluster()?.nodes {
+                    let removed = node.proxy.hints().sweep()?;
+                    if removed > 0 {
+                        writeln!(out, "{}: {removed} removed", node.name)?;
+                    }
+                }
+                out
+            }
             "restart" => {
                 let mut args = command.consume_args();
                 let name = args.next_pos().ok_or("which node?")?.to_string();
