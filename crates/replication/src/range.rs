@@ -184,9 +184,7 @@ impl ReverseReplicatedCursor<'_> {
 
 impl Cursor for ReverseReplicatedCursor<'_> {
     fn current(&self) -> Option<(&[u8], &[u8])> {
-        self.buffer
-            .front()
-            .map(|(k, v)| (k.as_slice(), v.as_slice()))
+        front_of(&self.buffer)
     }
 
     fn advance(&mut self) {
@@ -212,18 +210,13 @@ impl Cursor for ReverseReplicatedCursor<'_> {
     }
 
     fn status(&self) -> shoal_storage::Result<()> {
-        match &self.error {
-            Some(error) => Err(shoal_storage::StorageError::Io(error.clone())),
-            None => Ok(()),
-        }
+        status_of(&self.error)
     }
 }
 
 impl Cursor for ReplicatedCursor<'_> {
     fn current(&self) -> Option<(&[u8], &[u8])> {
-        self.buffer
-            .front()
-            .map(|(k, v)| (k.as_slice(), v.as_slice()))
+        front_of(&self.buffer)
     }
 
     fn advance(&mut self) {
@@ -244,10 +237,20 @@ impl Cursor for ReplicatedCursor<'_> {
     }
 
     fn status(&self) -> shoal_storage::Result<()> {
-        match &self.error {
-            Some(error) => Err(shoal_storage::StorageError::Io(error.clone())),
-            None => Ok(()),
-        }
+        status_of(&self.error)
+    }
+}
+
+/// The cell a chunked cursor is on: the front of its buffered chunk.
+fn front_of(buffer: &VecDeque<(Vec<u8>, Vec<u8>)>) -> Option<(&[u8], &[u8])> {
+    buffer.front().map(|(k, v)| (k.as_slice(), v.as_slice()))
+}
+
+/// A chunked cursor's status: the error that stopped it, if one did.
+fn status_of(error: &Option<String>) -> shoal_storage::Result<()> {
+    match error {
+        Some(error) => Err(shoal_storage::StorageError::Io(error.clone())),
+        None => Ok(()),
     }
 }
 
