@@ -180,13 +180,7 @@ impl Hints {
                 .scan(&lower, &upper, false)
                 .map_err(|e| e.to_string())?;
             while let Some((key, value)) = cursor.current() {
-                let cell = Cell::decode(value).map_err(|e| format!("{e:?}"))?;
-                let hinted: Cells = bincode::deserialize(&cell.value).map_err(|e| e.to_string())?;
-                let hinted_at = cell.timestamp.0 / 1_000_000;
-                if !hinted
-                    .iter()
-                    .any(|(key, value)| self.still_due(key, value, hinted_at))
-                {
+                if self.due_cells(value)?.is_empty() {
                     expired.push((key.to_vec(), value.len() as u64));
                 }
                 cursor.advance();
@@ -214,6 +208,17 @@ impl Hints {
             .scan(&prefix, &upper, false)
             .map(|cursor| cursor.current().is_some())
             .unwrap_or(false)
+    }
+
+    /// The cells of a stored hint that are still worth delivering.
+    fn due_cells(&self, stored: &[u8]) -> Result<Cells, String> {
+        let cell = Cell::decode(stored).map_err(|e| format!("{e:?}"))?;
+        let hinted: Cells = bincode::deserialize(&cell.value).map_err(|e| e.to_string())?;
+        let hinted_at = cell.timestamp.0 / 1_000_000;
+        Ok(hinted
+            .into_iter()
+            .filter(|(key, value)| self.still_due(key, value, hinted_at))
+            .collect())
     }
 
     /// Whether a hinted cell (hinted at `hinted_at`, seconds) is still worth delivering:
@@ -262,15 +267,7 @@ impl Hints {
                         break;
                     }
                     bytes += value.len() as u64;
-                    let cell = Cell::decode(value).map_err(|e| format!("{e:?}"))?;
-                    let hinted: Cells =
-                        bincode::deserialize(&cell.value).map_err(|e| e.to_string())?;
-                    let hinted_at = cell.timestamp.0 / 1_000_000;
-                    cells.extend(
-                        hinted
-                            .into_iter()
-                            .filter(|(key, value)| self.still_due(key, value, hinted_at)),
-                    );
+                    cells.extend(self.due_cells(value)?);
                     keys.push(key.to_vec());
                     cursor.advance();
                 }

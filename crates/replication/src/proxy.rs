@@ -122,6 +122,20 @@ impl StorageProxy {
         Box::pin(async move { matches!(applied.await, Ok(ReplicaResponse::Applied)) })
     }
 
+    /// Asks `replica` a read and takes the answer `expected` picks out of its response;
+    /// any other answer is an error.
+    fn read_on<T: Send + 'static>(
+        &self,
+        replica: &Replica,
+        request: ReplicaRequest,
+        expected: fn(ReplicaResponse) -> Result<T, ReplicaResponse>,
+    ) -> BoxFuture<'static, Result<T, String>> {
+        let read = self.call(replica, request, READ_TIMEOUT);
+        Box::pin(async move {
+            expected(read.await?).map_err(|other| format!("unexpected answer {other:?}"))
+        })
+    }
+
     /// The visible cells of `[lower, upper)` on `replica`, at most `limit`.
     pub(crate) fn read_cells_on(
         &self,
@@ -135,12 +149,9 @@ impl StorageProxy {
             upper: upper.to_vec(),
             limit,
         };
-        let read = self.call(replica, request, READ_TIMEOUT);
-        Box::pin(async move {
-            match read.await? {
-                ReplicaResponse::Cells { cells, complete } => Ok((cells, complete)),
-                other => Err(format!("unexpected answer {other:?}")),
-            }
+        self.read_on(replica, request, |response| match response {
+            ReplicaResponse::Cells { cells, complete } => Ok((cells, complete)),
+            other => Err(other),
         })
     }
 
@@ -158,12 +169,9 @@ impl StorageProxy {
             upper: upper.to_vec(),
             limit,
         };
-        let read = self.call(replica, request, READ_TIMEOUT);
-        Box::pin(async move {
-            match read.await? {
-                ReplicaResponse::CellsFrom { cells, from } => Ok((cells, from)),
-                other => Err(format!("unexpected answer {other:?}")),
-            }
+        self.read_on(replica, request, |response| match response {
+            ReplicaResponse::CellsFrom { cells, from } => Ok((cells, from)),
+            other => Err(other),
         })
     }
 
@@ -180,12 +188,9 @@ impl StorageProxy {
             upper: upper.to_vec(),
             limit,
         };
-        let digest = self.call(replica, request, READ_TIMEOUT);
-        Box::pin(async move {
-            match digest.await? {
-                ReplicaResponse::Digest { hash, complete } => Ok((hash, complete)),
-                other => Err(format!("unexpected answer {other:?}")),
-            }
+        self.read_on(replica, request, |response| match response {
+            ReplicaResponse::Digest { hash, complete } => Ok((hash, complete)),
+            other => Err(other),
         })
     }
 

@@ -9,7 +9,7 @@
 //! A visitor steers the walk with [`Flow`], which is how LIMIT, paging and DISTINCT stop
 //! reading as soon as they have enough.
 
-use crate::{shadow, Cursor, Engine, Result, StorageError};
+use crate::{Cursor, Engine, Result, StorageError};
 use shoal_model::keys::{self, ColumnPart};
 use shoal_model::{Cell, TableId, Token, WriteTimestamp};
 use std::cmp::Ordering;
@@ -413,6 +413,8 @@ pub fn scan_partitions(
     visitor: &mut dyn Visitor,
 ) -> Result<Flow> {
     let mut cursor = engine.scan(lower, upper, false)?;
+    // The table's truncation, looked up again only when the scan reaches another table.
+    let mut truncation: Option<(TableId, Option<WriteTimestamp>)> = None;
     loop {
         let (token, partition_key, prefix) = match cursor.current() {
             None => break,
@@ -423,14 +425,23 @@ pub fn scan_partitions(
                 (token, partition_key.to_vec(), prefix)
             }
         };
-        let truncation = shadow::truncation_for(engine, &prefix);
+        let table = TableId::of_key(&prefix);
+        let table_truncation = match (&truncation, table) {
+            (Some((cached, at)), Some(table)) if *cached == table => *at,
+            (_, Some(table)) => {
+                let at = engine.truncated_at(&table);
+                truncation = Some((table, at));
+                at
+            }
+            (_, None) => None,
+        };
         let header = read_header(
             cursor.as_mut(),
             token,
             &partition_key,
             prefix,
             now_seconds,
-            truncation,
+            table_truncation,
         )?;
         let mut flow = visitor.partition(&header);
         while flow == Flow::Continue {

@@ -197,12 +197,13 @@ impl ModifyPlan {
         }
     }
 
-    /// True when building the statement needs the current elements of a list.
-    fn reads_lists(&self) -> bool {
+    /// The WHERE clause of the rows whose current list elements building the statement
+    /// needs (`l[i] = v`, `l = l - [...]`, `DELETE l[i]`); `None` when it reads nothing.
+    fn reads_lists_of(&self) -> Option<&WherePlan> {
         match &self.kind {
-            ModifyKind::Insert(_) => false,
-            ModifyKind::Update(update) => update.reads_lists(),
-            ModifyKind::Delete(delete) => delete.reads_lists(),
+            ModifyKind::Insert(_) => None,
+            ModifyKind::Update(update) => update.reads_lists().then_some(&update.where_plan),
+            ModifyKind::Delete(delete) => delete.reads_lists().then_some(&delete.where_plan),
         }
     }
 
@@ -215,13 +216,8 @@ impl ModifyPlan {
         bindings: Bindings<'_>,
         consistency: Consistency,
     ) -> Result<CurrentState, CqlError> {
-        if !self.reads_lists() {
+        let Some(where_plan) = self.reads_lists_of() else {
             return Ok(CurrentState::Local);
-        }
-        let where_plan = match &self.kind {
-            ModifyKind::Insert(_) => return Ok(CurrentState::Local),
-            ModifyKind::Update(update) => &update.where_plan,
-            ModifyKind::Delete(delete) => &delete.where_plan,
         };
         let restrictions = where_plan.bind(&self.table, bindings)?;
         let partitions = partitions(&restrictions)?;
