@@ -122,8 +122,9 @@ pub struct ClusterMetadata {
     local_data: Arc<dyn LocalData>,
     /// This node had Raft state when it started.
     resuming: bool,
-    /// Serializes admissions on the leader: two joins deciding at once whether there is
-    /// room for one more voter would both find it.
+    /// Serializes admissions on the leader, so each decides whether there is room for one
+    /// more voter knowing every earlier one, and none is refused because another's
+    /// membership change is under way (openraft refuses overlapping changes).
     admissions: tokio::sync::Mutex<()>,
 }
 
