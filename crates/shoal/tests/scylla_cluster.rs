@@ -92,7 +92,36 @@ fn start_cluster() -> (Processes, u16) {
         wait_for(SocketAddr::new(address(index), cql_port), &mut child);
         processes.children.push(child);
     }
+    wait_until_every_node_sees_three_up(internode_port);
     (processes, cql_port)
+}
+
+/// Waits until each node's own view (`shoal admin status` asked of it) has all three
+/// nodes up: a node listening for CQL may not have heard from its peers yet, and a write
+/// at ALL it coordinated then would be refused as Unavailable.
+fn wait_until_every_node_sees_three_up(internode_port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for index in 1..=3u8 {
+        loop {
+            let status = Command::new(env!("CARGO_BIN_EXE_shoal"))
+                .args(["admin", "status", "--host", &address(index).to_string()])
+                .args(["--port", &internode_port.to_string()])
+                .output()
+                .unwrap();
+            let up = String::from_utf8_lossy(&status.stdout)
+                .lines()
+                .filter(|line| line.starts_with("UN "))
+                .count();
+            if status.status.success() && up == 3 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {index} does not see three nodes up"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
 }
 
 async fn count_on(
