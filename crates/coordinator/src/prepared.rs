@@ -181,8 +181,9 @@ impl MarkerTypes<'_> {
                 name: function,
                 arguments,
             } => {
-                let argument_type = match function.as_str() {
+                let argument_type = match function.to_ascii_lowercase().as_str() {
                     "mintimeuuid" | "maxtimeuuid" => CqlType::Timestamp,
+                    "fromjson" => CqlType::Text,
                     _ => CqlType::Timeuuid,
                 };
                 for argument in arguments {
@@ -339,6 +340,9 @@ impl MarkerTypes<'_> {
                     }
                     let cql_type = self.column_type(name);
                     self.term(value, name, &cql_type);
+                }
+                if let Some(json) = &insert.json {
+                    self.term(json, "[json]", &CqlType::Text);
                 }
                 self.using(&insert.using);
             }

@@ -153,6 +153,9 @@ pub struct Insert {
     pub values: Vec<Term>,
     /// `INSERT ... JSON '...'`: the JSON text term.
     pub json: Option<Term>,
+    /// `INSERT ... JSON '...' DEFAULT UNSET`: columns missing from the JSON are left as
+    /// they are (by default they are set to null).
+    pub json_default_unset: bool,
     pub if_not_exists: bool,
     pub using: Using,
 }

@@ -607,10 +607,12 @@ impl Parser {
         let mut columns = Vec::new();
         let mut values = Vec::new();
         let mut json = None;
+        let mut json_default_unset = false;
         if self.eat_word("json") {
             json = Some(self.term()?);
             if self.eat_word("default") && !self.eat_word("null") {
                 self.expect_word("unset")?;
+                json_default_unset = true;
             }
         } else {
             self.expect_symbol("(")?;
@@ -644,6 +646,7 @@ impl Parser {
             columns,
             values,
             json,
+            json_default_unset,
             if_not_exists,
             using,
         })

@@ -1,9 +1,10 @@
 //! INSERT: a row marker and a cell per column given (a static-only insert writes just the
-//! static row).
+//! static row). `INSERT JSON` names its columns in a JSON object, read when the statement
+//! runs (the text may be a bind marker).
 
 use super::rows::{write_column_value, WriteContext};
 use super::RowAddress;
-use crate::values::{Bindings, Bound, TypedTerm};
+use crate::values::{json, Bindings, Bound, TypedTerm};
 use crate::{ensure, CqlError};
 use shoal_cql::ast::Insert;
 use shoal_model::keys;
@@ -18,6 +19,59 @@ pub(crate) struct InsertPlan {
     values: Vec<Option<TypedTerm>>,
     /// Every clustering column has a value (otherwise only static columns are written).
     clustering_complete: bool,
+    /// `INSERT JSON`: the values come from this JSON object instead of `values`.
+    json: Option<JsonValues>,
+}
+
+/// The JSON text of an `INSERT JSON`, and what columns it leaves out become.
+#[derive(Debug)]
+struct JsonValues {
+    text: TypedTerm,
+    /// `DEFAULT UNSET`: left as they are; otherwise (`DEFAULT NULL`) set to null.
+    missing: Bound,
+}
+
+impl JsonValues {
+    /// The value of every column, indexed like `table.columns`, from the JSON object.
+    fn evaluate(
+        &self,
+        table: &TableMetadata,
+        bindings: Bindings<'_>,
+    ) -> Result<Vec<Option<Bound>>, CqlError> {
+        let text = match self.text.evaluate(bindings)? {
+            Bound::Value(shoal_model::Value::Text(text)) => text,
+            _ => return Err(CqlError::invalid("Got null for INSERT JSON values")),
+        };
+        let serde_json::Value::Object(object) = json::parse(&text)? else {
+            return Err(CqlError::invalid(format!(
+                "Could not decode JSON string as a map: {text}"
+            )));
+        };
+        let mut values = vec![Some(self.missing.clone()); table.columns.len()];
+        let mut given = vec![false; table.columns.len()];
+        for (key, value) in &object {
+            // Like identifiers in CQL: case-insensitive unless written in double quotes.
+            let name = match key.strip_prefix('"').and_then(|k| k.strip_suffix('"')) {
+                Some(quoted) => quoted.to_string(),
+                None => key.to_lowercase(),
+            };
+            let index = table.column_index(&name).ok_or_else(|| {
+                CqlError::invalid(format!(
+                    "JSON values map contains unrecognized column: {key}"
+                ))
+            })?;
+            ensure(!given[index], || {
+                CqlError::invalid(format!("Multiple definitions found for column {name}"))
+            })?;
+            given[index] = true;
+            let column = &table.columns[index];
+            values[index] = Some(match json::from_json(value, &column.cql_type, &name)? {
+                Some(value) => Bound::Value(value),
+                None => Bound::Null,
+            });
+        }
+        Ok(values)
+    }
 }
 
 /// The error for a key column bound to null or unset.
@@ -27,9 +81,21 @@ fn null_key(name: &str) -> CqlError {
 
 impl InsertPlan {
     pub(crate) fn new(table: &TableMetadata, insert: &Insert) -> Result<InsertPlan, CqlError> {
-        ensure(insert.json.is_none(), || {
-            CqlError::invalid("INSERT JSON is not supported by Shoal yet")
-        })?;
+        if let Some(text) = &insert.json {
+            return Ok(InsertPlan {
+                values: vec![None; table.columns.len()],
+                // A key column missing from the JSON is null, refused when the row is built.
+                clustering_complete: true,
+                json: Some(JsonValues {
+                    text: TypedTerm::new(text, &shoal_model::CqlType::Text, "[json]")?,
+                    missing: if insert.json_default_unset {
+                        Bound::Unset
+                    } else {
+                        Bound::Null
+                    },
+                }),
+            });
+        }
         ensure(insert.columns.len() == insert.values.len(), || {
             CqlError::invalid(format!(
                 "Unmatched column names/values: {} names but {} values",
@@ -85,6 +151,7 @@ impl InsertPlan {
         Ok(InsertPlan {
             values,
             clustering_complete,
+            json: None,
         })
     }
 
@@ -96,11 +163,14 @@ impl InsertPlan {
         batch: &mut WriteBatch,
     ) -> Result<Vec<RowAddress>, CqlError> {
         let table = ctx.table;
-        let mut values: Vec<Option<Bound>> = self
-            .values
-            .iter()
-            .map(|term| term.as_ref().map(|t| t.evaluate(bindings)).transpose())
-            .collect::<Result<_, _>>()?;
+        let mut values: Vec<Option<Bound>> = match &self.json {
+            Some(json) => json.evaluate(table, bindings)?,
+            None => self
+                .values
+                .iter()
+                .map(|term| term.as_ref().map(|t| t.evaluate(bindings)).transpose())
+                .collect::<Result<_, _>>()?,
+        };
         let mut key_components = Vec::with_capacity(table.partition_key_count());
         let mut clustering = Vec::new();
         for (column, value) in table.columns.iter().zip(values.iter_mut()) {

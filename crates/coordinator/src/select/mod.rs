@@ -142,9 +142,6 @@ impl SelectPlan {
     ) -> Result<SelectPlan, CqlError> {
         let keyspace_metadata = Arc::new(schema.keyspace(keyspace)?.clone());
         let table = Arc::clone(schema.table(keyspace, &select.table.name)?);
-        ensure(!select.json, || {
-            CqlError::invalid("SELECT JSON is not supported by Shoal yet")
-        })?;
         ensure(select.group_by.is_empty(), || {
             CqlError::invalid("GROUP BY is not supported by Shoal yet")
         })?;
@@ -300,7 +297,7 @@ impl SelectPlan {
             )?,
             None => self.scan(engine, restrictions, resume.as_ref(), &mut visitor)?,
         }
-        Ok(finish(visitor, &selection, parameters, limit))
+        finish(visitor, &selection, parameters, limit)
     }
 
     /// Reads the named partitions, in key order, from where a resumed page left off.

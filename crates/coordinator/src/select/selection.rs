@@ -1,9 +1,10 @@
 //! The selection clause of a SELECT, compiled once when the statement is planned: the
 //! result columns (names and types, as drivers see them in the result metadata) and how
 //! each is computed from a row — a column, `writetime`/`ttl`, `token`, an aggregate, a
-//! conversion function, or a term.
+//! conversion function, `toJson()`, or a term. `SELECT JSON` returns each row as one JSON
+//! object in a single `[json]` text column.
 
-use crate::values::{Bindings, Bound, TypedTerm};
+use crate::values::{json, Bindings, Bound, TypedTerm};
 use crate::{ensure, CqlError};
 use shoal_cql::ast::{Select, Selector};
 use shoal_cql::response::ColumnSpec;
@@ -25,6 +26,11 @@ pub(crate) enum Output {
     ToTimestamp(usize),
     ToUnixTimestamp(usize),
     ToDate(usize),
+    /// `toJson(argument)`: the argument's value as JSON text.
+    ToJson {
+        argument: Box<Output>,
+        cql_type: CqlType,
+    },
     Constant(Option<Vec<u8>>),
     /// A term evaluated once per execution (`now()`, a bind marker, a literal).
     Term(TypedTerm),
@@ -45,6 +51,9 @@ pub(crate) struct Selection {
     pub(crate) columns: Vec<ColumnSpec>,
     pub(crate) outputs: Vec<Output>,
     pub(crate) aggregate: bool,
+    /// `SELECT JSON`: the columns each row's JSON object holds (`columns` is then the one
+    /// `[json]` column the client sees).
+    pub(crate) json: Option<Vec<ColumnSpec>>,
 }
 
 impl Selection {
@@ -68,6 +77,38 @@ impl Selection {
             }
         }
         Ok(std::borrow::Cow::Owned(bound))
+    }
+
+    /// A row as the client receives it: as computed, or for `SELECT JSON` one JSON object
+    /// of every output by its column name.
+    pub(crate) fn finish_row(
+        &self,
+        cells: Vec<Option<Vec<u8>>>,
+    ) -> Result<Vec<Option<Vec<u8>>>, CqlError> {
+        let Some(columns) = &self.json else {
+            return Ok(cells);
+        };
+        let mut object = String::from("{");
+        for (i, (column, cell)) in columns.iter().zip(&cells).enumerate() {
+            if i > 0 {
+                object.push_str(", ");
+            }
+            // Names that need quotes in CQL keep them in the JSON key, as in Cassandra.
+            let name = if column.name.chars().any(|c| c.is_ascii_uppercase()) {
+                format!("\"{}\"", column.name)
+            } else {
+                column.name.clone()
+            };
+            object.push_str(&serde_json::Value::String(name).to_string());
+            object.push_str(": ");
+            let value = cell
+                .as_ref()
+                .map(|bytes| shoal_model::Value::deserialize(&column.cql_type, bytes))
+                .transpose()?;
+            object.push_str(&json::optional_to_json(value.as_ref()));
+        }
+        object.push('}');
+        Ok(vec![Some(object.into_bytes())])
     }
 }
 
@@ -104,10 +145,17 @@ pub(crate) fn compile_selection(
         outputs.push(output);
     }
     let aggregate = outputs.iter().any(Output::is_aggregate);
+    let json = select.json.then(|| {
+        std::mem::replace(
+            &mut columns,
+            vec![spec(table, "[json]".to_string(), CqlType::Text)],
+        )
+    });
     Ok(Selection {
         columns,
         outputs,
         aggregate,
+        json,
     })
 }
 
@@ -179,6 +227,31 @@ fn compile_selector(
                 format!("system.token({})", names.join(", ")),
                 CqlType::Bigint,
                 Output::Token,
+            )
+        }
+        Selector::Function { name, arguments }
+            if name.eq_ignore_ascii_case("tojson") && arguments.len() == 1 =>
+        {
+            let argument = shoal_cql::ast::SelectItem {
+                selector: arguments[0].clone(),
+                alias: None,
+            };
+            let (shown, cql_type, output) = compile_selector(table, select, &argument)?;
+            ensure(
+                !output.is_aggregate() && !matches!(output, Output::Term(_)),
+                || {
+                    CqlError::invalid(format!(
+                        "toJson() takes a column or a function of columns, not {shown}"
+                    ))
+                },
+            )?;
+            (
+                format!("system.tojson({shown})"),
+                CqlType::Text,
+                Output::ToJson {
+                    argument: Box::new(output),
+                    cql_type,
+                },
             )
         }
         Selector::Function { name, arguments } => compile_function(table, name, arguments)?,

@@ -83,5 +83,5 @@ pub(crate) fn select_virtual(
         }
     }
     let parameters = QueryParameters::default();
-    Ok(finish(visitor, selection, &parameters, limit))
+    finish(visitor, selection, &parameters, limit)
 }

@@ -7,7 +7,7 @@
 use crate::paging::PagingState;
 use crate::restrictions::Filter;
 use crate::select::selection::{Output, Selection};
-use crate::values::timeuuid_millis;
+use crate::values::{json, timeuuid_millis};
 use crate::CqlError;
 use shoal_cql::ast::Operator;
 use shoal_cql::request::QueryParameters;
@@ -298,66 +298,79 @@ impl<'a> SelectVisitor<'a> {
         Ok(true)
     }
 
+    /// Each output's cell for one row, before [`Selection::finish_row`]. Aggregates give
+    /// `None` here (see [`SelectVisitor::accumulate`]).
     fn output_cells(
         &self,
         values: &[ColumnValue],
         token: Token,
     ) -> Result<Vec<Option<Vec<u8>>>, CqlError> {
-        let mut cells = Vec::with_capacity(self.selection.outputs.len());
-        for output in &self.selection.outputs {
-            let cell = match output {
-                Output::Column(index) => values[*index].bytes.clone(),
-                Output::WriteTime(index) => {
-                    values[*index].timestamp.map(|t| t.to_be_bytes().to_vec())
-                }
-                Output::Ttl(index) => values[*index].ttl.map(|t| t.to_be_bytes().to_vec()),
-                Output::Token => Some(token.0.to_be_bytes().to_vec()),
-                Output::Constant(bytes) => bytes.clone(),
-                Output::ToTimestamp(index)
-                | Output::ToUnixTimestamp(index)
-                | Output::ToDate(index) => {
-                    let column = &self.table.columns[*index];
-                    match &values[*index].bytes {
-                        None => None,
-                        Some(bytes) => {
-                            let millis = match Value::deserialize(&column.cql_type, bytes)? {
-                                Value::Timeuuid(u) => timeuuid_millis(&u),
-                                Value::Timestamp(t) => t,
-                                Value::Date(d) => {
-                                    (d as i64 - shoal_model::value::DATE_EPOCH_OFFSET as i64)
-                                        * 86_400_000
-                                }
-                                _ => {
-                                    return Err(CqlError::invalid(format!(
-                                        "Cannot convert column {} of type {}",
-                                        column.name, column.cql_type
-                                    )))
-                                }
-                            };
-                            Some(match output {
-                                Output::ToTimestamp(_) => Value::Timestamp(millis).serialize(),
-                                Output::ToUnixTimestamp(_) => Value::Bigint(millis).serialize(),
-                                _ => Value::Date(
-                                    (millis.div_euclid(86_400_000)
-                                        + shoal_model::value::DATE_EPOCH_OFFSET as i64)
-                                        as u32,
-                                )
-                                .serialize(),
-                            })
-                        }
+        self.selection
+            .outputs
+            .iter()
+            .map(|output| self.output_cell(output, values, token))
+            .collect()
+    }
+
+    fn output_cell(
+        &self,
+        output: &Output,
+        values: &[ColumnValue],
+        token: Token,
+    ) -> Result<Option<Vec<u8>>, CqlError> {
+        Ok(match output {
+            Output::Column(index) => values[*index].bytes.clone(),
+            Output::WriteTime(index) => values[*index].timestamp.map(|t| t.to_be_bytes().to_vec()),
+            Output::Ttl(index) => values[*index].ttl.map(|t| t.to_be_bytes().to_vec()),
+            Output::Token => Some(token.0.to_be_bytes().to_vec()),
+            Output::Constant(bytes) => bytes.clone(),
+            Output::ToJson { argument, cql_type } => {
+                let value = self
+                    .output_cell(argument, values, token)?
+                    .map(|bytes| Value::deserialize(cql_type, &bytes))
+                    .transpose()?;
+                Some(json::optional_to_json(value.as_ref()).into_bytes())
+            }
+            Output::ToTimestamp(index) | Output::ToUnixTimestamp(index) | Output::ToDate(index) => {
+                let column = &self.table.columns[*index];
+                match &values[*index].bytes {
+                    None => None,
+                    Some(bytes) => {
+                        let millis = match Value::deserialize(&column.cql_type, bytes)? {
+                            Value::Timeuuid(u) => timeuuid_millis(&u),
+                            Value::Timestamp(t) => t,
+                            Value::Date(d) => {
+                                (d as i64 - shoal_model::value::DATE_EPOCH_OFFSET as i64)
+                                    * 86_400_000
+                            }
+                            _ => {
+                                return Err(CqlError::invalid(format!(
+                                    "Cannot convert column {} of type {}",
+                                    column.name, column.cql_type
+                                )))
+                            }
+                        };
+                        Some(match output {
+                            Output::ToTimestamp(_) => Value::Timestamp(millis).serialize(),
+                            Output::ToUnixTimestamp(_) => Value::Bigint(millis).serialize(),
+                            _ => Value::Date(
+                                (millis.div_euclid(86_400_000)
+                                    + shoal_model::value::DATE_EPOCH_OFFSET as i64)
+                                    as u32,
+                            )
+                            .serialize(),
+                        })
                     }
                 }
-                Output::Count(_)
-                | Output::Min(_)
-                | Output::Max(_)
-                | Output::Sum(_)
-                | Output::Avg(_)
-                // Terms are constants by now (`Selection::bind`).
-                | Output::Term(_) => None,
-            };
-            cells.push(cell);
-        }
-        Ok(cells)
+            }
+            Output::Count(_)
+            | Output::Min(_)
+            | Output::Max(_)
+            | Output::Sum(_)
+            | Output::Avg(_)
+            // Terms are constants by now (`Selection::bind`).
+            | Output::Term(_) => None,
+        })
     }
 
     fn accumulate(&mut self, values: &[ColumnValue], token: Token) -> Result<(), CqlError> {
@@ -442,7 +455,12 @@ impl<'a> SelectVisitor<'a> {
                 _ => accumulator.first_bytes.clone().flatten(),
             });
         }
-        self.buffer.push_row(cells.iter().map(|c| c.as_deref()));
+        match self.selection.finish_row(cells) {
+            Ok(cells) => self.buffer.push_row(cells.iter().map(|c| c.as_deref())),
+            Err(error) => {
+                self.fail(error);
+            }
+        }
     }
 
     /// Emits one candidate row; returns the flow for the storage walk.
@@ -472,7 +490,10 @@ impl<'a> SelectVisitor<'a> {
             self.has_more = true;
             return Flow::Stop;
         }
-        let cells = match self.output_cells(&values, header.token) {
+        let cells = match self
+            .output_cells(&values, header.token)
+            .and_then(|cells| self.selection.finish_row(cells))
+        {
             Ok(cells) => cells,
             Err(error) => return self.fail(error),
         };
@@ -592,9 +613,12 @@ pub(crate) fn finish(
     selection: &Selection,
     parameters: &QueryParameters,
     limit: Option<u64>,
-) -> ResultBody {
+) -> Result<ResultBody, CqlError> {
     if selection.aggregate {
         visitor.finish_aggregate();
+        if let Some(error) = visitor.error.take() {
+            return Err(error);
+        }
     }
     if let Some(mut rows) = visitor.sort_rows.take() {
         rows.sort_by(|a, b| a.0.cmp(&b.0));
@@ -621,10 +645,10 @@ pub(crate) fn finish(
     } else {
         None
     };
-    ResultBody::Rows(Rows {
+    Ok(ResultBody::Rows(Rows {
         columns: selection.columns.clone(),
         paging_state,
         skip_metadata: parameters.skip_metadata,
         rows: visitor.buffer,
-    })
+    }))
 }

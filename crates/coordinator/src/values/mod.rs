@@ -1,7 +1,9 @@
 //! Turning CQL terms into typed values: literals checked against the receiving column's
 //! type, bind markers decoded from the client's bytes, and the built-in functions that
-//! may appear as terms (`now()`, `uuid()`, `toTimestamp(now())`, ...).
+//! may appear as terms (`now()`, `uuid()`, `toTimestamp(now())`, `fromJson('...')`, ...).
+//! [`json`] writes values as JSON and reads them back.
 
+pub mod json;
 mod literals;
 
 pub use literals::{
@@ -110,6 +112,7 @@ fn is_constant(term: &Term) -> bool {
                     | "unixtimestampof"
                     | "mintimeuuid"
                     | "maxtimeuuid"
+                    | "fromjson"
             ) && arguments.iter().all(is_constant)
         }
     }
@@ -315,6 +318,17 @@ fn evaluate_function(
                 }
                 _ => return Ok(Bound::Null),
             }
+        }
+        ("fromjson", [argument]) => {
+            return match evaluate(argument, &CqlType::Text, bindings, receiver)? {
+                Bound::Value(Value::Text(text)) => {
+                    match json::from_json(&json::parse(&text)?, cql_type, receiver)? {
+                        Some(value) => Ok(Bound::Value(value)),
+                        None => Ok(Bound::Null),
+                    }
+                }
+                other => Ok(other),
+            };
         }
         ("token", _) => {
             return Err(CqlError::invalid(
