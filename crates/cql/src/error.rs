@@ -38,6 +38,12 @@ pub enum ErrorCode {
         block_for: i32,
         data_present: bool,
     },
+    /// 0x1400 — a function (e.g. `fromJson()`) failed on the value it was given.
+    FunctionFailure {
+        keyspace: String,
+        function: String,
+        argument_types: Vec<String>,
+    },
     /// 0x2000 — the statement does not parse.
     Syntax,
     /// 0x2100
@@ -64,6 +70,7 @@ impl ErrorCode {
             ErrorCode::Truncate => 0x1003,
             ErrorCode::WriteTimeout { .. } => 0x1100,
             ErrorCode::ReadTimeout { .. } => 0x1200,
+            ErrorCode::FunctionFailure { .. } => 0x1400,
             ErrorCode::Syntax => 0x2000,
             ErrorCode::Unauthorized => 0x2100,
             ErrorCode::Invalid => 0x2200,
@@ -111,6 +118,23 @@ impl CqlError {
 
     pub fn overloaded(message: impl Into<String>) -> CqlError {
         CqlError::new(ErrorCode::Overloaded, message)
+    }
+
+    /// The native function `system.<function>(argument_types)` failed: `message` says on
+    /// what.
+    pub fn function_failure(
+        function: &str,
+        argument_types: &[&str],
+        message: impl Into<String>,
+    ) -> CqlError {
+        CqlError::new(
+            ErrorCode::FunctionFailure {
+                keyspace: "system".into(),
+                function: function.into(),
+                argument_types: argument_types.iter().map(|t| t.to_string()).collect(),
+            },
+            message,
+        )
     }
 }
 

@@ -177,6 +177,16 @@ fn encode_error(out: &mut Vec<u8>, error: &CqlError) {
             put_string(out, table);
         }
         ErrorCode::Unprepared { id } => put_short_bytes(out, id),
+        ErrorCode::FunctionFailure {
+            keyspace,
+            function,
+            argument_types,
+        } => {
+            put_string(out, keyspace);
+            put_string(out, function);
+            let types: Vec<&str> = argument_types.iter().map(String::as_str).collect();
+            put_string_list(out, &types);
+        }
         _ => {}
     }
 }

@@ -42,7 +42,10 @@ impl JsonValues {
             Bound::Value(shoal_model::Value::Text(text)) => text,
             _ => return Err(CqlError::invalid("Got null for INSERT JSON values")),
         };
-        let serde_json::Value::Object(object) = json::parse(&text)? else {
+        let parsed = serde_json::from_str(&text).map_err(|e| {
+            CqlError::invalid(format!("Could not decode JSON string as a map: {e}"))
+        })?;
+        let serde_json::Value::Object(object) = parsed else {
             return Err(CqlError::invalid(format!(
                 "Could not decode JSON string as a map: {text}"
             )));

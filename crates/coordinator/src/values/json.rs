@@ -54,8 +54,8 @@ fn write_json(out: &mut String, value: &Value) {
             let _ = write!(out, "{n}");
         }
         Value::Decimal { unscaled, scale } => out.push_str(&decimal_text(unscaled, *scale)),
-        Value::Double(n) => write_float(out, *n),
-        Value::Float(n) => write_float(out, f64::from(*n)),
+        Value::Double(n) => write_float(out, *n, n.to_string(), format!("{n:e}")),
+        Value::Float(n) => write_float(out, f64::from(*n), n.to_string(), format!("{n:e}")),
         Value::Boolean(b) => out.push_str(if *b { "true" } else { "false" }),
         Value::Blob(bytes) => {
             out.push_str("\"0x");
@@ -135,17 +135,28 @@ fn write_json(out: &mut String, value: &Value) {
     }
 }
 
-/// Floating-point numbers as Java prints them (`1.0`, `1.5E10`); JSON has no NaN or
-/// infinity, so those are written as Cassandra writes them, unquoted.
-fn write_float(out: &mut String, n: f64) {
+/// Floating-point numbers as Java prints them: the shortest digits that read back the
+/// same, `1.0` rather than `1`, and scientific notation (`1.0E8`, `1.5E-4`) outside
+/// [10⁻³, 10⁷). `plain` and `scientific` are the number's shortest Rust forms (`{}` and
+/// `{:e}`, taken from the float's own width). JSON has no NaN or infinity: they are
+/// written as Cassandra writes them, unquoted.
+fn write_float(out: &mut String, n: f64, plain: String, scientific: String) {
+    let with_point = |digits: &str| {
+        if digits.contains('.') {
+            digits.to_string()
+        } else {
+            format!("{digits}.0")
+        }
+    };
     if n.is_nan() {
         out.push_str("NaN");
     } else if n.is_infinite() {
         out.push_str(if n > 0.0 { "Infinity" } else { "-Infinity" });
-    } else if n == n.trunc() && n.abs() < 1e7 {
-        let _ = write!(out, "{n:.1}");
+    } else if n == 0.0 || (1e-3..1e7).contains(&n.abs()) {
+        out.push_str(&with_point(&plain));
     } else {
-        let _ = write!(out, "{n}");
+        let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
+        let _ = write!(out, "{}E{exponent}", with_point(mantissa));
     }
 }
 
@@ -268,7 +279,12 @@ pub fn from_json(
                 Json::String(text) => text.trim().to_string(),
                 _ => return Err(wrong("a number")),
             };
-            number_value(&text, cql_type, receiver).ok_or_else(|| wrong("a number"))??
+            number_value(&text, cql_type).ok_or_else(|| {
+                CqlError::invalid(format!(
+                    "Error decoding JSON value for {receiver}: Unable to make {} from '{text}'",
+                    java_number_name(cql_type)
+                ))
+            })?
         }
         CqlType::Timestamp => match json {
             Json::Number(number) => {
@@ -400,8 +416,23 @@ pub fn from_json(
     Ok(Some(value))
 }
 
-/// A number's text as a value of the numeric `cql_type`; `None` when it is not a number.
-fn number_value(text: &str, cql_type: &CqlType, receiver: &str) -> Option<Result<Value, CqlError>> {
+/// How Cassandra's error messages name a numeric type (its Java class).
+fn java_number_name(cql_type: &CqlType) -> &'static str {
+    match cql_type {
+        CqlType::Tinyint => "byte",
+        CqlType::Smallint => "short",
+        CqlType::Int => "int",
+        CqlType::Bigint | CqlType::Counter => "long",
+        CqlType::Float => "float",
+        CqlType::Double => "double",
+        CqlType::Decimal => "decimal",
+        _ => "varint",
+    }
+}
+
+/// A number's text as a value of the numeric `cql_type`; `None` when it is not a number
+/// or out of the type's range.
+fn number_value(text: &str, cql_type: &CqlType) -> Option<Value> {
     let (negative, digits) = match text.strip_prefix('-') {
         Some(rest) => (true, rest),
         None => (false, text),
@@ -414,7 +445,7 @@ fn number_value(text: &str, cql_type: &CqlType, receiver: &str) -> Option<Result
     } else {
         return None;
     };
-    Some(literal_value(&literal, cql_type, receiver, negative))
+    literal_value(&literal, cql_type, "", negative).ok()
 }
 
 /// A JSON string read as CQL reads the same string literal (dates, times, inet).
@@ -501,6 +532,11 @@ mod tests {
         );
         assert_eq!(to_json(&Value::Blob(vec![0xca, 0xfe])), "\"0xcafe\"");
         assert_eq!(to_json(&Value::Double(1.0)), "1.0");
+        assert_eq!(to_json(&Value::Double(2.5)), "2.5");
+        assert_eq!(to_json(&Value::Float(1e8)), "1.0E8");
+        assert_eq!(to_json(&Value::Float(1.1)), "1.1");
+        assert_eq!(to_json(&Value::Double(1.5e-4)), "1.5E-4");
+        assert_eq!(to_json(&Value::Double(-1234567.5)), "-1234567.5");
         assert_eq!(
             to_json(&Value::Map(vec![(Value::Int(1), Value::Text("a".into()))])),
             "{\"1\": \"a\"}"
@@ -519,7 +555,7 @@ mod tests {
         assert!(int("\"forty\"")
             .unwrap_err()
             .to_string()
-            .contains("Expected a number"));
+            .contains("Unable to make int from 'forty'"));
         assert!(int("3000000000").is_err());
         assert!(parse("{not json").is_err());
     }

@@ -322,7 +322,12 @@ fn evaluate_function(
         ("fromjson", [argument]) => {
             return match evaluate(argument, &CqlType::Text, bindings, receiver)? {
                 Bound::Value(Value::Text(text)) => {
-                    match json::from_json(&json::parse(&text)?, cql_type, receiver)? {
+                    // Like Cassandra: a value the function cannot read is its failure.
+                    let failed = |error: CqlError| {
+                        CqlError::function_failure("fromjson", &["text"], error.message)
+                    };
+                    let parsed = json::parse(&text).map_err(failed)?;
+                    match json::from_json(&parsed, cql_type, receiver).map_err(failed)? {
                         Some(value) => Ok(Bound::Value(value)),
                         None => Ok(Bound::Null),
                     }
