@@ -1,7 +1,16 @@
-"""Shared fixtures: one Shoal node for the session, a fresh keyspace per test."""
+"""Shared fixtures: one Shoal node for the session, a fresh keyspace per test.
 
+`pytest --against-cassandra tests/python/test_json.py` runs the tests that use these
+fixtures against Apache Cassandra 5.0 instead (the one `bench/compare` fetches and starts
+on 127.0.0.1:9042): the way to check that Shoal answers as Cassandra does.
+"""
+
+import importlib.machinery
+import importlib.util
 import itertools
+import tempfile
 import uuid
+from pathlib import Path
 
 import pytest
 from cassandra.cluster import Cluster, ExecutionProfile, EXEC_PROFILE_DEFAULT
@@ -19,8 +28,34 @@ def connect(node, **kwargs):
     return cluster, cluster.connect()
 
 
+def pytest_addoption(parser):
+    parser.addoption("--against-cassandra", action="store_true",
+                     help="run against Apache Cassandra 5.0 (bench/cassandra) instead of Shoal")
+
+
+class CassandraNode:
+    """A single Apache Cassandra node on 127.0.0.1:9042, started by bench/compare."""
+
+    def __init__(self):
+        path = Path(__file__).resolve().parents[2] / "bench" / "compare"
+        loader = importlib.machinery.SourceFileLoader("compare", str(path))
+        self.compare = importlib.util.module_from_spec(importlib.util.spec_from_loader("compare", loader))
+        loader.exec_module(self.compare)
+        self.address, self.port = "127.0.0.1", 9042
+        self.processes = self.compare.start_cassandra(Path(tempfile.mkdtemp(prefix="cassandra-")), 1, self.port)
+
+    def stop(self):
+        self.processes.stop()
+        return 0
+
+
 @pytest.fixture(scope="session")
-def node(tmp_path_factory):
+def node(tmp_path_factory, request):
+    if request.config.getoption("--against-cassandra"):
+        cassandra = CassandraNode()
+        yield cassandra
+        cassandra.stop()
+        return
     data_dir = tmp_path_factory.mktemp("shoal") / "node1"
     shoal = ShoalNode(data_dir)
     shoal.start()

@@ -91,10 +91,10 @@ def test_missing_columns_are_null_by_default_and_kept_with_default_unset(table):
 
 def test_a_prepared_insert_json_binds_the_text(table):
     insert = table.prepare("INSERT INTO t JSON ?")
-    table.execute(insert, [json.dumps({"k": 7, "big": "42", "flag": "true", "ts": 1000})])
+    table.execute(insert, [json.dumps({"k": 7, "big": "42", "flag": "true", "ts": 1577934245000})])
     row = table.execute("SELECT big, flag, ts FROM t WHERE k = 7").one()
     assert (row.big, row.flag) == (42, True)
-    assert row.ts == datetime.datetime(1970, 1, 1, 0, 0, 1)
+    assert row.ts == datetime.datetime(2020, 1, 2, 3, 4, 5)
 
 
 def test_tojson_in_a_selection(table):

@@ -142,9 +142,6 @@ impl SelectPlan {
     ) -> Result<SelectPlan, CqlError> {
         let keyspace_metadata = Arc::new(schema.keyspace(keyspace)?.clone());
         let table = Arc::clone(schema.table(keyspace, &select.table.name)?);
-        ensure(select.group_by.is_empty(), || {
-            CqlError::invalid("GROUP BY is not supported by Shoal yet")
-        })?;
         let selection = compile_selection(&table, select)?;
         let limit = select
             .limit
@@ -248,7 +245,10 @@ impl SelectPlan {
             }
         };
         let page_size = match parameters.page_size {
-            Some(size) if size > 0 && !selection.aggregate => size as usize,
+            // An aggregate is one row; grouped results page by groups.
+            Some(size) if size > 0 && (!selection.aggregate || selection.grouping.is_some()) => {
+                size as usize
+            }
             _ => usize::MAX,
         };
         let sort_across_partitions = !self.select.order_by.is_empty()
@@ -256,6 +256,12 @@ impl SelectPlan {
                 .partition_keys
                 .as_ref()
                 .is_some_and(|k| k.len() > 1);
+        ensure(
+            !(sort_across_partitions && selection.grouping.is_some()),
+            || {
+                CqlError::invalid("GROUP BY is not supported with ORDER BY on a query naming several partitions with IN; remove the ORDER BY and sort client side")
+            },
+        )?;
         ensure(!(sort_across_partitions && page_size != usize::MAX), || {
             CqlError::invalid("Cannot page queries with both ORDER BY and a IN restriction on the partition key; you must either remove the ORDER BY or the IN and sort client side, or disable paging for this query")
         })?;

@@ -6,7 +6,7 @@
 
 use crate::paging::PagingState;
 use crate::restrictions::Filter;
-use crate::select::selection::{Output, Selection};
+use crate::select::selection::{Grouping, Output, Selection};
 use crate::values::{json, timeuuid_millis};
 use crate::CqlError;
 use shoal_cql::ast::Operator;
@@ -185,6 +185,9 @@ pub(crate) struct SelectVisitor<'a> {
     pub(crate) last_position: Option<(Token, Vec<u8>, Option<Vec<u8>>)>,
     pub(crate) has_more: bool,
     pub(crate) accumulators: Vec<Accumulator>,
+    /// `GROUP BY`: the key (partition key, clustering prefix) of the group being
+    /// accumulated.
+    pub(crate) group: Option<(Vec<u8>, Vec<u8>)>,
     pub(crate) sort_rows: Option<Vec<SortableRow>>,
     pub(crate) error: Option<CqlError>,
 }
@@ -216,6 +219,7 @@ impl<'a> SelectVisitor<'a> {
             last_position: None,
             has_more: false,
             accumulators: vec![Accumulator::default(); selection.outputs.len()],
+            group: None,
             sort_rows: None,
             error: None,
         }
@@ -463,6 +467,61 @@ impl<'a> SelectVisitor<'a> {
         }
     }
 
+    /// `GROUP BY`: adds a row to its group. The first row of a new group closes the one
+    /// before (its result row is emitted); a full page or the LIMIT stops the walk there,
+    /// so a page always ends on a whole group and paging resumes at the next one.
+    fn group_row(
+        &mut self,
+        grouping: Grouping,
+        header: &PartitionHeader,
+        values: &[ColumnValue],
+        clustering: Option<Vec<u8>>,
+    ) -> Flow {
+        let prefix = match clustering.as_deref() {
+            Some(bytes) => {
+                match clustering_prefix(self.table, bytes, grouping.clustering_columns) {
+                    Ok(prefix) => prefix.to_vec(),
+                    Err(error) => return self.fail(error),
+                }
+            }
+            None => Vec::new(),
+        };
+        let same_group = self
+            .group
+            .as_ref()
+            .is_some_and(|(key, group_prefix)| *key == header.key && *group_prefix == prefix);
+        if !same_group {
+            if self.group.is_some() {
+                self.close_group();
+                if self.limit_remaining == 0 {
+                    return Flow::Stop;
+                }
+                if self.emitted >= self.page_size {
+                    self.has_more = true;
+                    return Flow::Stop;
+                }
+            }
+            self.group = Some((header.key.clone(), prefix));
+        }
+        if let Err(error) = self.accumulate(values, header.token) {
+            return self.fail(error);
+        }
+        self.partition_matched_any = true;
+        self.last_position = Some((header.token, header.key.clone(), clustering));
+        Flow::Continue
+    }
+
+    /// Emits the open group's result row and starts afresh.
+    pub(crate) fn close_group(&mut self) {
+        if self.group.take().is_none() {
+            return;
+        }
+        self.finish_aggregate();
+        self.accumulators = vec![Accumulator::default(); self.selection.outputs.len()];
+        self.emitted += 1;
+        self.limit_remaining = self.limit_remaining.saturating_sub(1);
+    }
+
     /// Emits one candidate row; returns the flow for the storage walk.
     pub(crate) fn emit(
         &mut self,
@@ -474,6 +533,9 @@ impl<'a> SelectVisitor<'a> {
             Ok(true) => {}
             Ok(false) => return Flow::Continue,
             Err(error) => return self.fail(error),
+        }
+        if let Some(grouping) = self.selection.grouping {
+            return self.group_row(grouping, header, &values, clustering);
         }
         if self.selection.aggregate {
             if let Err(error) = self.accumulate(&values, header.token) {
@@ -614,11 +676,14 @@ pub(crate) fn finish(
     parameters: &QueryParameters,
     limit: Option<u64>,
 ) -> Result<ResultBody, CqlError> {
-    if selection.aggregate {
+    if selection.grouping.is_some() {
+        // The last group ends with the walk (unless the walk stopped on a group boundary).
+        visitor.close_group();
+    } else if selection.aggregate {
         visitor.finish_aggregate();
-        if let Some(error) = visitor.error.take() {
-            return Err(error);
-        }
+    }
+    if let Some(error) = visitor.error.take() {
+        return Err(error);
     }
     if let Some(mut rows) = visitor.sort_rows.take() {
         rows.sort_by(|a, b| a.0.cmp(&b.0));
@@ -651,4 +716,19 @@ pub(crate) fn finish(
         skip_metadata: parameters.skip_metadata,
         rows: visitor.buffer,
     }))
+}
+
+/// The bytes of the first `columns` clustering values of a row's clustering.
+fn clustering_prefix<'c>(
+    table: &TableMetadata,
+    clustering: &'c [u8],
+    columns: usize,
+) -> Result<&'c [u8], CqlError> {
+    let mut position = 0;
+    for column in table.clustering().take(columns) {
+        let (_, used) =
+            decode_component(&clustering[position..], &column.cql_type, column.descending)?;
+        position += used;
+    }
+    Ok(&clustering[..position])
 }
