@@ -26,6 +26,7 @@
 pub mod class;
 pub mod ddl;
 pub mod describe;
+pub(crate) mod functions;
 pub mod modify;
 pub mod paging;
 pub mod plan;

@@ -4,6 +4,7 @@
 //! conversion function, `toJson()`, or a term. `SELECT JSON` returns each row as one JSON
 //! object in a single `[json]` text column.
 
+use crate::functions;
 use crate::values::{json, Bindings, Bound, TypedTerm};
 use crate::{ensure, CqlError};
 use shoal_cql::ast::{Select, Selector};
@@ -23,9 +24,11 @@ pub(crate) enum Output {
     Max(usize),
     Sum(usize),
     Avg(usize),
-    ToTimestamp(usize),
-    ToUnixTimestamp(usize),
-    ToDate(usize),
+    /// A native function of one argument, or a CAST ([`functions`]).
+    Call {
+        call: functions::Call,
+        argument: Box<Output>,
+    },
     /// `toJson(argument)`: the argument's value as JSON text.
     ToJson {
         argument: Box<Output>,
@@ -37,6 +40,33 @@ pub(crate) enum Output {
 }
 
 impl Output {
+    /// True when the output holds a term (at any depth) still to evaluate.
+    fn has_terms(&self) -> bool {
+        match self {
+            Output::Term(_) => true,
+            Output::Call { argument, .. } | Output::ToJson { argument, .. } => argument.has_terms(),
+            _ => false,
+        }
+    }
+
+    /// Evaluates every term inside the output to a constant (once per execution).
+    fn bind_terms(&mut self, bindings: Bindings<'_>) -> Result<(), CqlError> {
+        match self {
+            Output::Term(term) => {
+                let bytes = match term.evaluate(bindings)? {
+                    Bound::Value(value) => Some(value.serialize()),
+                    _ => None,
+                };
+                *self = Output::Constant(bytes);
+            }
+            Output::Call { argument, .. } | Output::ToJson { argument, .. } => {
+                argument.bind_terms(bindings)?
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
     pub(crate) fn is_aggregate(&self) -> bool {
         matches!(
             self,
@@ -128,18 +158,12 @@ impl Selection {
         &self,
         bindings: Bindings<'_>,
     ) -> Result<std::borrow::Cow<'_, Selection>, CqlError> {
-        if !self.outputs.iter().any(|o| matches!(o, Output::Term(_))) {
+        if !self.outputs.iter().any(Output::has_terms) {
             return Ok(std::borrow::Cow::Borrowed(self));
         }
         let mut bound = self.clone();
         for output in &mut bound.outputs {
-            if let Output::Term(term) = output {
-                let bytes = match term.evaluate(bindings)? {
-                    Bound::Value(value) => Some(value.serialize()),
-                    _ => None,
-                };
-                *output = Output::Constant(bytes);
-            }
+            output.bind_terms(bindings)?;
         }
         Ok(std::borrow::Cow::Owned(bound))
     }
@@ -298,19 +322,7 @@ fn compile_selector(
         Selector::Function { name, arguments }
             if name.eq_ignore_ascii_case("tojson") && arguments.len() == 1 =>
         {
-            let argument = shoal_cql::ast::SelectItem {
-                selector: arguments[0].clone(),
-                alias: None,
-            };
-            let (shown, cql_type, output) = compile_selector(table, select, &argument)?;
-            ensure(
-                !output.is_aggregate() && !matches!(output, Output::Term(_)),
-                || {
-                    CqlError::invalid(format!(
-                        "toJson() takes a column or a function of columns, not {shown}"
-                    ))
-                },
-            )?;
+            let (shown, cql_type, output) = compile_argument(table, select, &arguments[0])?;
             (
                 format!("system.tojson({shown})"),
                 CqlType::Text,
@@ -320,11 +332,36 @@ fn compile_selector(
                 },
             )
         }
+        Selector::Function { name, arguments }
+            if arguments.len() == 1 && functions::is_scalar(&name.to_ascii_lowercase()) =>
+        {
+            let function = name.to_ascii_lowercase();
+            let (shown, argument_type, argument) = compile_argument(table, select, &arguments[0])?;
+            let call = functions::resolve(&function, &argument_type)?;
+            (
+                format!("system.{function}({shown})"),
+                call.return_type.clone(),
+                Output::Call {
+                    call,
+                    argument: Box::new(argument),
+                },
+            )
+        }
         Selector::Function { name, arguments } => compile_function(table, name, arguments)?,
-        Selector::Cast { .. } => {
-            return Err(CqlError::invalid(
-                "CAST in selections is not supported by Shoal yet",
-            ))
+        Selector::Cast { selector, cql_type } => {
+            let (shown, argument_type, argument) = compile_argument(table, select, selector)?;
+            match functions::resolve_cast(&argument_type, cql_type)? {
+                // A cast to the value's own type is the value, named as it is.
+                None => (shown, argument_type, argument),
+                Some(call) => (
+                    format!("cast({shown} as {cql_type})"),
+                    cql_type.clone(),
+                    Output::Call {
+                        call,
+                        argument: Box::new(argument),
+                    },
+                ),
+            }
         }
         Selector::Literal(term) => {
             let (cql_type, shown) = match term {
@@ -341,6 +378,25 @@ fn compile_selector(
             (shown, cql_type, output)
         }
     })
+}
+
+/// The argument of a function or a CAST: any selector but an aggregate.
+fn compile_argument(
+    table: &TableMetadata,
+    select: &Select,
+    selector: &Selector,
+) -> Result<(String, CqlType, Output), CqlError> {
+    let item = shoal_cql::ast::SelectItem {
+        selector: selector.clone(),
+        alias: None,
+    };
+    let (shown, cql_type, output) = compile_selector(table, select, &item)?;
+    ensure(!output.is_aggregate(), || {
+        CqlError::invalid(format!(
+            "Aggregate {shown} cannot be the argument of another function"
+        ))
+    })?;
+    Ok((shown, cql_type, output))
 }
 
 /// `function(column)` or a function without arguments.
@@ -386,30 +442,6 @@ fn compile_function(
                 _ => Output::Avg(index),
             };
             (format!("system.{function}({column})"), cql_type, output)
-        }
-        ("totimestamp" | "dateof", 1) => {
-            let (index, _, column) = argument_column(0)?;
-            (
-                format!("system.{function}({column})"),
-                CqlType::Timestamp,
-                Output::ToTimestamp(index),
-            )
-        }
-        ("tounixtimestamp" | "unixtimestampof", 1) => {
-            let (index, _, column) = argument_column(0)?;
-            (
-                format!("system.{function}({column})"),
-                CqlType::Bigint,
-                Output::ToUnixTimestamp(index),
-            )
-        }
-        ("todate", 1) => {
-            let (index, _, column) = argument_column(0)?;
-            (
-                format!("system.todate({column})"),
-                CqlType::Date,
-                Output::ToDate(index),
-            )
         }
         ("now", 0)
         | ("uuid", 0)

@@ -4,10 +4,11 @@
 //! response buffer. A full page stops the walk and remembers the last row returned, which
 //! the paging state names.
 
+use crate::functions::{integral, numeric_as_f64, numeric_from_f64};
 use crate::paging::PagingState;
 use crate::restrictions::Filter;
 use crate::select::selection::{Grouping, Output, Selection};
-use crate::values::{json, timeuuid_millis};
+use crate::values::json;
 use crate::CqlError;
 use shoal_cql::ast::Operator;
 use shoal_cql::request::QueryParameters;
@@ -101,52 +102,6 @@ pub(crate) fn fill_from_row(
         }
     }
     Ok(())
-}
-
-fn numeric_as_f64(value: &Value) -> f64 {
-    match value {
-        Value::Tinyint(v) => *v as f64,
-        Value::Smallint(v) => *v as f64,
-        Value::Int(v) => *v as f64,
-        Value::Bigint(v) | Value::Counter(v) => *v as f64,
-        Value::Float(v) => *v as f64,
-        Value::Double(v) => *v,
-        Value::Varint(v) => v.to_string().parse().unwrap_or(0.0),
-        Value::Decimal { unscaled, scale } => {
-            unscaled.to_string().parse::<f64>().unwrap_or(0.0) / 10f64.powi(*scale)
-        }
-        _ => 0.0,
-    }
-}
-
-fn numeric_from_f64(cql_type: &CqlType, value: f64, integral_sum: i128) -> Value {
-    match cql_type {
-        CqlType::Tinyint => Value::Tinyint(integral_sum as i8),
-        CqlType::Smallint => Value::Smallint(integral_sum as i16),
-        CqlType::Int => Value::Int(integral_sum as i32),
-        CqlType::Bigint | CqlType::Counter => Value::Bigint(integral_sum as i64),
-        CqlType::Varint => Value::Varint(num_bigint::BigInt::from(integral_sum)),
-        CqlType::Float => Value::Float(value as f32),
-        CqlType::Decimal => crate::values::literal_value(
-            &shoal_cql::ast::Literal::Float(format!("{value:?}")),
-            cql_type,
-            "sum",
-            false,
-        )
-        .unwrap_or(Value::Double(value)),
-        _ => Value::Double(value),
-    }
-}
-
-fn integral(value: &Value) -> i128 {
-    match value {
-        Value::Tinyint(v) => *v as i128,
-        Value::Smallint(v) => *v as i128,
-        Value::Int(v) => *v as i128,
-        Value::Bigint(v) | Value::Counter(v) => *v as i128,
-        Value::Varint(v) => i128::try_from(v).unwrap_or(0),
-        _ => 0,
-    }
 }
 
 /// Running state of one aggregate output.
@@ -335,37 +290,12 @@ impl<'a> SelectVisitor<'a> {
                     .transpose()?;
                 Some(json::optional_to_json(value.as_ref()).into_bytes())
             }
-            Output::ToTimestamp(index) | Output::ToUnixTimestamp(index) | Output::ToDate(index) => {
-                let column = &self.table.columns[*index];
-                match &values[*index].bytes {
-                    None => None,
-                    Some(bytes) => {
-                        let millis = match Value::deserialize(&column.cql_type, bytes)? {
-                            Value::Timeuuid(u) => timeuuid_millis(&u),
-                            Value::Timestamp(t) => t,
-                            Value::Date(d) => {
-                                (d as i64 - shoal_model::value::DATE_EPOCH_OFFSET as i64)
-                                    * 86_400_000
-                            }
-                            _ => {
-                                return Err(CqlError::invalid(format!(
-                                    "Cannot convert column {} of type {}",
-                                    column.name, column.cql_type
-                                )))
-                            }
-                        };
-                        Some(match output {
-                            Output::ToTimestamp(_) => Value::Timestamp(millis).serialize(),
-                            Output::ToUnixTimestamp(_) => Value::Bigint(millis).serialize(),
-                            _ => Value::Date(
-                                (millis.div_euclid(86_400_000)
-                                    + shoal_model::value::DATE_EPOCH_OFFSET as i64)
-                                    as u32,
-                            )
-                            .serialize(),
-                        })
-                    }
-                }
+            Output::Call { call, argument } => {
+                let value = self
+                    .output_cell(argument, values, token)?
+                    .map(|bytes| Value::deserialize(&call.argument_type, &bytes))
+                    .transpose()?;
+                call.apply(value)?.map(|result| result.serialize())
             }
             Output::Count(_)
             | Output::Min(_)
