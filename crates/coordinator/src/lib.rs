@@ -11,7 +11,9 @@
 //! - [`modify`] — INSERT, UPDATE, DELETE and BATCH become cell mutations
 //!   ([`shoal_storage::WriteBatch`]);
 //! - [`select`] — SELECT becomes partition reads or token-ordered scans, filtered,
-//!   projected and paged ([`paging`]); [`restrictions`] analyses WHERE clauses;
+//!   projected, grouped and paged ([`paging`]); [`restrictions`] analyses WHERE clauses;
+//! - [`values`] — terms become typed values (literals, bind markers, `fromJson`), and
+//!   values JSON; [`functions`] — the native functions selections call;
 //! - [`system_tables`] and [`describe`] — the virtual `system` / `system_schema` tables
 //!   and the server-side `DESCRIBE` statements, generated from the schema;
 //! - [`prepared`] — prepared statements and the types of their bind markers.
