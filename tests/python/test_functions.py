@@ -112,3 +112,11 @@ def test_a_function_given_the_wrong_type_is_refused(row, selector):
 def test_a_blob_of_the_wrong_length_is_refused(row):
     with pytest.raises(InvalidRequest):
         row.execute("SELECT blobasbigint(bl) FROM t WHERE k = 1")
+
+
+def test_functions_in_values(row):
+    row.execute("INSERT INTO t (k, bl, i, b) VALUES (3, intasblob(42), blobasint(0x0000002a), abs(-5))")
+    assert tuple(row.execute("SELECT bl, i, b FROM t WHERE k = 3").one()) == (b"\x00\x00\x00*", 42, 5)
+    prepared = row.prepare("UPDATE t SET bl = bigintasblob(?) WHERE k = 3")
+    row.execute(prepared, [1])
+    assert row.execute("SELECT bl FROM t WHERE k = 3").one().bl == b"\x00" * 7 + b"\x01"

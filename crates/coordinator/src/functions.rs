@@ -83,6 +83,17 @@ pub(crate) fn is_scalar(name: &str) -> bool {
     ) || blob_conversion(name).is_some()
 }
 
+/// The type a function's argument is read as where it is a term (`INSERT … VALUES
+/// (intAsBlob(3))`): what a blob conversion names, otherwise the receiver's type (so
+/// `abs(-3)` into an int column reads `-3` as an int).
+pub(crate) fn term_argument_type(name: &str, receiver_type: &CqlType) -> CqlType {
+    match blob_conversion(name) {
+        Some((Function::AsBlob, cql_type)) => cql_type,
+        Some((Function::BlobAs, _)) => CqlType::Blob,
+        _ => receiver_type.clone(),
+    }
+}
+
 /// `intasblob` → (AsBlob, int); `blobasint` → (BlobAs, int).
 fn blob_conversion(name: &str) -> Option<(Function, CqlType)> {
     if let Some(type_name) = name.strip_suffix("asblob") {

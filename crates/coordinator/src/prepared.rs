@@ -181,13 +181,17 @@ impl MarkerTypes<'_> {
                 name: function,
                 arguments,
             } => {
-                let argument_type = match function.to_ascii_lowercase().as_str() {
+                let function = function.to_ascii_lowercase();
+                let argument_type = match function.as_str() {
                     "mintimeuuid" | "maxtimeuuid" => CqlType::Timestamp,
                     "fromjson" => CqlType::Text,
-                    _ => CqlType::Timeuuid,
+                    "totimestamp" | "dateof" | "todate" | "tounixtimestamp" | "unixtimestampof" => {
+                        CqlType::Timeuuid
+                    }
+                    other => crate::functions::term_argument_type(other, cql_type),
                 };
                 for argument in arguments {
-                    self.term(argument, function, &argument_type);
+                    self.term(argument, &function, &argument_type);
                 }
             }
             Term::Literal(_) => {}

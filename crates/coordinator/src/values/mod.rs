@@ -340,6 +340,20 @@ fn evaluate_function(
                 "token() is only valid on the left of a WHERE relation",
             ));
         }
+        (_, [argument]) if crate::functions::is_scalar(&name) => {
+            // The argument's type: the one a blob conversion names, else the receiver's.
+            let argument_type = crate::functions::term_argument_type(&name, cql_type);
+            let call = crate::functions::resolve(&name, &argument_type)?;
+            let argument = match evaluate(argument, &argument_type, bindings, receiver)? {
+                Bound::Value(value) => Some(value),
+                _ => None,
+            };
+            return match call.apply(argument)? {
+                Some(value) if call.return_type == *cql_type => Ok(Bound::Value(value)),
+                Some(value) => coerce_function_result(value, cql_type, receiver).map(Bound::Value),
+                None => Ok(Bound::Null),
+            };
+        }
         _ => {
             return Err(CqlError::invalid(format!(
                 "Unknown function '{name}' called with {} arguments",
