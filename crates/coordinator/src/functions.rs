@@ -13,7 +13,7 @@
 //! 34 significant digits).
 
 use crate::values::json;
-use crate::values::{civil_from_days, timeuuid_millis};
+use crate::values::timeuuid_millis;
 use crate::CqlError;
 use num_bigint::BigInt;
 use shoal_cql::ast::Literal;
@@ -463,17 +463,7 @@ fn cast(value: Value, target: &CqlType) -> Result<Value, CqlError> {
 fn text_form(value: &Value) -> String {
     match value {
         Value::Text(text) | Value::Ascii(text) => text.clone(),
-        Value::Timestamp(millis) => {
-            let (year, month, day) = civil_from_days(millis.div_euclid(86_400_000));
-            let of_day = millis.rem_euclid(86_400_000);
-            format!(
-                "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-                of_day / 3_600_000,
-                of_day / 60_000 % 60,
-                of_day / 1000 % 60,
-                of_day % 1000
-            )
-        }
+        Value::Timestamp(millis) => json::timestamp_text(*millis, 'T'),
         // The JSON forms of the rest are their text forms, in quotes for strings.
         other => {
             let written = json::to_json(other);

@@ -71,7 +71,7 @@ fn write_json(out: &mut String, value: &Value) {
             let _ = write!(out, "\"{address}\"");
         }
         Value::Timestamp(millis) => {
-            let _ = write!(out, "\"{}\"", timestamp_text(*millis));
+            let _ = write!(out, "\"{}\"", timestamp_text(*millis, ' '));
         }
         Value::Date(days) => {
             let (year, month, day) = civil_from_days(*days as i64 - DATE_EPOCH_OFFSET as i64);
@@ -178,12 +178,13 @@ fn decimal_text(unscaled: &num_bigint::BigInt, scale: i32) -> String {
 }
 
 /// `yyyy-mm-dd hh:mm:ss.fffZ`, the form Cassandra gives timestamps in JSON.
-fn timestamp_text(millis: i64) -> String {
+/// (`CAST(… AS text)` uses `T` between date and time, ISO 8601's form).
+pub(crate) fn timestamp_text(millis: i64, date_time_separator: char) -> String {
     let days = millis.div_euclid(86_400_000);
     let of_day = millis.rem_euclid(86_400_000);
     let (year, month, day) = civil_from_days(days);
     format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}.{:03}Z",
+        "{year:04}-{month:02}-{day:02}{date_time_separator}{:02}:{:02}:{:02}.{:03}Z",
         of_day / 3_600_000,
         of_day / 60_000 % 60,
         of_day / 1000 % 60,
