@@ -84,9 +84,19 @@ pub(crate) fn is_scalar(name: &str) -> bool {
 }
 
 /// The type a function's argument is read as where it is a term (`INSERT … VALUES
-/// (intAsBlob(3))`): what a blob conversion names, otherwise the receiver's type (so
-/// `abs(-3)` into an int column reads `-3` as an int).
+/// (intAsBlob(3))`, and the bind markers inside it): a timeuuid for the time conversions
+/// (`toTimestamp(now())`), a timestamp for `minTimeuuid`/`maxTimeuuid`, text for
+/// `fromJson`, what a blob conversion names, otherwise the receiver's type (so `abs(-3)`
+/// into an int column reads `-3` as an int). `name` is in lower case.
 pub(crate) fn term_argument_type(name: &str, receiver_type: &CqlType) -> CqlType {
+    match name {
+        "totimestamp" | "dateof" | "todate" | "tounixtimestamp" | "unixtimestampof" => {
+            return CqlType::Timeuuid
+        }
+        "mintimeuuid" | "maxtimeuuid" => return CqlType::Timestamp,
+        "fromjson" => return CqlType::Text,
+        _ => {}
+    }
     match blob_conversion(name) {
         Some((Function::AsBlob, cql_type)) => cql_type,
         Some((Function::BlobAs, _)) => CqlType::Blob,

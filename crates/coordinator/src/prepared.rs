@@ -182,14 +182,7 @@ impl MarkerTypes<'_> {
                 arguments,
             } => {
                 let function = function.to_ascii_lowercase();
-                let argument_type = match function.as_str() {
-                    "mintimeuuid" | "maxtimeuuid" => CqlType::Timestamp,
-                    "fromjson" => CqlType::Text,
-                    "totimestamp" | "dateof" | "todate" | "tounixtimestamp" | "unixtimestampof" => {
-                        CqlType::Timeuuid
-                    }
-                    other => crate::functions::term_argument_type(other, cql_type),
-                };
+                let argument_type = crate::functions::term_argument_type(&function, cql_type);
                 for argument in arguments {
                     self.term(argument, &function, &argument_type);
                 }

@@ -10,8 +10,8 @@
 //! (`"42"`), a timestamp as milliseconds or any timestamp string CQL accepts, a boolean as
 //! `"true"`, and a map key is read from its string as the key type's JSON.
 
-use super::literal_value;
 use super::literals::{civil_from_days, parse_duration, parse_timestamp};
+use super::{literal_value, sort_dedup, sort_dedup_keys};
 use crate::CqlError;
 use serde_json::Value as Json;
 use shoal_cql::ast::Literal;
@@ -363,8 +363,7 @@ pub fn from_json(
                 })?);
             }
             if matches!(cql_type, CqlType::Set { .. }) {
-                values.sort_by(|a, b| a.compare(b));
-                values.dedup_by(|a, b| a.compare(b).is_eq());
+                sort_dedup(&mut values);
                 Value::Set(values)
             } else {
                 Value::List(values)
@@ -389,8 +388,7 @@ pub fn from_json(
                 })?;
                 pairs.push((key_value, item_value));
             }
-            pairs.sort_by(|a, b| a.0.compare(&b.0));
-            pairs.dedup_by(|a, b| a.0.compare(&b.0).is_eq());
+            sort_dedup_keys(&mut pairs);
             Value::Map(pairs)
         }
         CqlType::Tuple(types) => {

@@ -229,8 +229,7 @@ pub fn evaluate(
                         evaluate(v, value, bindings, receiver)?.into_value(receiver)?;
                     evaluated.push((key_value, value_value));
                 }
-                evaluated.sort_by(|a, b| a.0.compare(&b.0));
-                evaluated.dedup_by(|a, b| a.0.compare(&b.0).is_eq());
+                sort_dedup_keys(&mut evaluated);
                 Ok(Bound::Value(Value::Map(evaluated)))
             }
             // `{}` is also the empty set.
@@ -263,9 +262,16 @@ pub fn evaluate(
     }
 }
 
-fn sort_dedup(values: &mut Vec<Value>) {
+/// A set's elements in order, each once (the first of equal ones is kept).
+pub(super) fn sort_dedup(values: &mut Vec<Value>) {
     values.sort_by(|a, b| a.compare(b));
     values.dedup_by(|a, b| a.compare(b).is_eq());
+}
+
+/// A map's entries in key order, each key once (the first entry of a key is kept).
+pub(super) fn sort_dedup_keys(entries: &mut Vec<(Value, Value)>) {
+    entries.sort_by(|a, b| a.0.compare(&b.0));
+    entries.dedup_by(|a, b| a.0.compare(&b.0).is_eq());
 }
 
 fn evaluate_elements(
@@ -299,18 +305,6 @@ fn evaluate_function(
         ("currenttimestamp", []) => Value::Timestamp(now_millis),
         ("currentdate", []) => Value::Date(date_from_days(now_millis.div_euclid(86_400_000))),
         ("currenttime", []) => Value::Time(now_millis.rem_euclid(86_400_000) * 1_000_000),
-        ("totimestamp", [argument]) | ("dateof", [argument]) => {
-            match evaluate(argument, &CqlType::Timeuuid, bindings, receiver)? {
-                Bound::Value(Value::Timeuuid(u)) => Value::Timestamp(timeuuid_millis(&u)),
-                _ => return Ok(Bound::Null),
-            }
-        }
-        ("tounixtimestamp", [argument]) | ("unixtimestampof", [argument]) => {
-            match evaluate(argument, &CqlType::Timeuuid, bindings, receiver)? {
-                Bound::Value(Value::Timeuuid(u)) => Value::Bigint(timeuuid_millis(&u)),
-                _ => return Ok(Bound::Null),
-            }
-        }
         ("mintimeuuid", [argument]) | ("maxtimeuuid", [argument]) => {
             match evaluate(argument, &CqlType::Timestamp, bindings, receiver)? {
                 Bound::Value(Value::Timestamp(millis)) => {
@@ -340,8 +334,8 @@ fn evaluate_function(
                 "token() is only valid on the left of a WHERE relation",
             ));
         }
+        // The native functions of `functions` (toTimestamp(now()), intAsBlob(?), abs(-3)…).
         (_, [argument]) if crate::functions::is_scalar(&name) => {
-            // The argument's type: the one a blob conversion names, else the receiver's.
             let argument_type = crate::functions::term_argument_type(&name, cql_type);
             let call = crate::functions::resolve(&name, &argument_type)?;
             let argument = match evaluate(argument, &argument_type, bindings, receiver)? {
