@@ -12,7 +12,9 @@ use hdrhistogram::Histogram;
 use rand::Rng;
 use scylla::client::session::Session;
 use scylla::client::session_builder::SessionBuilder;
+use scylla::client::PoolSize;
 use scylla::statement::Consistency;
+use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -60,6 +62,14 @@ pub struct PointArgs {
     /// Consistency level: one, quorum, all, ...
     #[arg(long, default_value = "one")]
     pub consistency: String,
+    /// Threads the client runs on. One (the default) keeps the driver's connection tasks
+    /// and the requests on the same thread: no cross-thread wake-up per request, so the
+    /// client takes as little as it can of the CPU it shares with the server.
+    #[arg(long, default_value_t = 1)]
+    pub client_threads: usize,
+    /// Connections the driver opens to the node (the requests are spread over them).
+    #[arg(long, default_value_t = 1)]
+    pub connections: usize,
 }
 
 pub(crate) fn consistency(name: &str) -> anyhow::Result<Consistency> {
@@ -230,12 +240,26 @@ async fn run_phase(
 pub fn run(args: PointArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.concurrency >= 1, "--concurrency must be at least 1");
     anyhow::ensure!(args.records >= 1, "--records must be at least 1");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    anyhow::ensure!(
+        args.client_threads >= 1,
+        "--client-threads must be at least 1"
+    );
+    let runtime = if args.client_threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(args.client_threads)
+            .enable_all()
+            .build()?
+    };
     runtime.block_on(async {
+        let connections =
+            NonZeroUsize::new(args.connections).context("--connections must be at least 1")?;
         let session = SessionBuilder::new()
             .known_node(&args.contact)
+            .pool_size(PoolSize::PerHost(connections))
             .build()
             .await
             .with_context(|| format!("cannot connect to {}", args.contact))?;

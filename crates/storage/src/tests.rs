@@ -762,6 +762,45 @@ fn a_hot_key_keeps_last_write_wins_through_collapses() {
 }
 
 #[test]
+fn concurrent_writes_to_a_hot_key_keep_last_write_wins() {
+    // Four threads write one key at once, in scrambled timestamp order: batches are applied
+    // by their callers or queued for the writer thread, and the key's operands are collapsed
+    // by whichever applier sees it become hot. The newest timestamp wins all the same.
+    let directory = tempfile::tempdir().expect("temporary directory");
+    let engine = std::sync::Arc::new(
+        RocksEngine::open(directory.path(), &RocksOptions::default()).expect("open"),
+    );
+    let key = row_key(b"hot", b"a", "v");
+    let writers: Vec<_> = (0..4i64)
+        .map(|writer| {
+            let engine = std::sync::Arc::clone(&engine);
+            let key = key.clone();
+            std::thread::spawn(move || {
+                for i in 0..500i64 {
+                    let timestamp = (i * 7919 + writer * 13) % 2000;
+                    let mut batch = WriteBatch::new();
+                    batch.merge(
+                        key.clone(),
+                        Cell::live(WriteTimestamp(timestamp), timestamp.to_be_bytes().to_vec())
+                            .encode(),
+                    );
+                    futures::executor::block_on(engine.write_async(batch)).expect("write");
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.join().expect("writer");
+    }
+    let newest = (0..4i64)
+        .flat_map(|writer| (0..500i64).map(move |i| (i * 7919 + writer * 13) % 2000))
+        .max()
+        .expect("writes");
+    let rows = read(engine.as_ref(), b"hot", NOW);
+    assert_eq!(value_of(&rows[0], "v"), Some(newest.to_be_bytes().to_vec()));
+}
+
+#[test]
 fn concurrent_writers_all_land() {
     let directory = tempfile::tempdir().expect("temporary directory");
     let engine = std::sync::Arc::new(

@@ -31,8 +31,7 @@ use shoal_model::{Cell, CellKind, TableId};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
-use tokio::sync::{mpsc, oneshot};
-use writer::{Operation, Submission, WriterThread};
+use writer::{Operation, Writer};
 
 const DATA_FAMILY: &str = "data";
 const METADATA_FAMILY: &str = "metadata";
@@ -65,18 +64,17 @@ pub struct RocksEngine {
     rules: Arc<TableRules>,
     /// Keys of expired covering deletions compaction met, for [`RocksEngine::collect_garbage`].
     garbage: Arc<Mutex<BTreeSet<Vec<u8>>>>,
-    /// The writer's queue (every write to the data column family goes through it); taken
-    /// when the engine closes.
-    queue: Option<mpsc::Sender<Submission>>,
-    writer: Option<std::thread::JoinHandle<()>>,
+    /// Every write to the data column family goes through it.
+    writer: Arc<Writer>,
+    writer_thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Drop for RocksEngine {
     fn drop(&mut self) {
-        // The writer ends once its queue has no sender left.
-        self.queue.take();
-        if let Some(writer) = self.writer.take() {
-            let _ = writer.join();
+        // The writer thread ends once it has applied what is queued.
+        self.writer.close();
+        if let Some(thread) = self.writer_thread.take() {
+            let _ = thread.join();
         }
     }
 }
@@ -149,18 +147,20 @@ impl RocksEngine {
             ColumnFamilyDescriptor::new(METADATA_FAMILY, metadata_options),
         ];
         let db = Arc::new(DB::open_cf_descriptors(&db_options, path, families).map_err(io_error)?);
-        let (queue, submissions) = mpsc::channel(writer::QUEUE_SUBMISSIONS);
-        let writer_thread = WriterThread::new(Arc::clone(&db), DATA_FAMILY);
-        let writer = std::thread::Builder::new()
+        let writer = Writer::new(Arc::clone(&db), DATA_FAMILY);
+        let writer_thread = std::thread::Builder::new()
             .name("shoal-writer".into())
-            .spawn(move || writer_thread.run(submissions))
+            .spawn({
+                let writer = Arc::clone(&writer);
+                move || writer.run()
+            })
             .map_err(|e| StorageError::Io(format!("cannot start the writer thread: {e}")))?;
         let engine = RocksEngine {
             db,
             rules,
             garbage,
-            queue: Some(queue),
-            writer: Some(writer),
+            writer,
+            writer_thread: Some(writer_thread),
         };
         engine.check_format(path)?;
         Ok(engine)
@@ -196,20 +196,9 @@ impl RocksEngine {
         }
     }
 
-    /// Queues `operation` for the writer; the future resolves once it is applied.
+    /// Hands `operation` to the writer; the future resolves once it is applied.
     fn submit(&self, operation: Operation) -> BoxFuture<'static, Result<()>> {
-        let queue = self.queue.clone();
-        Box::pin(async move {
-            let queue = queue.ok_or_else(|| StorageError::Io("the engine is closed".into()))?;
-            let (done, applied) = oneshot::channel();
-            queue
-                .send(Submission { operation, done })
-                .await
-                .map_err(|_| StorageError::Io("the writer has stopped".into()))?;
-            applied
-                .await
-                .map_err(|_| StorageError::Io("the writer has stopped".into()))?
-        })
+        self.writer.submit(operation)
     }
 
     fn data(&self) -> Result<&rocksdb::ColumnFamily> {

@@ -1,42 +1,54 @@
-//! The engine's writer: one thread that applies every write to the data column family.
+//! The engine's writer: every write to the data column family is applied by one applier
+//! at a time, either by the caller itself or by the writer thread.
 //!
-//! Callers submit batches to a bounded queue; the writer takes all that are waiting
-//! (up to [`GROUP_BYTES`]) and applies them as one RocksDB write — one WAL append and one
-//! pass through RocksDB's write path for the whole group — then tells each submitter. Under
-//! load, groups grow and the per-write cost of the WAL falls; when idle, a write waits for
-//! nothing but the thread's wake-up. Writes also leave the caller's thread, so an async
-//! server's workers keep serving requests while the writer works (seed 001's epoch group
-//! commit, applied to the memtable and the WAL).
+//! - **The caller applies its own batch** when nobody else is applying one and nothing is
+//!   queued (flat combining, the common case at moderate load): the write costs one RocksDB
+//!   write on the caller's thread and no hand-off — no queue, no wake-up of another thread,
+//!   no wake-up back. It is written with RocksDB's `no_slowdown`, so a caller never blocks
+//!   on a write stall: when RocksDB would stall, the batch goes to the queue instead.
+//! - **Otherwise the batch is queued** (bounded: [`QUEUE_SUBMISSIONS`]; a submitter waits for
+//!   room asynchronously) and the writer thread takes all that are waiting (up to
+//!   [`GROUP_BYTES`]) and applies them as one RocksDB write — one WAL append for the whole
+//!   group — then tells each submitter. Under load, groups grow and the per-write cost of
+//!   the WAL falls (seed 001's epoch group commit, applied to the memtable and the WAL), and
+//!   an async server's workers keep serving requests while the writer works.
 //!
-//! Being the only writer also makes hot keys cheap to keep readable. Every write is a
-//! merge operand, and a key written again and again would pile up operands that every
-//! read must merge. The writer counts writes per key (a hash table, cleared when large)
+//! Having one applier at a time also makes hot keys cheap to keep readable. Every write is
+//! a merge operand, and a key written again and again would pile up operands that every
+//! read must merge. The applier counts writes per key (a hash table, cleared when large)
 //! and, when a key has collected [`COLLAPSE_AFTER_OPERANDS`], rewrites its resolved value
-//! as a plain value right after the group. No other write can come between that read and
+//! as a plain value right after its write. No other write can come between that read and
 //! that rewrite, so the rewrite changes nothing a reader can see.
 
 use crate::{Result, StorageError};
-use rocksdb::{WriteOptions, DB};
-use std::collections::HashMap;
+use futures::future::{BoxFuture, FutureExt};
+use parking_lot::{Condvar, Mutex};
+use rocksdb::{ErrorKind, WriteOptions, DB};
+use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasher;
 use std::sync::Arc;
-use tokio::sync::{mpsc, oneshot};
+use std::time::{Duration, Instant};
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
-/// Submissions waiting for the writer before submitters wait for room.
-pub(super) const QUEUE_SUBMISSIONS: usize = 4096;
+/// Submissions waiting for the writer thread before submitters wait for room.
+const QUEUE_SUBMISSIONS: usize = 4096;
 /// Bytes of cells one group takes at most (the rest waits for the next group).
 const GROUP_BYTES: usize = 4 << 20;
 /// Writes to one key after which its operands are collapsed into a value.
-pub(super) const COLLAPSE_AFTER_OPERANDS: u32 = 8;
+const COLLAPSE_AFTER_OPERANDS: u32 = 8;
 /// Keys whose writes are counted before the count starts over.
 const TRACKED_KEYS: usize = 100_000;
+/// How long the writer thread keeps looking for the next submission before it sleeps:
+/// under a steady load the next one comes within microseconds, and a sleep and wake-up
+/// (two context switches) cost more than a short look.
+const POLL_BEFORE_SLEEP: Duration = Duration::from_micros(20);
 
 /// What a submission asks the writer to do.
 pub(super) enum Operation {
     /// Merge these `(key, encoded cell)` entries.
     Cells(Vec<(Vec<u8>, Vec<u8>)>),
     /// Remove every key of `[lower, upper)` (TRUNCATE, DROP, delivered hints); the group
-    /// it is in is synced.
+    /// it is in is synced. Always applied by the writer thread.
     DeleteRange { lower: Vec<u8>, upper: Vec<u8> },
 }
 
@@ -49,134 +61,295 @@ impl Operation {
     }
 }
 
-/// An operation, and whom to tell when it is applied.
-pub(super) struct Submission {
-    pub(super) operation: Operation,
-    pub(super) done: oneshot::Sender<Result<()>>,
+/// A queued operation, whom to tell when it is applied, and its place in the queue.
+struct Submission {
+    operation: Operation,
+    done: oneshot::Sender<Result<()>>,
+    _room: OwnedSemaphorePermit,
 }
 
-/// How long the writer keeps looking for the next submission before it sleeps: under a
-/// steady load the next one comes within microseconds, and a sleep and wake-up (two
-/// context switches) cost more than a short look.
-const POLL_BEFORE_SLEEP: std::time::Duration = std::time::Duration::from_micros(20);
-
-/// The next submission: polled for a moment, then waited for.
-fn next_submission(queue: &mut mpsc::Receiver<Submission>) -> Option<Submission> {
-    let started = std::time::Instant::now();
-    loop {
-        match queue.try_recv() {
-            Ok(submission) => return Some(submission),
-            Err(mpsc::error::TryRecvError::Disconnected) => return None,
-            Err(mpsc::error::TryRecvError::Empty) if started.elapsed() < POLL_BEFORE_SLEEP => {
-                std::thread::yield_now()
-            }
-            Err(mpsc::error::TryRecvError::Empty) => return queue.blocking_recv(),
-        }
-    }
+/// What waits for the writer thread.
+#[derive(Default)]
+struct Queue {
+    pending: VecDeque<Submission>,
+    /// The writer thread waits on [`Writer::wake`]: an enqueue must notify it.
+    sleeping: bool,
+    /// The engine is closing: nothing more is accepted, the thread ends once `pending` is
+    /// empty.
+    closed: bool,
 }
 
-/// The writer's state: the database it writes and its per-key write counts.
-pub(super) struct WriterThread {
-    db: Arc<DB>,
-    family: &'static str,
+/// The state only the current applier touches: per-key write counts.
+struct Applier {
     counts: HashMap<u64, u32>,
     hasher: std::collections::hash_map::RandomState,
+}
+
+/// What applying a batch inline came to.
+enum Inline {
+    Applied(Result<()>),
+    /// Someone else is applying, something is queued, or RocksDB would have stalled the
+    /// caller: the batch goes to the queue.
+    Declined,
+}
+
+/// The writer shared by the engine, its callers and the writer thread.
+pub(super) struct Writer {
+    db: Arc<DB>,
+    family: &'static str,
+    /// Held by whoever applies a batch.
+    applier: Mutex<Applier>,
+    queue: Mutex<Queue>,
+    wake: Condvar,
+    room: Arc<Semaphore>,
 }
 
 fn io_error(error: rocksdb::Error) -> StorageError {
     StorageError::Io(error.into_string())
 }
 
-impl WriterThread {
-    pub(super) fn new(db: Arc<DB>, family: &'static str) -> WriterThread {
-        WriterThread {
+fn closed_error() -> StorageError {
+    StorageError::Io("the engine is closed".into())
+}
+
+impl Writer {
+    pub(super) fn new(db: Arc<DB>, family: &'static str) -> Arc<Writer> {
+        Arc::new(Writer {
             db,
             family,
-            counts: HashMap::new(),
-            hasher: Default::default(),
+            applier: Mutex::new(Applier {
+                counts: HashMap::new(),
+                hasher: Default::default(),
+            }),
+            queue: Mutex::new(Queue::default()),
+            wake: Condvar::new(),
+            room: Arc::new(Semaphore::new(QUEUE_SUBMISSIONS)),
+        })
+    }
+
+    /// Applies `operation`: on the caller's thread when the writer is free, through the
+    /// writer thread otherwise. The future resolves once it is applied.
+    pub(super) fn submit(self: &Arc<Self>, operation: Operation) -> BoxFuture<'static, Result<()>> {
+        if let Operation::Cells(entries) = &operation {
+            if let Inline::Applied(result) = self.try_apply_inline(entries) {
+                return futures::future::ready(result).boxed();
+            }
+        }
+        let writer = Arc::clone(self);
+        async move {
+            let room = Arc::clone(&writer.room)
+                .acquire_owned()
+                .await
+                .map_err(|_| closed_error())?;
+            let (done, applied) = oneshot::channel();
+            writer.enqueue(Submission {
+                operation,
+                done,
+                _room: room,
+            })?;
+            applied
+                .await
+                .map_err(|_| StorageError::Io("the writer has stopped".into()))?
+        }
+        .boxed()
+    }
+
+    fn try_apply_inline(&self, entries: &[(Vec<u8>, Vec<u8>)]) -> Inline {
+        {
+            let queue = self.queue.lock();
+            if queue.closed || !queue.pending.is_empty() {
+                return Inline::Declined;
+            }
+        }
+        let Some(mut applier) = self.applier.try_lock() else {
+            return Inline::Declined;
+        };
+        let batch = match applier.batch(&self.db, self.family, entries.iter()) {
+            Ok(batch) => batch,
+            Err(error) => return Inline::Applied(Err(error)),
+        };
+        let mut options = WriteOptions::default();
+        options.set_sync(false);
+        options.set_no_slowdown(true);
+        match self.db.write_opt(batch.batch, &options) {
+            Ok(()) => {
+                applier.collapse_hot(&self.db, self.family, &batch.hot);
+                Inline::Applied(Ok(()))
+            }
+            Err(error) if error.kind() == ErrorKind::Incomplete => Inline::Declined,
+            Err(error) => Inline::Applied(Err(io_error(error))),
         }
     }
 
-    /// Applies submissions until every submitter has gone.
-    pub(super) fn run(mut self, mut queue: mpsc::Receiver<Submission>) {
-        let mut group: Vec<Submission> = Vec::new();
-        while let Some(first) = next_submission(&mut queue) {
-            let mut bytes = first.operation.bytes();
-            group.push(first);
-            while bytes < GROUP_BYTES {
-                match queue.try_recv() {
-                    Ok(next) => {
-                        bytes += next.operation.bytes();
-                        group.push(next);
-                    }
-                    Err(_) => break,
-                }
+    fn enqueue(&self, submission: Submission) -> Result<()> {
+        let mut queue = self.queue.lock();
+        if queue.closed {
+            return Err(closed_error());
+        }
+        queue.pending.push_back(submission);
+        if queue.sleeping {
+            self.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Stops accepting submissions; the writer thread ends once it has applied what is
+    /// queued.
+    pub(super) fn close(&self) {
+        self.queue.lock().closed = true;
+        self.wake.notify_one();
+    }
+
+    /// The writer thread: applies queued submissions until the engine closes.
+    pub(super) fn run(self: Arc<Self>) {
+        while let Some(group) = self.next_group() {
+            let mut applier = self.applier.lock();
+            let (result, hot) = applier.write_group(&self.db, self.family, &group);
+            if result.is_ok() {
+                applier.collapse_hot(&self.db, self.family, &hot);
             }
-            let (result, hot) = self.write_group(&group);
-            for submission in group.drain(..) {
+            drop(applier);
+            for submission in group {
                 let _ = submission.done.send(result.clone());
             }
-            if result.is_ok() && !hot.is_empty() {
-                if let Err(error) = self.collapse(&hot) {
-                    tracing::warn!(%error, "could not collapse a hot key's operands");
-                }
-            }
         }
     }
 
-    /// Writes a group as one batch; returns the outcome and the keys that became hot.
-    fn write_group(&mut self, group: &[Submission]) -> (Result<()>, Vec<Vec<u8>>) {
-        let Some(data) = self.db.cf_handle(self.family) else {
-            return (
-                Err(StorageError::Corrupt("missing data column family".into())),
-                Vec::new(),
-            );
+    /// The submissions of the next group (polled for a moment, then waited for); `None`
+    /// once the engine has closed and nothing is left.
+    fn next_group(&self) -> Option<Vec<Submission>> {
+        let started = Instant::now();
+        let mut queue = self.queue.lock();
+        loop {
+            if !queue.pending.is_empty() {
+                let mut group = Vec::new();
+                let mut bytes = 0;
+                while bytes < GROUP_BYTES {
+                    let Some(next) = queue.pending.pop_front() else {
+                        break;
+                    };
+                    bytes += next.operation.bytes();
+                    group.push(next);
+                }
+                return Some(group);
+            }
+            if queue.closed {
+                return None;
+            }
+            if started.elapsed() < POLL_BEFORE_SLEEP {
+                drop(queue);
+                std::thread::yield_now();
+                queue = self.queue.lock();
+            } else {
+                queue.sleeping = true;
+                self.wake.wait(&mut queue);
+                queue.sleeping = false;
+            }
+        }
+    }
+}
+
+/// A batch ready to write, and the keys it makes hot.
+struct PreparedBatch {
+    batch: rocksdb::WriteBatch,
+    hot: Vec<Vec<u8>>,
+}
+
+impl Applier {
+    fn data<'a>(db: &'a DB, family: &str) -> Result<&'a rocksdb::ColumnFamily> {
+        db.cf_handle(family)
+            .ok_or_else(|| StorageError::Corrupt("missing data column family".into()))
+    }
+
+    /// The merge operands of `entries`, counting each key's writes.
+    fn batch<'e>(
+        &mut self,
+        db: &DB,
+        family: &str,
+        entries: impl Iterator<Item = &'e (Vec<u8>, Vec<u8>)>,
+    ) -> Result<PreparedBatch> {
+        let data = Self::data(db, family)?;
+        let mut prepared = PreparedBatch {
+            batch: rocksdb::WriteBatch::default(),
+            hot: Vec::new(),
         };
-        let mut batch = rocksdb::WriteBatch::default();
-        let mut hot = Vec::new();
-        let mut sync = false;
         if self.counts.len() > TRACKED_KEYS {
             self.counts.clear();
         }
+        for (key, cell) in entries {
+            prepared.batch.merge_cf(data, key, cell);
+            let count = self.counts.entry(self.hasher.hash_one(key)).or_insert(0);
+            *count += 1;
+            if *count >= COLLAPSE_AFTER_OPERANDS {
+                *count = 0;
+                prepared.hot.push(key.clone());
+            }
+        }
+        Ok(prepared)
+    }
+
+    /// Writes a group as one batch (synced when it removes a range); returns the outcome
+    /// and the keys that became hot.
+    fn write_group(
+        &mut self,
+        db: &DB,
+        family: &str,
+        group: &[Submission],
+    ) -> (Result<()>, Vec<Vec<u8>>) {
+        let cells = group
+            .iter()
+            .flat_map(|submission| match &submission.operation {
+                Operation::Cells(entries) => entries.as_slice(),
+                Operation::DeleteRange { .. } => &[],
+            });
+        let (mut prepared, data) = match (self.batch(db, family, cells), Self::data(db, family)) {
+            (Ok(prepared), Ok(data)) => (prepared, data),
+            (Err(error), _) | (_, Err(error)) => return (Err(error), Vec::new()),
+        };
+        let mut sync = false;
         for submission in group {
-            match &submission.operation {
-                Operation::Cells(entries) => {
-                    for (key, cell) in entries {
-                        batch.merge_cf(data, key, cell);
-                        let count = self.counts.entry(self.hasher.hash_one(key)).or_insert(0);
-                        *count += 1;
-                        if *count >= COLLAPSE_AFTER_OPERANDS {
-                            *count = 0;
-                            hot.push(key.clone());
-                        }
-                    }
-                }
-                Operation::DeleteRange { lower, upper } => {
-                    batch.delete_range_cf(data, lower, upper);
-                    sync = true;
-                }
+            if let Operation::DeleteRange { lower, upper } = &submission.operation {
+                prepared.batch.delete_range_cf(data, lower, upper);
+                sync = true;
             }
         }
         let mut options = WriteOptions::default();
         options.set_sync(sync);
-        (self.db.write_opt(batch, &options).map_err(io_error), hot)
+        (
+            db.write_opt(prepared.batch, &options).map_err(io_error),
+            prepared.hot,
+        )
     }
 
     /// Rewrites each hot key's resolved value as a plain value, so reads stop merging its
-    /// operands. Safe because this thread is the only writer: nothing is written to the
-    /// key between the read and the rewrite.
-    fn collapse(&self, hot: &[Vec<u8>]) -> Result<()> {
-        let Some(data) = self.db.cf_handle(self.family) else {
+    /// operands. Safe because only the applier writes: nothing is written to the key between
+    /// the read and the rewrite. Optional work: it never waits on a write stall, and a
+    /// failure only leaves the operands for a later collapse.
+    fn collapse_hot(&self, db: &DB, family: &str, hot: &[Vec<u8>]) {
+        if hot.is_empty() {
+            return;
+        }
+        match Self::collapse(db, family, hot) {
+            Err(error) if error.kind() != ErrorKind::Incomplete => {
+                tracing::warn!(error = %error.into_string(), "could not collapse a hot key's operands")
+            }
+            _ => {}
+        }
+    }
+
+    fn collapse(db: &DB, family: &str, hot: &[Vec<u8>]) -> std::result::Result<(), rocksdb::Error> {
+        let Ok(data) = Self::data(db, family) else {
             return Ok(());
         };
         let mut batch = rocksdb::WriteBatch::default();
         for key in hot {
-            if let Some(value) = self.db.get_cf(data, key).map_err(io_error)? {
+            if let Some(value) = db.get_cf(data, key)? {
                 batch.put_cf(data, key, value);
             }
         }
         let mut options = WriteOptions::default();
         options.set_sync(false);
-        self.db.write_opt(batch, &options).map_err(io_error)
+        options.set_no_slowdown(true);
+        db.write_opt(batch, &options)
     }
 }
