@@ -4,8 +4,9 @@
 //! cuts complete frames out of it, and starts every request as a future in the
 //! connection's own [`FuturesUnordered`] — so many requests (stream ids) are in flight at
 //! once without spawning a task per request or waking another thread. Requests that finish
-//! at once (a point read) answer in the same pass; requests that wait (a write in the
-//! engine's writer, a replica's answer) finish later. The task is the socket's only
+//! at once (a point read) answer in the same pass; the writes of a pass are applied
+//! together ([`WriteDeferral`]: one engine write for all of them) and answer right after;
+//! requests that wait (a replica's answer, a group commit's sync) finish later. The task is the socket's only
 //! writer: event frames pushed by other tasks reach it through a channel, and all answers
 //! of a pass leave in one socket write.
 //!
@@ -23,6 +24,7 @@ use shoal_cql::frame::{self, opcode, FrameHeader, HEADER_LENGTH};
 use shoal_cql::request::Request;
 use shoal_cql::response::{Event, Response, ResultBody};
 use shoal_cql::CqlError;
+use shoal_storage::WriteDeferral;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -150,9 +152,17 @@ pub async fn serve(
             }
             else => break,
         }
-        // Collect every answer that is ready now, then hand them over in one piece.
-        while let Some(Some(frame)) = in_flight.next().now_or_never() {
-            output.extend_from_slice(&frame);
+        // Collect every answer that is ready now, then hand them over in one piece. The
+        // writes of the requests run meanwhile are applied together (one engine write) and
+        // their answers collected in the next round.
+        loop {
+            let deferral = WriteDeferral::begin();
+            while let Some(Some(frame)) = in_flight.next().now_or_never() {
+                output.extend_from_slice(&frame);
+            }
+            if deferral.apply() == 0 {
+                break;
+            }
         }
         if !output.is_empty() {
             if write_half.write_all(&output).await.is_err() {

@@ -28,7 +28,7 @@ pub mod shadow;
 mod tests;
 
 pub use memory::{MemoryEngine, SnapshotCursor};
-pub use rocks::{RocksEngine, RocksOptions};
+pub use rocks::{RocksEngine, RocksOptions, WriteDeferral};
 
 /// What can go wrong below the storage boundary.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -801,6 +801,57 @@ fn concurrent_writes_to_a_hot_key_keep_last_write_wins() {
 }
 
 #[test]
+fn writes_collected_by_a_deferral_land_together_when_it_is_applied() {
+    use futures::FutureExt;
+    let directory = tempfile::tempdir().expect("temporary directory");
+    let engine = RocksEngine::open(directory.path(), &RocksOptions::default()).expect("open");
+    let deferral = crate::WriteDeferral::begin();
+    let mut pending: Vec<_> = (0..3u8)
+        .map(|i| {
+            let mut batch = WriteBatch::new();
+            batch.merge(
+                row_key(&[i], b"a", "v"),
+                Cell::live(WriteTimestamp(1), vec![i]).encode(),
+            );
+            engine.write_async(batch)
+        })
+        .collect();
+    // A synchronous write is never deferred: it would wait for itself.
+    write(
+        &engine,
+        row_key(b"sync", b"a", "v"),
+        Cell::live(WriteTimestamp(1), b"now".to_vec()),
+    );
+    assert_eq!(read(&engine, b"sync", NOW).len(), 1);
+    assert!(
+        pending
+            .iter_mut()
+            .all(|write| write.now_or_never().is_none()),
+        "deferred writes wait for the deferral to be applied"
+    );
+    assert!(read(&engine, &[0], NOW).is_empty());
+    assert_eq!(deferral.apply(), 3);
+    for write in pending {
+        write.now_or_never().expect("applied").expect("write");
+    }
+    for i in 0..3u8 {
+        let rows = read(&engine, &[i], NOW);
+        assert_eq!(value_of(&rows[0], "v"), Some(vec![i]));
+    }
+    // Closed: writes apply at once again.
+    let mut batch = WriteBatch::new();
+    batch.merge(
+        row_key(b"after", b"a", "v"),
+        Cell::live(WriteTimestamp(1), b"x".to_vec()).encode(),
+    );
+    engine
+        .write_async(batch)
+        .now_or_never()
+        .expect("applied at once")
+        .expect("write");
+}
+
+#[test]
 fn concurrent_writers_all_land() {
     let directory = tempfile::tempdir().expect("temporary directory");
     let engine = std::sync::Arc::new(

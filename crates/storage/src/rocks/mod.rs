@@ -31,6 +31,7 @@ use shoal_model::{Cell, CellKind, TableId};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
+pub use writer::WriteDeferral;
 use writer::{Operation, Writer};
 
 const DATA_FAMILY: &str = "data";
@@ -53,7 +54,7 @@ impl Default for RocksOptions {
     fn default() -> Self {
         RocksOptions {
             block_cache_mib: 256,
-            memtable_mib: 64,
+            memtable_mib: 32,
             background_jobs: 2,
         }
     }
@@ -345,7 +346,10 @@ impl Cursor for RocksCursor<'_> {
 
 impl Engine for RocksEngine {
     fn write(&self, batch: &WriteBatch) -> Result<()> {
-        futures::executor::block_on(self.submit(Operation::Cells(batch.entries().to_vec())))
+        futures::executor::block_on(
+            self.writer
+                .submit_now(Operation::Cells(batch.entries().to_vec())),
+        )
     }
 
     fn write_async(&self, batch: WriteBatch) -> BoxFuture<'static, Result<()>> {
@@ -380,7 +384,7 @@ impl Engine for RocksEngine {
     }
 
     fn delete_range(&self, lower: &[u8], upper: &[u8]) -> Result<()> {
-        futures::executor::block_on(self.submit(Operation::DeleteRange {
+        futures::executor::block_on(self.writer.submit_now(Operation::DeleteRange {
             lower: lower.to_vec(),
             upper: upper.to_vec(),
         }))

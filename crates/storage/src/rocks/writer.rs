@@ -13,6 +13,13 @@
 //!   the WAL falls (seed 001's epoch group commit, applied to the memtable and the WAL), and
 //!   an async server's workers keep serving requests while the writer works.
 //!
+//! - **Writes started together are applied together** on a thread that opened a
+//!   [`WriteDeferral`]: a server's connection task opens one while it runs the requests it
+//!   has just read, so the batches those requests submit are collected instead of applied
+//!   one by one, and [`WriteDeferral::apply`] writes them as one RocksDB write (one WAL
+//!   append) before the task answers. Each request's future resolves once its batch is
+//!   applied. Only [`Writer::submit`] on that thread defers; synchronous writes never do.
+//!
 //! Having one applier at a time also makes hot keys cheap to keep readable. Every write is
 //! a merge operand, and a key written again and again would pile up operands that every
 //! read must merge. The applier counts writes per key (a hash table, cleared when large)
@@ -24,6 +31,7 @@ use crate::{Result, StorageError};
 use futures::future::{BoxFuture, FutureExt};
 use parking_lot::{Condvar, Mutex};
 use rocksdb::{ErrorKind, WriteOptions, DB};
+use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasher;
 use std::sync::Arc;
@@ -43,10 +51,13 @@ const TRACKED_KEYS: usize = 100_000;
 /// (two context switches) cost more than a short look.
 const POLL_BEFORE_SLEEP: Duration = Duration::from_micros(20);
 
+/// `(key, encoded cell)` entries to merge.
+type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// What a submission asks the writer to do.
 pub(super) enum Operation {
     /// Merge these `(key, encoded cell)` entries.
-    Cells(Vec<(Vec<u8>, Vec<u8>)>),
+    Cells(Entries),
     /// Remove every key of `[lower, upper)` (TRUNCATE, DROP, delivered hints); the group
     /// it is in is synced. Always applied by the writer thread.
     DeleteRange { lower: Vec<u8>, upper: Vec<u8> },
@@ -130,11 +141,31 @@ impl Writer {
     /// Applies `operation`: on the caller's thread when the writer is free, through the
     /// writer thread otherwise. The future resolves once it is applied.
     pub(super) fn submit(self: &Arc<Self>, operation: Operation) -> BoxFuture<'static, Result<()>> {
+        let operation = match operation {
+            Operation::Cells(entries) => match defer(self, entries) {
+                Ok(deferred) => return deferred,
+                Err(entries) => Operation::Cells(entries),
+            },
+            other => other,
+        };
+        self.submit_now(operation)
+    }
+
+    /// [`Writer::submit`] without deferral: for callers that block on the outcome.
+    pub(super) fn submit_now(
+        self: &Arc<Self>,
+        operation: Operation,
+    ) -> BoxFuture<'static, Result<()>> {
         if let Operation::Cells(entries) = &operation {
-            if let Inline::Applied(result) = self.try_apply_inline(entries) {
+            if let Inline::Applied(result) = self.try_apply_inline(entries.iter()) {
                 return futures::future::ready(result).boxed();
             }
         }
+        self.submit_queued(operation)
+    }
+
+    /// Queues `operation` for the writer thread.
+    fn submit_queued(self: &Arc<Self>, operation: Operation) -> BoxFuture<'static, Result<()>> {
         let writer = Arc::clone(self);
         async move {
             let room = Arc::clone(&writer.room)
@@ -154,7 +185,10 @@ impl Writer {
         .boxed()
     }
 
-    fn try_apply_inline(&self, entries: &[(Vec<u8>, Vec<u8>)]) -> Inline {
+    fn try_apply_inline<'e>(
+        &self,
+        entries: impl Iterator<Item = &'e (Vec<u8>, Vec<u8>)>,
+    ) -> Inline {
         {
             let queue = self.queue.lock();
             if queue.closed || !queue.pending.is_empty() {
@@ -164,7 +198,7 @@ impl Writer {
         let Some(mut applier) = self.applier.try_lock() else {
             return Inline::Declined;
         };
-        let batch = match applier.batch(&self.db, self.family, entries.iter()) {
+        let batch = match applier.batch(&self.db, self.family, entries) {
             Ok(batch) => batch,
             Err(error) => return Inline::Applied(Err(error)),
         };
@@ -352,4 +386,119 @@ impl Applier {
         options.set_no_slowdown(true);
         db.write_opt(batch, &options)
     }
+}
+
+/// A batch collected by an open [`WriteDeferral`], and where its outcome goes.
+struct Deferred {
+    writer: Arc<Writer>,
+    entries: Entries,
+    done: oneshot::Sender<DeferredOutcome>,
+}
+
+/// What became of a deferred batch.
+enum DeferredOutcome {
+    Applied(Result<()>),
+    /// The group could not be applied at once (the writer was busy, or RocksDB would have
+    /// stalled): the submitter queues its batch for the writer thread.
+    Declined(Entries),
+}
+
+thread_local! {
+    /// The batches collected on this thread while a [`WriteDeferral`] is open.
+    static DEFERRED: RefCell<Option<Vec<Deferred>>> = const { RefCell::new(None) };
+}
+
+/// Collects `entries` when this thread has a [`WriteDeferral`] open; hands them back
+/// otherwise.
+fn defer(
+    writer: &Arc<Writer>,
+    entries: Entries,
+) -> std::result::Result<BoxFuture<'static, Result<()>>, Entries> {
+    DEFERRED.with(|deferred| {
+        let mut deferred = deferred.borrow_mut();
+        let Some(collected) = deferred.as_mut() else {
+            return Err(entries);
+        };
+        let (done, outcome) = oneshot::channel();
+        collected.push(Deferred {
+            writer: Arc::clone(writer),
+            entries,
+            done,
+        });
+        let writer = Arc::clone(writer);
+        Ok(async move {
+            match outcome.await {
+                Ok(DeferredOutcome::Applied(result)) => result,
+                Ok(DeferredOutcome::Declined(entries)) => {
+                    writer.submit_queued(Operation::Cells(entries)).await
+                }
+                Err(_) => Err(StorageError::Io("a deferred write was dropped".into())),
+            }
+        }
+        .boxed())
+    })
+}
+
+/// While open, [`crate::Engine::write_async`] calls on this thread collect their batches
+/// instead of applying them; [`WriteDeferral::apply`] applies everything collected as one
+/// write per engine. Open it around a synchronous stretch of code (never across an
+/// `.await`: the task may move to another thread), and apply before waiting for any of the
+/// writes it collected. Dropping it applies too.
+pub struct WriteDeferral {
+    /// Not `Send`: the deferral belongs to the thread that opened it.
+    _thread: std::marker::PhantomData<*const ()>,
+}
+
+impl WriteDeferral {
+    /// Starts collecting this thread's writes (a deferral already open keeps collecting).
+    pub fn begin() -> WriteDeferral {
+        DEFERRED.with(|deferred| {
+            deferred.borrow_mut().get_or_insert_with(Vec::new);
+        });
+        WriteDeferral {
+            _thread: std::marker::PhantomData,
+        }
+    }
+
+    /// Stops collecting and applies what was collected; returns how many batches that
+    /// was (their futures are ready or queued for the writer thread).
+    pub fn apply(self) -> usize {
+        let collected = DEFERRED.with(|deferred| deferred.borrow_mut().take());
+        apply_deferred(collected.unwrap_or_default())
+    }
+}
+
+impl Drop for WriteDeferral {
+    fn drop(&mut self) {
+        let collected = DEFERRED.with(|deferred| deferred.borrow_mut().take());
+        apply_deferred(collected.unwrap_or_default());
+    }
+}
+
+/// Applies collected batches: one RocksDB write per engine when its writer is free, each
+/// batch declined back to its submitter (who queues it) otherwise.
+fn apply_deferred(mut collected: Vec<Deferred>) -> usize {
+    let count = collected.len();
+    while let Some(first) = collected.first() {
+        let writer = Arc::clone(&first.writer);
+        let (group, rest): (Vec<Deferred>, Vec<Deferred>) = collected
+            .into_iter()
+            .partition(|deferred| Arc::ptr_eq(&deferred.writer, &writer));
+        collected = rest;
+        match writer.try_apply_inline(group.iter().flat_map(|deferred| deferred.entries.iter())) {
+            Inline::Applied(result) => {
+                for deferred in group {
+                    let _ = deferred.done.send(DeferredOutcome::Applied(result.clone()));
+                }
+            }
+            Inline::Declined => {
+                for deferred in group {
+                    let _ = deferred
+                        .done
+                        .send(DeferredOutcome::Declined(deferred.entries));
+                }
+            }
+        }
+    }
+    count
 }
