@@ -81,7 +81,7 @@ impl Default for Config {
             max_requests_in_flight_per_connection: 2048,
             max_connections: 1024,
             block_cache_mib: 256,
-            memtable_mib: 32,
+            memtable_mib: 16,
             log_level: "info".into(),
         }
     }

@@ -54,7 +54,7 @@ impl Default for RocksOptions {
     fn default() -> Self {
         RocksOptions {
             block_cache_mib: 256,
-            memtable_mib: 32,
+            memtable_mib: 16,
             background_jobs: 2,
         }
     }

@@ -32,7 +32,7 @@ use futures::future::{BoxFuture, FutureExt};
 use parking_lot::{Condvar, Mutex};
 use rocksdb::{ErrorKind, WriteOptions, DB};
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -90,10 +90,11 @@ struct Queue {
     closed: bool,
 }
 
-/// The state only the current applier touches: per-key write counts.
+/// The state only the current applier touches: per-key write counts (keys hashed with
+/// foldhash: the count is kept for every key written, so the hash is on the write path).
 struct Applier {
-    counts: HashMap<u64, u32>,
-    hasher: std::collections::hash_map::RandomState,
+    counts: foldhash::HashMap<u64, u32>,
+    hasher: foldhash::fast::RandomState,
 }
 
 /// What applying a batch inline came to.
@@ -129,7 +130,7 @@ impl Writer {
             db,
             family,
             applier: Mutex::new(Applier {
-                counts: HashMap::new(),
+                counts: Default::default(),
                 hasher: Default::default(),
             }),
             queue: Mutex::new(Queue::default()),
