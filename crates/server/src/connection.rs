@@ -6,9 +6,9 @@
 //! once without spawning a task per request or waking another thread. Requests that finish
 //! at once (a point read) answer in the same pass; the writes of a pass are applied
 //! together ([`WriteDeferral`]: one engine write for all of them) and answer right after;
-//! requests that wait (a replica's answer, a group commit's sync) finish later. The task is the socket's only
-//! writer: event frames pushed by other tasks reach it through a channel, and all answers
-//! of a pass leave in one socket write.
+//! requests that wait (a replica's answer, a group commit's sync) finish later. The task
+//! is the socket's only writer: event frames pushed by other tasks reach it through a
+//! channel, and all answers of a pass leave in one socket write.
 //!
 //! Limits: a frame body beyond `max_frame_bytes` is skipped and refused with a protocol
 //! error; requests beyond `max_in_flight` are answered `Overloaded` at once.

@@ -197,11 +197,6 @@ impl RocksEngine {
         }
     }
 
-    /// Hands `operation` to the writer; the future resolves once it is applied.
-    fn submit(&self, operation: Operation) -> BoxFuture<'static, Result<()>> {
-        self.writer.submit(operation)
-    }
-
     fn data(&self) -> Result<&rocksdb::ColumnFamily> {
         self.db
             .cf_handle(DATA_FAMILY)
@@ -353,7 +348,7 @@ impl Engine for RocksEngine {
     }
 
     fn write_async(&self, batch: WriteBatch) -> BoxFuture<'static, Result<()>> {
-        self.submit(Operation::Cells(batch.into_entries()))
+        self.writer.submit(Operation::Cells(batch.into_entries()))
     }
 
     fn scan<'a>(

@@ -199,10 +199,11 @@ impl Writer {
         let Some(mut applier) = self.applier.try_lock() else {
             return Inline::Declined;
         };
-        let batch = match applier.batch(&self.db, self.family, entries) {
-            Ok(batch) => batch,
+        let data = match Applier::data(&self.db, self.family) {
+            Ok(data) => data,
             Err(error) => return Inline::Applied(Err(error)),
         };
+        let batch = applier.batch(data, entries);
         let mut options = WriteOptions::default();
         options.set_sync(false);
         options.set_no_slowdown(true);
@@ -299,11 +300,9 @@ impl Applier {
     /// The merge operands of `entries`, counting each key's writes.
     fn batch<'e>(
         &mut self,
-        db: &DB,
-        family: &str,
+        data: &rocksdb::ColumnFamily,
         entries: impl Iterator<Item = &'e (Vec<u8>, Vec<u8>)>,
-    ) -> Result<PreparedBatch> {
-        let data = Self::data(db, family)?;
+    ) -> PreparedBatch {
         let mut prepared = PreparedBatch {
             batch: rocksdb::WriteBatch::default(),
             hot: Vec::new(),
@@ -320,7 +319,7 @@ impl Applier {
                 prepared.hot.push(key.clone());
             }
         }
-        Ok(prepared)
+        prepared
     }
 
     /// Writes a group as one batch (synced when it removes a range); returns the outcome
@@ -337,10 +336,11 @@ impl Applier {
                 Operation::Cells(entries) => entries.as_slice(),
                 Operation::DeleteRange { .. } => &[],
             });
-        let (mut prepared, data) = match (self.batch(db, family, cells), Self::data(db, family)) {
-            (Ok(prepared), Ok(data)) => (prepared, data),
-            (Err(error), _) | (_, Err(error)) => return (Err(error), Vec::new()),
+        let data = match Self::data(db, family) {
+            Ok(data) => data,
+            Err(error) => return (Err(error), Vec::new()),
         };
+        let mut prepared = self.batch(data, cells);
         let mut sync = false;
         for submission in group {
             if let Operation::DeleteRange { lower, upper } = &submission.operation {
@@ -451,7 +451,8 @@ pub struct WriteDeferral {
 }
 
 impl WriteDeferral {
-    /// Starts collecting this thread's writes (a deferral already open keeps collecting).
+    /// Starts collecting this thread's writes. Deferrals do not nest: applying or dropping
+    /// any one of them applies everything collected so far and ends the collecting.
     pub fn begin() -> WriteDeferral {
         DEFERRED.with(|deferred| {
             deferred.borrow_mut().get_or_insert_with(Vec::new);
