@@ -21,8 +21,8 @@ pub mod state;
 pub mod store;
 
 pub use state::{
-    node_id_of, ClusterState, Command, CommandOutcome, Member, MemberState, NodeId, SchemaRecord,
-    TablePlacement,
+    node_id_of, ClusterState, Command, CommandOutcome, Member, MemberState, NodeId, TablePlacement,
+    VersionedRecord,
 };
 
 use futures::future::BoxFuture;

@@ -64,9 +64,11 @@ impl Member {
     }
 }
 
-/// The schema as the coordinator serialized it, with its version.
+/// A replicated document kept opaque here, with its version: the schema as the coordinator
+/// serialized it, or the roles and permissions as `shoal-auth` did. Changed only by
+/// compare-and-set on the version.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SchemaRecord {
+pub struct VersionedRecord {
     pub version: [u8; 16],
     pub bytes: Vec<u8>,
 }
@@ -87,8 +89,14 @@ pub enum Command {
     /// `tables` lists every table that exists afterwards with its replication.
     ChangeSchema {
         base_version: Option<[u8; 16]>,
-        schema: SchemaRecord,
+        schema: VersionedRecord,
         tables: BTreeMap<TableId, ReplicationStrategy>,
+    },
+    /// Replaces the roles and permissions if they are still at `base_version` (`None`: no
+    /// roles yet — so of two nodes creating the first superuser, one wins).
+    ChangeRoles {
+        base_version: Option<[u8; 16]>,
+        roles: VersionedRecord,
     },
 }
 
@@ -97,8 +105,8 @@ pub enum Command {
 pub enum CommandOutcome {
     #[default]
     Applied,
-    /// The schema is no longer at the base version the change was computed from.
-    SchemaMoved,
+    /// The schema (or the roles) moved past the base version the change was computed from.
+    Moved,
     /// The command could not be applied; the message says why.
     Rejected(String),
 }
@@ -107,8 +115,10 @@ pub enum CommandOutcome {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ClusterState {
     pub members: BTreeMap<NodeId, Member>,
-    pub schema: Option<SchemaRecord>,
+    pub schema: Option<VersionedRecord>,
     pub tables: BTreeMap<TableId, TablePlacement>,
+    /// Roles and permissions (`shoal-auth`); `None` until authentication is first used.
+    pub roles: Option<VersionedRecord>,
 }
 
 impl ClusterState {
@@ -139,7 +149,7 @@ impl ClusterState {
                 tables,
             } => {
                 if base_version != self.schema.as_ref().map(|s| s.version) {
-                    return CommandOutcome::SchemaMoved;
+                    return CommandOutcome::Moved;
                 }
                 let mut placed = BTreeMap::new();
                 for (id, strategy) in tables {
@@ -158,6 +168,16 @@ impl ClusterState {
                 }
                 self.tables = placed;
                 self.schema = Some(schema);
+                CommandOutcome::Applied
+            }
+            Command::ChangeRoles {
+                base_version,
+                roles,
+            } => {
+                if base_version != self.roles.as_ref().map(|r| r.version) {
+                    return CommandOutcome::Moved;
+                }
+                self.roles = Some(roles);
                 CommandOutcome::Applied
             }
         }
@@ -231,8 +251,8 @@ mod tests {
         }
     }
 
-    fn schema(version: u8) -> SchemaRecord {
-        SchemaRecord {
+    fn schema(version: u8) -> VersionedRecord {
+        VersionedRecord {
             version: [version; 16],
             bytes: vec![version],
         }
@@ -249,7 +269,7 @@ mod tests {
         };
         assert_eq!(state.apply(first.clone()), CommandOutcome::Applied);
         // The same change again was computed from a schema that is gone.
-        assert_eq!(state.apply(first), CommandOutcome::SchemaMoved);
+        assert_eq!(state.apply(first), CommandOutcome::Moved);
         let second = Command::ChangeSchema {
             base_version: Some([1; 16]),
             schema: schema(2),

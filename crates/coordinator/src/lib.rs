@@ -25,6 +25,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+mod access;
 pub mod class;
 pub mod ddl;
 pub mod describe;
@@ -34,6 +35,7 @@ pub mod paging;
 pub mod plan;
 pub mod prepared;
 pub mod restrictions;
+mod roles;
 pub mod select;
 pub mod system_tables;
 pub mod values;
@@ -76,6 +78,24 @@ pub struct NodeInfo {
 pub struct Session {
     /// The keyspace chosen by `USE`.
     pub keyspace: Option<String>,
+    /// The role the client logged in as (`None`: authentication is off).
+    pub user: Option<String>,
+}
+
+impl Session {
+    /// The same login, in `keyspace`.
+    fn in_keyspace(&self, keyspace: Option<String>) -> Session {
+        Session {
+            keyspace,
+            user: self.user.clone(),
+        }
+    }
+}
+
+/// Who may connect and what they may do: the replicated roles and which checks are on.
+pub struct AccessControl {
+    pub roles: Arc<shoal_auth::RoleStore>,
+    pub settings: shoal_auth::AuthSettings,
 }
 
 /// The cluster as the system tables show it: members and their state.
@@ -96,6 +116,8 @@ pub struct Coordinator {
     scan_slots: tokio::sync::Semaphore,
     /// The cluster this node is part of, for the system tables; `None` on its own.
     cluster: Option<ClusterView>,
+    /// Roles, and whether logins and permissions are checked.
+    pub(crate) auth: AccessControl,
 }
 
 /// How many scans may run at once; further scans wait for a slot.
@@ -110,12 +132,14 @@ impl Coordinator {
     /// `schema` (through the cluster's metadata when `cluster` is given).
     pub fn new(
         schema: Arc<SchemaStore>,
+        auth: AccessControl,
         replication: Arc<dyn Replication>,
         info: NodeInfo,
         cluster: Option<ClusterView>,
     ) -> Coordinator {
         if let Some(cluster) = &cluster {
             schema.attach_cluster(Arc::clone(&cluster.metadata));
+            auth.roles.attach_cluster(Arc::clone(&cluster.metadata));
         }
         Coordinator {
             schema,
@@ -125,19 +149,33 @@ impl Coordinator {
             condition_locks: (0..64).map(|_| tokio::sync::Mutex::new(())).collect(),
             scan_slots: tokio::sync::Semaphore::new(SCAN_SLOTS),
             cluster,
+            auth,
         }
     }
 
     /// A node on its own, without a cluster: every write is applied to `engine` at once
     /// ([`LocalReplication`]). For tests and embedding.
     pub fn local(engine: Arc<dyn Engine>, info: NodeInfo) -> Result<Coordinator, CqlError> {
+        Coordinator::local_with_auth(engine, info, shoal_auth::AuthSettings::default())
+    }
+
+    /// [`Coordinator::local`] with logins and permission checks as `settings` says.
+    pub fn local_with_auth(
+        engine: Arc<dyn Engine>,
+        info: NodeInfo,
+        settings: shoal_auth::AuthSettings,
+    ) -> Result<Coordinator, CqlError> {
         let schema = Arc::new(SchemaStore::open(Arc::clone(&engine))?);
+        let auth = AccessControl {
+            roles: Arc::new(shoal_auth::RoleStore::open(Arc::clone(&engine))?),
+            settings,
+        };
         let log = Arc::new(ImmediateWriteLog(Arc::clone(&engine)));
         let replication = Arc::new(LocalReplication::new(
             LocalReplica::new(engine, log),
             Arc::clone(&schema),
         ));
-        Ok(Coordinator::new(schema, replication, info, None))
+        Ok(Coordinator::new(schema, auth, replication, info, None))
     }
 
     pub fn cluster(&self) -> Option<&ClusterView> {
@@ -154,6 +192,28 @@ impl Coordinator {
             Some(record) => self.schema.install_from_cluster(record),
             None => Ok(Vec::new()),
         }
+    }
+
+    /// Installs the cluster's current roles (a node calls it whenever the cluster's
+    /// metadata changes), so GRANT and REVOKE hold here once this node has applied them.
+    pub fn sync_roles(&self) -> Result<(), CqlError> {
+        let Some(cluster) = &self.cluster else {
+            return Ok(());
+        };
+        match &cluster.metadata.state().roles {
+            Some(record) => self.auth.roles.install_from_cluster(record),
+            None => Ok(()),
+        }
+    }
+
+    /// The roles, for the server's login exchange.
+    pub fn roles(&self) -> &Arc<shoal_auth::RoleStore> {
+        &self.auth.roles
+    }
+
+    /// Whether clients must log in and whether their permissions are checked.
+    pub fn auth_settings(&self) -> shoal_auth::AuthSettings {
+        self.auth.settings
     }
 
     /// Members of the cluster (1 without a cluster).
@@ -241,12 +301,12 @@ impl Coordinator {
         let plan = prepared.plan(self, session)?;
         if let Plan::Statement(statement) = &plan {
             // USE, DDL and the like run in the keyspace they were prepared in.
-            let mut statement_session = Session {
-                keyspace: prepared
+            let mut statement_session = session.in_keyspace(
+                prepared
                     .keyspace
                     .clone()
                     .or_else(|| session.keyspace.clone()),
-            };
+            );
             let result = self.run(&mut statement_session, &plan, parameters).await;
             if let Statement::Use(_) = statement.as_ref() {
                 session.keyspace = statement_session.keyspace;
@@ -292,12 +352,12 @@ impl Coordinator {
             )?;
         }
         // Statements prepared in another keyspace keep it.
-        let batch_session = Session {
-            keyspace: prepared
+        let batch_session = session.in_keyspace(
+            prepared
                 .first()
                 .and_then(|p| p.keyspace.clone())
                 .or_else(|| session.keyspace.clone()),
-        };
+        );
         let mut plans = Vec::with_capacity(prepared.len());
         for statement in &prepared {
             match statement.plan(self, &batch_session)? {
@@ -305,6 +365,8 @@ impl Coordinator {
                 _ => return Err(modify::batch::only_modifications()),
             }
         }
+        let checked: Vec<&modify::ModifyPlan> = plans.iter().map(|p| p.as_ref()).collect();
+        self.authorize_writes(&batch_session, &checked)?;
         let statements: Vec<(&modify::ModifyPlan, values::Bindings<'_>)> = plans
             .iter()
             .zip(&request.statements)
@@ -333,6 +395,7 @@ impl Coordinator {
         plan: &Plan,
         parameters: &QueryParameters,
     ) -> Result<ResultBody, CqlError> {
+        self.authorize(session, plan)?;
         let bindings = values::Bindings {
             values: &parameters.values,
             names: parameters.names.as_deref(),
@@ -368,7 +431,21 @@ impl Coordinator {
                 | Statement::CreateTable(_)
                 | Statement::AlterTable { .. }
                 | Statement::DropTable { .. } => {
-                    Box::pin(ddl::execute(self, session, statement)).await
+                    let result = Box::pin(ddl::execute(self, session, statement)).await?;
+                    if matches!(result, ResultBody::SchemaChange(_)) {
+                        self.update_grants_after_schema_change(session, statement)
+                            .await?;
+                    }
+                    Ok(result)
+                }
+                Statement::CreateRole { .. }
+                | Statement::AlterRole { .. }
+                | Statement::DropRole { .. }
+                | Statement::Permissions { .. }
+                | Statement::RoleMembership { .. }
+                | Statement::ListRoles { .. }
+                | Statement::ListPermissions { .. } => {
+                    Box::pin(self.execute_role_statement(session, statement)).await
                 }
             },
         }

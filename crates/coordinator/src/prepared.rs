@@ -79,9 +79,7 @@ impl PreparedStatement {
                 return Ok(cached.plan.clone());
             }
         }
-        let planning_session = Session {
-            keyspace: keyspace.map(str::to_string),
-        };
+        let planning_session = session.in_keyspace(keyspace.map(str::to_string));
         let plan = Plan::new(coordinator, &planning_session, &self.statement)?;
         *self.cached.write() = Some(CachedPlan {
             schema_version,

@@ -1,12 +1,12 @@
 //! The rows of the virtual system tables drivers and tools read: `system.local`,
 //! `system.peers`, `system.peers_v2`, the nine `system_schema` tables and
-//! `system_virtual_schema` (defined in [`shoal_schema::system`]). They are generated from
-//! the schema, the cluster's metadata and the node's identity on every read; nothing is
-//! stored.
+//! `system_virtual_schema`, and `system_auth` (defined in [`shoal_schema::system`]). They
+//! are generated from the schema, the roles, the cluster's metadata and the node's
+//! identity on every read; nothing is stored here.
 
 use crate::{Coordinator, CQL_VERSION, RELEASE_VERSION};
 use shoal_model::Value;
-use shoal_schema::system::{SYSTEM, SYSTEM_SCHEMA, SYSTEM_VIRTUAL_SCHEMA};
+use shoal_schema::system::{SYSTEM, SYSTEM_AUTH, SYSTEM_SCHEMA, SYSTEM_VIRTUAL_SCHEMA};
 use shoal_schema::{ColumnKind, KeyspaceMetadata, Schema, TableMetadata};
 use std::collections::BTreeMap;
 
@@ -153,7 +153,84 @@ pub fn rows(
             .flat_map(|k| k.tables.values())
             .flat_map(|t| column_rows(table, t))
             .collect(),
+        (SYSTEM_AUTH, name) => auth_rows(coordinator, table, name),
         _ => Vec::new(),
+    }
+}
+
+/// `system_auth.roles`, `role_members` and `role_permissions`, from the replicated roles.
+fn auth_rows(
+    coordinator: &Coordinator,
+    table: &TableMetadata,
+    name: &str,
+) -> Vec<Vec<Option<Value>>> {
+    let roles = coordinator.roles().current();
+    match name {
+        "roles" => roles
+            .roles
+            .values()
+            .map(|role| {
+                row(
+                    table,
+                    vec![
+                        ("role", text(&role.name)),
+                        ("can_login", Some(Value::Boolean(role.can_login))),
+                        ("is_superuser", Some(Value::Boolean(role.is_superuser))),
+                        ("member_of", text_set(role.member_of.iter().cloned())),
+                        ("salted_hash", role.salted_hash.as_deref().and_then(text)),
+                    ],
+                )
+            })
+            .collect(),
+        "role_members" => {
+            let mut members: Vec<(&String, &String)> = roles
+                .roles
+                .values()
+                .flat_map(|member| {
+                    member
+                        .member_of
+                        .iter()
+                        .map(move |role| (role, &member.name))
+                })
+                .collect();
+            members.sort();
+            members
+                .into_iter()
+                .map(|(role, member)| {
+                    row(table, vec![("role", text(role)), ("member", text(member))])
+                })
+                .collect()
+        }
+        "role_permissions" => roles
+            .grants
+            .iter()
+            .map(|((role, resource), permissions)| {
+                row(
+                    table,
+                    vec![
+                        ("role", text(role)),
+                        ("resource", text(&resource_path(resource))),
+                        (
+                            "permissions",
+                            text_set(permissions.iter().map(|p| p.name().to_string())),
+                        ),
+                    ],
+                )
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// How Cassandra names a resource in `system_auth.role_permissions`: `data/ks/t`.
+fn resource_path(resource: &shoal_auth::Resource) -> String {
+    use shoal_auth::Resource;
+    match resource {
+        Resource::AllKeyspaces => "data".into(),
+        Resource::Keyspace(keyspace) => format!("data/{keyspace}"),
+        Resource::Table { keyspace, table } => format!("data/{keyspace}/{table}"),
+        Resource::AllRoles => "roles".into(),
+        Resource::Role(role) => format!("roles/{role}"),
     }
 }
 

@@ -314,6 +314,58 @@ pub enum Statement {
         target: DescribeTarget,
         only: bool,
     },
+    /// CREATE ROLE, and CREATE USER (a role that may log in).
+    CreateRole {
+        name: String,
+        if_not_exists: bool,
+        options: Properties,
+    },
+    /// ALTER ROLE, and ALTER USER.
+    AlterRole {
+        name: String,
+        options: Properties,
+    },
+    DropRole {
+        name: String,
+        if_exists: bool,
+    },
+    /// GRANT (`grant: true`) or REVOKE of permissions; `permissions: None` is ALL.
+    Permissions {
+        grant: bool,
+        permissions: Option<Vec<String>>,
+        resource: AuthResource,
+        role: String,
+    },
+    /// GRANT `role` TO `grantee` (`grant: true`) or REVOKE `role` FROM `grantee`.
+    RoleMembership {
+        grant: bool,
+        role: String,
+        grantee: String,
+    },
+    /// LIST ROLES [OF r] [NORECURSIVE], and LIST USERS (`users: true`).
+    ListRoles {
+        of: Option<String>,
+        recursive: bool,
+        users: bool,
+    },
+    /// LIST ALL|perm [PERMISSIONS] [ON resource] [OF role] [NORECURSIVE].
+    ListPermissions {
+        permissions: Option<Vec<String>>,
+        resource: Option<AuthResource>,
+        of: Option<String>,
+        recursive: bool,
+    },
+}
+
+/// What GRANT, REVOKE and LIST PERMISSIONS name, as written (a table's keyspace may be
+/// the session's).
+#[derive(Debug, Clone, PartialEq)]
+pub enum AuthResource {
+    AllKeyspaces,
+    Keyspace(String),
+    Table(QualifiedName),
+    AllRoles,
+    Role(String),
 }
 
 impl Statement {

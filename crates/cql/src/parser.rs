@@ -175,10 +175,8 @@ impl Parser {
             "alter" => self.alter(),
             "drop" => self.drop(),
             "describe" | "desc" => self.describe(),
-            "grant" | "revoke" | "list" => Err(CqlError::new(
-                crate::ErrorCode::Unauthorized,
-                "Authorization is not enabled on Shoal (AllowAllAuthorizer); permissions cannot be managed",
-            )),
+            "grant" | "revoke" => self.grant_or_revoke(),
+            "list" => self.list(),
             _ => Err(self.error_here("a statement")),
         }
     }
@@ -878,6 +876,12 @@ impl Parser {
         if self.eat_word("table") || self.eat_word("columnfamily") {
             return Ok(Statement::CreateTable(Box::new(self.create_table()?)));
         }
+        if self.eat_word("role") {
+            return self.create_role();
+        }
+        if self.eat_word("user") {
+            return self.create_user();
+        }
         let what = self.peek().map(Token::describe).unwrap_or_default();
         Err(CqlError::invalid(format!(
             "CREATE {} is not supported by Shoal yet",
@@ -1009,6 +1013,12 @@ impl Parser {
             let properties = self.properties()?;
             return Ok(Statement::AlterKeyspace { name, properties });
         }
+        if self.eat_word("role") {
+            return self.alter_role();
+        }
+        if self.eat_word("user") {
+            return self.alter_user();
+        }
         if !(self.eat_word("table") || self.eat_word("columnfamily")) {
             return Err(CqlError::invalid(format!(
                 "ALTER {} is not supported by Shoal yet",
@@ -1085,6 +1095,11 @@ impl Parser {
             let if_exists = self.if_exists()?;
             let table = self.qualified_name()?;
             return Ok(Statement::DropTable { table, if_exists });
+        }
+        if self.eat_word("role") || self.eat_word("user") {
+            let if_exists = self.if_exists()?;
+            let name = self.role_name()?;
+            return Ok(Statement::DropRole { name, if_exists });
         }
         Err(CqlError::invalid(format!(
             "DROP {} is not supported by Shoal yet",
@@ -1195,5 +1210,6 @@ fn is_type_name(word: &str) -> bool {
         || matches!(word, "frozen" | "list" | "set" | "map" | "tuple")
 }
 
+mod roles;
 #[cfg(test)]
 mod tests;

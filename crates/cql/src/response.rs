@@ -99,6 +99,10 @@ pub enum Event {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Response {
     Ready,
+    /// The client must log in; the authenticator's class name tells it how.
+    Authenticate(String),
+    /// The login succeeded; the final SASL token, if any.
+    AuthSuccess(Option<Vec<u8>>),
     Supported(Vec<(String, Vec<String>)>),
     Result(ResultBody),
     Error(CqlError),
@@ -111,6 +115,14 @@ impl Response {
         let mut body = Vec::new();
         let op = match self {
             Response::Ready => opcode::READY,
+            Response::Authenticate(authenticator) => {
+                put_string(&mut body, authenticator);
+                opcode::AUTHENTICATE
+            }
+            Response::AuthSuccess(token) => {
+                put_bytes(&mut body, token.as_deref());
+                opcode::AUTH_SUCCESS
+            }
             Response::Supported(options) => {
                 put_short(&mut body, options.len() as u16);
                 for (key, values) in options {

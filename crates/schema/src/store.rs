@@ -4,7 +4,7 @@
 use crate::{replication_strategy, KeyspaceMetadata, TableMetadata};
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
-use shoal_cluster::{ClusterMetadata, Command, CommandOutcome, SchemaRecord};
+use shoal_cluster::{ClusterMetadata, Command, CommandOutcome, VersionedRecord};
 use shoal_cql::response::SchemaChange;
 use shoal_cql::{ensure, CqlError};
 use shoal_model::{keys, TableId, WriteTimestamp};
@@ -230,7 +230,7 @@ impl SchemaStore {
     /// changed (for SCHEMA_CHANGE events).
     pub fn install_from_cluster(
         &self,
-        record: &SchemaRecord,
+        record: &VersionedRecord,
     ) -> Result<Vec<SchemaChange>, CqlError> {
         if record.version == self.current().version {
             return Ok(Vec::new());
@@ -280,7 +280,7 @@ impl SchemaStore {
             }
             let command = Command::ChangeSchema {
                 base_version,
-                schema: SchemaRecord {
+                schema: VersionedRecord {
                     version: next.version,
                     bytes,
                 },
@@ -293,7 +293,7 @@ impl SchemaStore {
                     self.sync_from(cluster)?;
                     return Ok(true);
                 }
-                CommandOutcome::SchemaMoved => {
+                CommandOutcome::Moved => {
                     self.sync_from(cluster)?;
                 }
                 CommandOutcome::Rejected(message) => return Err(CqlError::server(message)),

@@ -1,5 +1,5 @@
 //! The system keyspaces and their tables (`system`, `system_schema`,
-//! `system_virtual_schema`), with Cassandra 5.0's column names and types. These tables are
+//! `system_virtual_schema`, `system_auth`), with Cassandra 5.0's column names and types. These tables are
 //! *virtual*: defined here, their rows generated on every read by the coordinator, never
 //! stored.
 
@@ -11,6 +11,8 @@ use std::sync::Arc;
 pub const SYSTEM: &str = "system";
 pub const SYSTEM_SCHEMA: &str = "system_schema";
 pub const SYSTEM_VIRTUAL_SCHEMA: &str = "system_virtual_schema";
+/// Roles and permissions, generated from the replicated roles (`shoal-auth`).
+pub const SYSTEM_AUTH: &str = "system_auth";
 /// The datacenter a node is in unless its configuration says otherwise.
 pub const DEFAULT_DATACENTER: &str = "datacenter1";
 
@@ -320,6 +322,38 @@ pub fn system_keyspaces() -> Vec<KeyspaceMetadata> {
                     &[("keyspace_name", "text")],
                     &[("table_name", "text"), ("column_name", "text")],
                     column_columns,
+                ),
+            ],
+        ),
+        keyspace(
+            SYSTEM_AUTH,
+            "org.apache.cassandra.locator.LocalStrategy",
+            vec![
+                virtual_table(
+                    SYSTEM_AUTH,
+                    "roles",
+                    &[("role", "text")],
+                    &[],
+                    &[
+                        ("can_login", "boolean"),
+                        ("is_superuser", "boolean"),
+                        ("member_of", "set<text>"),
+                        ("salted_hash", "text"),
+                    ],
+                ),
+                virtual_table(
+                    SYSTEM_AUTH,
+                    "role_members",
+                    &[("role", "text")],
+                    &[("member", "text")],
+                    &[],
+                ),
+                virtual_table(
+                    SYSTEM_AUTH,
+                    "role_permissions",
+                    &[("role", "text")],
+                    &[("resource", "text")],
+                    &[("permissions", "set<text>")],
                 ),
             ],
         ),

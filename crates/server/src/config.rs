@@ -18,6 +18,24 @@ pub enum CommitLogSync {
     Group,
 }
 
+/// How clients log in (Cassandra's `authenticator`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Authenticator {
+    /// Anyone may connect, without credentials.
+    AllowAllAuthenticator,
+    /// Clients log in with a role's name and password (SASL PLAIN).
+    PasswordAuthenticator,
+}
+
+/// What logged-in roles may do (Cassandra's `authorizer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Authorizer {
+    /// Every client may run every statement.
+    AllowAllAuthorizer,
+    /// Statements are checked against the permissions granted to the role.
+    CassandraAuthorizer,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -59,6 +77,11 @@ pub struct Config {
     pub memtable_mib: usize,
     /// Log filter, e.g. `info` or `shoal=debug` (overridden by RUST_LOG).
     pub log_level: String,
+    /// `AllowAllAuthenticator` (default) or `PasswordAuthenticator`.
+    pub authenticator: Authenticator,
+    /// `AllowAllAuthorizer` (default) or `CassandraAuthorizer` (needs
+    /// `PasswordAuthenticator`).
+    pub authorizer: Authorizer,
 }
 
 impl Default for Config {
@@ -83,6 +106,8 @@ impl Default for Config {
             block_cache_mib: 256,
             memtable_mib: 16,
             log_level: "info".into(),
+            authenticator: Authenticator::AllowAllAuthenticator,
+            authorizer: Authorizer::AllowAllAuthorizer,
         }
     }
 }
@@ -134,7 +159,20 @@ impl Config {
             !self.cluster_name.is_empty(),
             "cluster_name must not be empty"
         );
+        anyhow::ensure!(
+            self.authorizer == Authorizer::AllowAllAuthorizer
+                || self.authenticator == Authenticator::PasswordAuthenticator,
+            "authorizer = \"CassandraAuthorizer\" needs authenticator = \"PasswordAuthenticator\""
+        );
         Ok(())
+    }
+
+    /// Which of authentication and authorization this node enforces.
+    pub fn auth_settings(&self) -> shoal_auth::AuthSettings {
+        shoal_auth::AuthSettings {
+            authentication: self.authenticator == Authenticator::PasswordAuthenticator,
+            authorization: self.authorizer == Authorizer::CassandraAuthorizer,
+        }
     }
 }
 

@@ -42,6 +42,8 @@ pub struct ConnectionLimits {
 struct ConnectionState {
     session: Mutex<Session>,
     started: AtomicBool,
+    /// The client has logged in (or needs not: authentication is off).
+    authenticated: AtomicBool,
     compression: AtomicBool,
 }
 
@@ -74,6 +76,7 @@ pub async fn serve(
 
     let state = Arc::new(ConnectionState {
         session: Mutex::new(Session::default()),
+        authenticated: AtomicBool::new(false),
         started: AtomicBool::new(false),
         compression: AtomicBool::new(false),
     });
@@ -277,12 +280,38 @@ async fn respond(
                 }
             }
             state.started.store(true, Ordering::Release);
+            if coordinator.auth_settings().authentication {
+                return Ok(Response::Authenticate(
+                    shoal_auth::PASSWORD_AUTHENTICATOR.into(),
+                ));
+            }
+            state.authenticated.store(true, Ordering::Release);
             Ok(Response::Ready)
         }
         _ if !started => Err(CqlError::protocol(format!(
             "Unexpected message {:#04x}, expecting STARTUP or OPTIONS",
             header.opcode
         ))),
+        Request::AuthResponse(token) => {
+            if !coordinator.auth_settings().authentication {
+                return Err(CqlError::protocol(
+                    "Authentication is not enabled on this node",
+                ));
+            }
+            if state.authenticated.load(Ordering::Acquire) {
+                return Err(CqlError::protocol(
+                    "Unexpected message AUTH_RESPONSE, the client has already logged in",
+                ));
+            }
+            let user = log_in(coordinator, &token).await?;
+            state.session.lock().user = Some(user);
+            state.authenticated.store(true, Ordering::Release);
+            Ok(Response::AuthSuccess(None))
+        }
+        _ if !state.authenticated.load(Ordering::Acquire) => Err(CqlError::new(
+            shoal_cql::ErrorCode::Unauthorized,
+            "You have not logged in",
+        )),
         Request::Register(kinds) => {
             events.subscribe(
                 &kinds,
@@ -291,9 +320,6 @@ async fn respond(
             )?;
             Ok(Response::Ready)
         }
-        Request::AuthResponse(_) => Err(CqlError::protocol(
-            "Authentication is not enabled on this node",
-        )),
         Request::Query { query, parameters } => {
             let mut session = state.session.lock().clone();
             let result = coordinator.query(&mut session, &query, &parameters).await?;
@@ -314,6 +340,20 @@ async fn respond(
             Ok(finish_result(state, events, result))
         }
     }
+}
+
+/// Checks a SASL PLAIN response on a blocking thread (bcrypt is slow by design); returns
+/// the role logged in as.
+async fn log_in(coordinator: &Arc<Coordinator>, token: &[u8]) -> Result<String, CqlError> {
+    let credentials = shoal_auth::password::PlainCredentials::decode(token)?;
+    let roles = Arc::clone(coordinator.roles());
+    tokio::task::spawn_blocking(move || {
+        roles
+            .authenticate(&credentials.username, &credentials.password)
+            .map(|access| access.role.clone())
+    })
+    .await
+    .map_err(|_| CqlError::server("the login check failed"))?
 }
 
 /// Applies `USE` to the connection and publishes schema changes to registered clients.

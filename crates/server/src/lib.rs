@@ -182,8 +182,16 @@ impl Node {
             SchemaStore::open(Arc::clone(&engine))
                 .map_err(|e| anyhow::anyhow!("cannot load the schema: {}", e.message))?,
         );
+        let auth = shoal_coordinator::AccessControl {
+            roles: Arc::new(
+                shoal_auth::RoleStore::open(Arc::clone(&engine))
+                    .map_err(|e| anyhow::anyhow!("cannot load the roles: {}", e.message))?,
+            ),
+            settings: config.auth_settings(),
+        };
         let coordinator = Arc::new(Coordinator::new(
             schema,
+            auth,
             Arc::clone(&proxy) as Arc<dyn shoal_replication::Replication>,
             info,
             Some(ClusterView {
@@ -194,6 +202,25 @@ impl Node {
         coordinator
             .sync_schema()
             .map_err(|e| anyhow::anyhow!("cannot install the cluster's schema: {}", e.message))?;
+        coordinator
+            .sync_roles()
+            .map_err(|e| anyhow::anyhow!("cannot install the cluster's roles: {}", e.message))?;
+        if config.auth_settings().authentication {
+            // Clients can log in as soon as the node listens, unless the cluster cannot
+            // take the change yet: then it is retried in the background.
+            let create = tokio::spawn(maintenance::create_default_superuser(Arc::clone(
+                &coordinator,
+            )));
+            if !create.is_finished() {
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+                    while !create.is_finished() {
+                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    }
+                })
+                .await;
+            }
+            background.push(create);
+        }
         let _ = handler.coordinator.set(Arc::clone(&coordinator));
         let _ = handler.proxy.set(Arc::clone(&proxy));
         background.push(tokio::spawn(membership::run_failure_detection(

@@ -11,6 +11,9 @@
 //! [`HINT_SWEEP_INTERVAL`], hints for dropped or truncated tables and hints older than
 //! their table's gc_grace_seconds, even for a replica that never returns.
 //!
+//! The default superuser ([`create_default_superuser`]) is created on a new cluster with
+//! authentication on, retried until the cluster's metadata accepts it.
+//!
 //! Batchlog replay ([`shoal_replication::StorageProxy::replay_batches`]) writes again the
 //! logged batches whose coordinator did not finish them, every [`BATCHLOG_REPLAY_INTERVAL`].
 
@@ -76,6 +79,22 @@ pub async fn sweep_hints_regularly(proxy: Arc<StorageProxy>) {
             Ok(Ok(removed)) => tracing::info!(removed, "removed hints that are no longer due"),
             Ok(Err(error)) => tracing::warn!(%error, "sweeping hints failed"),
             Err(_) => return,
+        }
+    }
+}
+
+/// Creates the default superuser if the cluster has no roles yet, retrying (the cluster
+/// may still be electing a leader) until it is done.
+pub async fn create_default_superuser(coordinator: Arc<shoal_coordinator::Coordinator>) {
+    let mut delay = Duration::from_millis(100);
+    loop {
+        match coordinator.roles().ensure_default_superuser().await {
+            Ok(()) => return,
+            Err(error) => {
+                tracing::warn!(message = %error.message, "cannot create the default superuser yet; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
         }
     }
 }

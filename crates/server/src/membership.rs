@@ -402,6 +402,9 @@ pub async fn follow_metadata(
                 tracing::error!(message = %error.message, "cannot install the cluster's schema")
             }
         }
+        if let Err(error) = coordinator.sync_roles() {
+            tracing::error!(message = %error.message, "cannot install the cluster's roles");
+        }
         for member in state.members.values() {
             if known.insert(member.host_id) {
                 tracing::info!(peer = %member.internode_address, "a node joined the cluster");

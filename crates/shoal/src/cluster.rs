@@ -49,6 +49,9 @@ pub struct StartArgs {
     /// Commit log sync mode for every node: periodic or group.
     #[arg(long, default_value = "periodic")]
     pub commitlog_sync: String,
+    /// Every node requires a login and checks permissions (see `shoal server --auth`).
+    #[arg(long)]
+    pub auth: bool,
 }
 
 const START_TIMEOUT: Duration = Duration::from_secs(90);
@@ -192,6 +195,7 @@ fn start(args: StartArgs) -> anyhow::Result<()> {
                 .arg(&args.commitlog_sync)
                 .arg("--worker-threads")
                 .arg(worker_threads.to_string())
+                .args(args.auth.then_some("--auth"))
                 .stdin(Stdio::null())
                 .stdout(log.try_clone()?)
                 .stderr(log);

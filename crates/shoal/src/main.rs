@@ -71,6 +71,11 @@ struct ServerArgs {
     /// Commit log sync mode: periodic or group (overrides the file).
     #[arg(long, value_parser = parse_sync_mode)]
     commitlog_sync: Option<CommitLogSync>,
+    /// Clients log in with a role's password and are held to its permissions
+    /// (PasswordAuthenticator and CassandraAuthorizer; overrides the file). A new cluster
+    /// gets the superuser cassandra/cassandra: change its password first.
+    #[arg(long)]
+    auth: bool,
 }
 
 fn parse_sync_mode(text: &str) -> Result<CommitLogSync, String> {
@@ -137,6 +142,10 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
     }
     if let Some(seeds) = args.seeds {
         config.seeds = seeds;
+    }
+    if args.auth {
+        config.authenticator = shoal_server::config::Authenticator::PasswordAuthenticator;
+        config.authorizer = shoal_server::config::Authorizer::CassandraAuthorizer;
     }
     if let Some(mode) = args.commitlog_sync {
         config.commitlog_sync = mode;

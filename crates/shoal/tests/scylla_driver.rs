@@ -212,3 +212,51 @@ async fn scylla_driver_with_lz4_and_many_concurrent_requests() {
     drop(session);
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scylla_driver_logs_in_with_a_password_and_is_held_to_its_permissions() {
+    let directory = tempfile::tempdir().unwrap();
+    let config = Config {
+        data_dir: directory.path().to_path_buf(),
+        cql_port: free_port(),
+        internode_port: free_port(),
+        authenticator: shoal_server::config::Authenticator::PasswordAuthenticator,
+        authorizer: shoal_server::config::Authorizer::CassandraAuthorizer,
+        ..Config::default()
+    };
+    let node = Node::start(config).await.expect("node starts");
+    let address = node.cql_address();
+    let login = |user: &'static str, password: &'static str| async move {
+        SessionBuilder::new()
+            .known_node_addr(address)
+            .user(user, password)
+            .build()
+            .await
+    };
+    assert!(login("cassandra", "wrong").await.is_err());
+    let admin = login("cassandra", "cassandra").await.unwrap();
+    for statement in [
+        "CREATE KEYSPACE ks WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}",
+        "CREATE TABLE ks.t (k int PRIMARY KEY, v int)",
+        "CREATE ROLE app WITH PASSWORD = 'app-pw' AND LOGIN = true",
+    ] {
+        admin.query_unpaged(statement, &[]).await.unwrap();
+    }
+    let app = login("app", "app-pw").await.unwrap();
+    let insert = app
+        .prepare("INSERT INTO ks.t (k, v) VALUES (?, ?)")
+        .await
+        .unwrap();
+    let error = app.execute_unpaged(&insert, (1, 1)).await.unwrap_err();
+    assert!(
+        error.to_string().contains("no MODIFY permission"),
+        "{error}"
+    );
+    admin
+        .query_unpaged("GRANT MODIFY ON ks.t TO app", &[])
+        .await
+        .unwrap();
+    app.execute_unpaged(&insert, (1, 1)).await.unwrap();
+    drop((app, admin));
+    node.stop().await;
+}

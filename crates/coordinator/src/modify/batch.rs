@@ -53,6 +53,7 @@ pub(crate) async fn execute_batch_statement(
         .iter()
         .map(|statement| ModifyPlan::new(coordinator, session, &schema, statement))
         .collect::<Result<Vec<_>, _>>()?;
+    coordinator.authorize_writes(session, &plans.iter().collect::<Vec<_>>())?;
     let statements: Vec<(&ModifyPlan, Bindings<'_>)> =
         plans.iter().map(|plan| (plan, bindings)).collect();
     apply(

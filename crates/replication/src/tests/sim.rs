@@ -12,7 +12,7 @@ use crate::topology::Topology;
 use crate::transport::{Liveness, ReplicaTransport};
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
-use shoal_cluster::{ClusterState, Command, Member, MemberState, SchemaRecord};
+use shoal_cluster::{ClusterState, Command, Member, MemberState, VersionedRecord};
 use shoal_model::{HostId, TableId};
 use shoal_placement::ReplicationStrategy;
 use shoal_storage::{Engine, MemoryEngine};
@@ -214,7 +214,7 @@ impl SimCluster {
         }
         state.apply(Command::ChangeSchema {
             base_version: None,
-            schema: SchemaRecord {
+            schema: VersionedRecord {
                 version: [1; 16],
                 bytes: Vec::new(),
             },

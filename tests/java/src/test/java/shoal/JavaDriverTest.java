@@ -15,62 +15,33 @@ import com.datastax.oss.driver.api.core.cql.Row;
 import com.datastax.oss.driver.api.core.cql.SimpleStatement;
 import com.datastax.oss.driver.api.core.servererrors.InvalidQueryException;
 import java.net.InetSocketAddress;
-import java.net.ServerSocket;
-import java.net.Socket;
-import java.nio.file.Files;
-import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
-import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 
 /** The Java driver with default settings against a real shoal process. */
 class JavaDriverTest {
-  static Process shoal;
-  static int port;
+  static ShoalProcess shoal;
 
   @BeforeAll
   static void startShoal() throws Exception {
-    String binary = System.getProperty("shoal.bin");
-    try (ServerSocket probe = new ServerSocket(0)) {
-      port = probe.getLocalPort();
-    }
-    Path data = Files.createTempDirectory("shoal-java");
-    shoal = new ProcessBuilder(binary, "server", "--data-dir", data.toString(),
-            "--listen-address", "127.0.0.1", "--cql-port", Integer.toString(port))
-        .redirectErrorStream(true)
-        .redirectOutput(data.resolveSibling(data.getFileName() + ".log").toFile())
-        .start();
-    long deadline = System.currentTimeMillis() + 30_000;
-    while (true) {
-      try (Socket socket = new Socket("127.0.0.1", port)) {
-        return;
-      } catch (Exception notYet) {
-        if (System.currentTimeMillis() > deadline || !shoal.isAlive()) {
-          throw new IllegalStateException("shoal did not start");
-        }
-        Thread.sleep(50);
-      }
-    }
+    shoal = ShoalProcess.start();
   }
 
   @AfterAll
   static void stopShoal() throws Exception {
     if (shoal != null) {
-      shoal.destroy();
-      if (!shoal.waitFor(30, TimeUnit.SECONDS)) {
-        shoal.destroyForcibly();
-      }
+      shoal.close();
     }
   }
 
   static CqlSession connect() {
     return CqlSession.builder()
-        .addContactPoint(new InetSocketAddress("127.0.0.1", port))
+        .addContactPoint(new InetSocketAddress("127.0.0.1", shoal.port))
         .withLocalDatacenter("datacenter1")
         .build();
   }

@@ -1,0 +1,144 @@
+#![allow(clippy::unwrap_used)]
+//! Fuzzing the login exchange of a node with authentication on, over a real socket:
+//! whatever a client sends as its SASL response — arbitrary bytes, or the right
+//! credentials with one byte changed — it gets `BadCredentials` (or a protocol error),
+//! never a panic, a hang or a session: a query on that connection is still refused. The
+//! right credentials then log in. bcrypt makes each attempt take tens of milliseconds, so
+//! the suite runs a short round; `PROPTEST_CASES=2000` runs a longer one.
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
+use shoal_cql::frame::opcode;
+use shoal_server::config::{Authenticator, Authorizer, Config};
+use shoal_server::Node;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const VALID_TOKEN: &[u8] = b"\0cassandra\0cassandra";
+const BAD_CREDENTIALS: i32 = 0x0100;
+const UNAUTHORIZED: i32 = 0x2100;
+const PROTOCOL_ERROR: i32 = 0x000A;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn request(opcode: u8, body: &[u8]) -> Vec<u8> {
+    let mut frame = vec![0x04, 0, 0, 1, opcode];
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(body);
+    frame
+}
+
+fn startup() -> Vec<u8> {
+    let mut body = 1u16.to_be_bytes().to_vec();
+    for text in ["CQL_VERSION", "3.0.0"] {
+        body.extend_from_slice(&(text.len() as u16).to_be_bytes());
+        body.extend_from_slice(text.as_bytes());
+    }
+    request(opcode::STARTUP, &body)
+}
+
+fn query(text: &str) -> Vec<u8> {
+    let mut body = (text.len() as u32).to_be_bytes().to_vec();
+    body.extend_from_slice(text.as_bytes());
+    body.extend_from_slice(&1u16.to_be_bytes()); // consistency ONE
+    body.push(0); // no flags
+    request(opcode::QUERY, &body)
+}
+
+fn auth_response(token: &[u8]) -> Vec<u8> {
+    let mut body = (token.len() as i32).to_be_bytes().to_vec();
+    body.extend_from_slice(token);
+    request(opcode::AUTH_RESPONSE, &body)
+}
+
+/// Sends a frame and reads the answer: its opcode and body, within a bound.
+async fn exchange(socket: &mut TcpStream, frame: &[u8]) -> (u8, Vec<u8>) {
+    socket.write_all(frame).await.unwrap();
+    let mut header = [0u8; 9];
+    tokio::time::timeout(Duration::from_secs(10), socket.read_exact(&mut header))
+        .await
+        .expect("the node answers within 10 s")
+        .unwrap();
+    let length = u32::from_be_bytes([header[5], header[6], header[7], header[8]]) as usize;
+    let mut body = vec![0u8; length];
+    socket.read_exact(&mut body).await.unwrap();
+    (header[4], body)
+}
+
+fn error_code(body: &[u8]) -> i32 {
+    i32::from_be_bytes([body[0], body[1], body[2], body[3]])
+}
+
+/// One connection that answers `token`: refused, and still not logged in.
+async fn try_token(address: SocketAddr, token: &[u8]) -> Result<(), TestCaseError> {
+    let mut socket = TcpStream::connect(address).await.unwrap();
+    let (op, _) = exchange(&mut socket, &startup()).await;
+    prop_assert_eq!(op, opcode::AUTHENTICATE);
+    let (op, body) = exchange(&mut socket, &auth_response(token)).await;
+    prop_assert_eq!(op, opcode::ERROR, "a wrong token logged in: {:?}", token);
+    prop_assert!([BAD_CREDENTIALS, PROTOCOL_ERROR].contains(&error_code(&body)));
+    let (op, body) = exchange(&mut socket, &query("SELECT key FROM system.local")).await;
+    prop_assert_eq!(op, opcode::ERROR);
+    prop_assert_eq!(error_code(&body), UNAUTHORIZED);
+    Ok(())
+}
+
+fn tokens() -> impl Strategy<Value = Vec<u8>> {
+    let flipped = (0..VALID_TOKEN.len(), 1u8..=255).prop_map(|(at, mask)| {
+        let mut token = VALID_TOKEN.to_vec();
+        token[at] ^= mask;
+        token
+    });
+    let truncated = (0..VALID_TOKEN.len()).prop_map(|len| VALID_TOKEN[..len].to_vec());
+    prop_oneof![
+        proptest::collection::vec(any::<u8>(), 0..64),
+        flipped,
+        truncated
+    ]
+}
+
+#[test]
+fn no_sasl_response_but_the_right_one_logs_in() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let directory = tempfile::tempdir().unwrap();
+    let config = Config {
+        data_dir: directory.path().to_path_buf(),
+        cql_port: free_port(),
+        internode_port: free_port(),
+        authenticator: Authenticator::PasswordAuthenticator,
+        authorizer: Authorizer::CassandraAuthorizer,
+        ..Config::default()
+    };
+    let node = runtime.block_on(Node::start(config)).unwrap();
+    let address = node.cql_address();
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(40);
+    let mut runner = TestRunner::new(ProptestConfig::with_cases(cases));
+    let outcome = runner.run(&tokens(), |token| {
+        runtime.block_on(try_token(address, &token))
+    });
+    runtime.block_on(async {
+        let mut socket = TcpStream::connect(address).await.unwrap();
+        exchange(&mut socket, &startup()).await;
+        let (op, _) = exchange(&mut socket, &auth_response(VALID_TOKEN)).await;
+        assert_eq!(op, opcode::AUTH_SUCCESS);
+        let (op, _) = exchange(&mut socket, &query("SELECT key FROM system.local")).await;
+        assert_eq!(op, opcode::RESULT);
+        node.stop().await;
+    });
+    outcome.unwrap();
+}
