@@ -32,6 +32,8 @@ pub struct PointArgs {
     /// Contact point, host:port.
     #[arg(long, default_value = "127.0.0.1:9042")]
     pub contact: String,
+    #[command(flatten)]
+    pub login: crate::runner::Login,
     /// Keyspace to create and use.
     #[arg(long, default_value = "shoal_bench")]
     pub keyspace: String,
@@ -257,7 +259,9 @@ pub fn run(args: PointArgs) -> anyhow::Result<()> {
     runtime.block_on(async {
         let connections =
             NonZeroUsize::new(args.connections).context("--connections must be at least 1")?;
-        let session = SessionBuilder::new()
+        let session = args
+            .login
+            .apply(SessionBuilder::new())
             .known_node(&args.contact)
             .pool_size(PoolSize::PerHost(connections))
             .build()

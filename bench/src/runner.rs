@@ -26,12 +26,36 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Credentials for a cluster that requires a login (Shoal `--auth`, Cassandra's
+/// PasswordAuthenticator).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct Login {
+    /// Role to log in as.
+    #[arg(long, requires = "password")]
+    pub user: Option<String>,
+    /// Its password.
+    #[arg(long, requires = "user")]
+    pub password: Option<String>,
+}
+
+impl Login {
+    /// `builder`, logging in if credentials were given.
+    pub fn apply(&self, builder: SessionBuilder) -> SessionBuilder {
+        match (&self.user, &self.password) {
+            (Some(user), Some(password)) => builder.user(user, password),
+            _ => builder,
+        }
+    }
+}
+
 /// Options shared by every workload.
 #[derive(clap::Args, Debug, Clone)]
 pub struct CommonArgs {
     /// Contact point, host:port.
     #[arg(long, default_value = "127.0.0.1:9042")]
     pub contact: String,
+    #[command(flatten)]
+    pub login: Login,
     /// Keyspace holding `usertable`.
     #[arg(long, default_value = "ycsb")]
     pub keyspace: String,
@@ -119,7 +143,9 @@ struct Statements {
 
 async fn connect(common: &CommonArgs) -> anyhow::Result<Session> {
     let connections = NonZeroUsize::new(common.connections.max(1)).unwrap_or(NonZeroUsize::MIN);
-    SessionBuilder::new()
+    common
+        .login
+        .apply(SessionBuilder::new())
         .known_node(&common.contact)
         .pool_size(PoolSize::PerHost(connections))
         .build()

@@ -1,14 +1,36 @@
 //! What a logged-in role may do, computed once per change of the roles, not per request.
 //!
-//! [`Access`] folds a role's closure (the role and every role granted to it) into one map
-//! from resource to permissions, so a check is a few hash lookups: the resource, then each
-//! resource above it.
+//! [`Access`] folds a role's closure (the role and every role granted to it) into sets of
+//! permissions (bit sets) by resource, so a check on a table is two hash lookups by name
+//! (its keyspace, then the table) and no allocation.
 
 use crate::model::{Permission, Resource, Roles};
 use shoal_cql::{CqlError, ErrorCode};
 use std::collections::{BTreeSet, HashMap};
 
-/// The effective rights of one role.
+/// A set of permissions, one bit each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Permissions(u16);
+
+impl Permissions {
+    fn add(&mut self, permission: Permission) {
+        self.0 |= 1 << permission as u16;
+    }
+
+    fn contains(self, permission: Permission) -> bool {
+        self.0 & (1 << permission as u16) != 0
+    }
+}
+
+/// What is granted on a keyspace and on each of its tables.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+struct KeyspaceGrants {
+    on_keyspace: Permissions,
+    tables: HashMap<String, Permissions>,
+}
+
+/// The effective rights of one role: what the role and every role granted to it hold,
+/// by resource, looked up by name without allocating.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Access {
     pub role: String,
@@ -16,7 +38,10 @@ pub struct Access {
     pub can_login: bool,
     /// The role and every role granted to it.
     pub roles: BTreeSet<String>,
-    granted: HashMap<Resource, BTreeSet<Permission>>,
+    on_all_keyspaces: Permissions,
+    keyspaces: HashMap<String, KeyspaceGrants>,
+    on_all_roles: Permissions,
+    on_roles: HashMap<String, Permissions>,
 }
 
 impl Access {
@@ -24,36 +49,88 @@ impl Access {
     pub fn compute(roles: &Roles, name: &str) -> Option<Access> {
         let role = roles.roles.get(name)?;
         let closure = roles.closure(name);
-        let mut granted: HashMap<Resource, BTreeSet<Permission>> = HashMap::new();
-        for ((grantee, resource), permissions) in &roles.grants {
-            if closure.contains(grantee) {
-                granted
-                    .entry(resource.clone())
-                    .or_default()
-                    .extend(permissions.iter().copied());
-            }
-        }
         let is_superuser = closure
             .iter()
             .filter_map(|r| roles.roles.get(r))
             .any(|r| r.is_superuser);
-        Some(Access {
+        let mut access = Access {
             role: name.to_string(),
             is_superuser,
             can_login: role.can_login,
             roles: closure,
-            granted,
-        })
+            on_all_keyspaces: Permissions::default(),
+            keyspaces: HashMap::new(),
+            on_all_roles: Permissions::default(),
+            on_roles: HashMap::new(),
+        };
+        for ((grantee, resource), permissions) in &roles.grants {
+            if !access.roles.contains(grantee) {
+                continue;
+            }
+            let set = match resource {
+                Resource::AllKeyspaces => &mut access.on_all_keyspaces,
+                Resource::Keyspace(keyspace) => {
+                    &mut access
+                        .keyspaces
+                        .entry(keyspace.clone())
+                        .or_default()
+                        .on_keyspace
+                }
+                Resource::Table { keyspace, table } => access
+                    .keyspaces
+                    .entry(keyspace.clone())
+                    .or_default()
+                    .tables
+                    .entry(table.clone())
+                    .or_default(),
+                Resource::AllRoles => &mut access.on_all_roles,
+                Resource::Role(role) => access.on_roles.entry(role.clone()).or_default(),
+            };
+            for permission in permissions {
+                set.add(*permission);
+            }
+        }
+        Some(access)
+    }
+
+    /// Whether the role holds `permission` on table `keyspace.table` or above it (the
+    /// request path: no allocation).
+    pub fn allows_table(&self, permission: Permission, keyspace: &str, table: &str) -> bool {
+        self.is_superuser
+            || self.on_all_keyspaces.contains(permission)
+            || self.keyspaces.get(keyspace).is_some_and(|grants| {
+                grants.on_keyspace.contains(permission)
+                    || grants
+                        .tables
+                        .get(table)
+                        .is_some_and(|set| set.contains(permission))
+            })
     }
 
     /// Whether the role holds `permission` on `resource` or on anything above it.
     pub fn allows(&self, permission: Permission, resource: &Resource) -> bool {
-        self.is_superuser
-            || resource.chain().any(|r| {
-                self.granted
-                    .get(&r)
-                    .is_some_and(|permissions| permissions.contains(&permission))
-            })
+        if self.is_superuser {
+            return true;
+        }
+        match resource {
+            Resource::Table { keyspace, table } => self.allows_table(permission, keyspace, table),
+            Resource::Keyspace(keyspace) => {
+                self.on_all_keyspaces.contains(permission)
+                    || self
+                        .keyspaces
+                        .get(keyspace)
+                        .is_some_and(|grants| grants.on_keyspace.contains(permission))
+            }
+            Resource::AllKeyspaces => self.on_all_keyspaces.contains(permission),
+            Resource::Role(role) => {
+                self.on_all_roles.contains(permission)
+                    || self
+                        .on_roles
+                        .get(role)
+                        .is_some_and(|set| set.contains(permission))
+            }
+            Resource::AllRoles => self.on_all_roles.contains(permission),
+        }
     }
 
     /// `Unauthorized` unless the role holds `permission` on `resource`, worded as
@@ -62,12 +139,24 @@ impl Access {
         if self.allows(permission, resource) {
             return Ok(());
         }
-        Err(unauthorized(format!(
-            "User {} has no {} permission on {} or any of its parents",
-            self.role,
-            permission.name(),
-            resource
-        )))
+        Err(refusal(&self.role, permission, resource))
+    }
+
+    /// [`Access::ensure`] for a table, allocating only to word a refusal.
+    pub fn ensure_table(
+        &self,
+        permission: Permission,
+        keyspace: &str,
+        table: &str,
+    ) -> Result<(), CqlError> {
+        if self.allows_table(permission, keyspace, table) {
+            return Ok(());
+        }
+        Err(refusal(
+            &self.role,
+            permission,
+            &Resource::table(keyspace, table),
+        ))
     }
 
     pub fn ensure_superuser(&self, what: &str) -> Result<(), CqlError> {
@@ -78,6 +167,13 @@ impl Access {
             "Only superusers are allowed to {what}"
         )))
     }
+}
+
+fn refusal(role: &str, permission: Permission, resource: &Resource) -> CqlError {
+    unauthorized(format!(
+        "User {role} has no {} permission on {resource} or any of its parents",
+        permission.name()
+    ))
 }
 
 pub fn unauthorized(message: impl Into<String>) -> CqlError {

@@ -36,10 +36,6 @@ const READABLE_BY_ALL: [&str; 4] = [
     "system_views",
 ];
 
-fn table_resource(table: &TableMetadata) -> Resource {
-    Resource::table(&table.keyspace, &table.name)
-}
-
 impl Coordinator {
     /// The session's rights, or `None` when authorization is off (everything allowed).
     pub(crate) fn access(&self, session: &Session) -> Result<Option<Arc<Access>>, CqlError> {
@@ -175,14 +171,18 @@ fn authorize_read(access: &Access, select: &SelectPlan) -> Result<(), CqlError> 
     if READABLE_BY_ALL.contains(&select.table.keyspace.as_str()) {
         return Ok(());
     }
-    access.ensure(Permission::Select, &table_resource(&select.table))
+    access.ensure_table(
+        Permission::Select,
+        &select.table.keyspace,
+        &select.table.name,
+    )
 }
 
 fn authorize_write(access: &Access, modify: &ModifyPlan) -> Result<(), CqlError> {
-    let resource = table_resource(&modify.table);
-    access.ensure(Permission::Modify, &resource)?;
+    let table: &TableMetadata = &modify.table;
+    access.ensure_table(Permission::Modify, &table.keyspace, &table.name)?;
     if modify.class == crate::class::StatementClass::ConditionalWrite {
-        access.ensure(Permission::Select, &resource)?;
+        access.ensure_table(Permission::Select, &table.keyspace, &table.name)?;
     }
     Ok(())
 }

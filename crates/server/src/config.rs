@@ -36,6 +36,18 @@ pub enum Authorizer {
     CassandraAuthorizer,
 }
 
+/// TLS on the CQL port (Cassandra's `client_encryption_options`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientTls {
+    /// Plain connections only.
+    Off,
+    /// TLS or plain, as each client starts.
+    Optional,
+    /// TLS only.
+    Required,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -82,6 +94,12 @@ pub struct Config {
     /// `AllowAllAuthorizer` (default) or `CassandraAuthorizer` (needs
     /// `PasswordAuthenticator`).
     pub authorizer: Authorizer,
+    /// `off` (default), `optional` or `required`: TLS for clients on the CQL port.
+    pub client_tls: ClientTls,
+    /// The node's certificate chain (PEM), for client TLS; reloaded when it changes.
+    pub tls_certificate: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    pub tls_private_key: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -108,6 +126,9 @@ impl Default for Config {
             log_level: "info".into(),
             authenticator: Authenticator::AllowAllAuthenticator,
             authorizer: Authorizer::AllowAllAuthorizer,
+            client_tls: ClientTls::Off,
+            tls_certificate: None,
+            tls_private_key: None,
         }
     }
 }
@@ -163,6 +184,15 @@ impl Config {
             self.authorizer == Authorizer::AllowAllAuthorizer
                 || self.authenticator == Authenticator::PasswordAuthenticator,
             "authorizer = \"CassandraAuthorizer\" needs authenticator = \"PasswordAuthenticator\""
+        );
+        anyhow::ensure!(
+            self.client_tls == ClientTls::Off
+                || (self.tls_certificate.is_some() && self.tls_private_key.is_some()),
+            "client_tls = \"{}\" needs tls_certificate and tls_private_key (PEM files)",
+            match self.client_tls {
+                ClientTls::Optional => "optional",
+                _ => "required",
+            }
         );
         Ok(())
     }

@@ -27,7 +27,7 @@ use shoal_cql::CqlError;
 use shoal_storage::WriteDeferral;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
@@ -63,6 +63,7 @@ fn error_frame(stream: i16, error: CqlError, compress: bool) -> Vec<u8> {
     out
 }
 
+/// Serves a plain TCP connection.
 pub async fn serve(
     socket: TcpStream,
     coordinator: Arc<Coordinator>,
@@ -71,7 +72,31 @@ pub async fn serve(
 ) {
     let peer = socket.peer_addr().ok();
     let _ = socket.set_nodelay(true);
-    let (mut read_half, mut write_half) = socket.into_split();
+    let (read_half, write_half) = socket.into_split();
+    serve_halves(read_half, write_half, peer, coordinator, events, limits).await
+}
+
+/// Serves a connection after its TLS handshake.
+pub async fn serve_tls(
+    stream: tokio_rustls::server::TlsStream<TcpStream>,
+    coordinator: Arc<Coordinator>,
+    events: Arc<EventBus>,
+    limits: ConnectionLimits,
+) {
+    let peer = stream.get_ref().0.peer_addr().ok();
+    let _ = stream.get_ref().0.set_nodelay(true);
+    let (read_half, write_half) = tokio::io::split(stream);
+    serve_halves(read_half, write_half, peer, coordinator, events, limits).await
+}
+
+async fn serve_halves(
+    mut read_half: impl AsyncRead + Unpin,
+    mut write_half: impl AsyncWrite + Unpin,
+    peer: Option<std::net::SocketAddr>,
+    coordinator: Arc<Coordinator>,
+    events: Arc<EventBus>,
+    limits: ConnectionLimits,
+) {
     let (events_tx, mut events_rx) = mpsc::channel::<Vec<u8>>(EVENT_QUEUE_CAPACITY);
 
     let state = Arc::new(ConnectionState {

@@ -8,6 +8,7 @@
 //! - [`events`] — pushing SCHEMA_CHANGE, TOPOLOGY_CHANGE and STATUS_CHANGE events.
 //! - [`internode`] — messaging between nodes; [`membership`] — the failure detector and
 //!   the loops that follow the cluster metadata.
+//! - [`tls`] — TLS for client connections, certificates reloaded when their files change.
 //! - [`maintenance`] — storage garbage collection, hint sweeps and batchlog replay in the
 //!   background.
 //! - [`Node`] — opens storage, builds the coordinator, listens for clients, and shuts
@@ -22,6 +23,7 @@ pub mod events;
 pub mod internode;
 pub mod maintenance;
 pub mod membership;
+pub mod tls;
 
 use anyhow::Context;
 use config::Config;
@@ -296,6 +298,40 @@ fn open_storage(config: &Config) -> anyhow::Result<Arc<dyn Engine>> {
     ))
 }
 
+/// How long a client has to finish its TLS handshake (or, with optional TLS, to send its
+/// first byte).
+const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Serves one client connection: plain, TLS, or (optional TLS) whichever the client's
+/// first byte says.
+async fn serve_client(
+    socket: tokio::net::TcpStream,
+    tls: Option<(config::ClientTls, tokio_rustls::TlsAcceptor)>,
+    coordinator: Arc<Coordinator>,
+    events: Arc<events::EventBus>,
+    limits: connection::ConnectionLimits,
+) {
+    let Some((mode, acceptor)) = tls else {
+        return connection::serve(socket, coordinator, events, limits).await;
+    };
+    if mode == config::ClientTls::Optional {
+        let mut first = [0u8; 1];
+        match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, socket.peek(&mut first)).await {
+            Ok(Ok(1)) if first[0] != tls::TLS_HANDSHAKE_RECORD => {
+                return connection::serve(socket, coordinator, events, limits).await;
+            }
+            Ok(Ok(1)) => {}
+            _ => return,
+        }
+    }
+    let peer = socket.peer_addr().ok();
+    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(socket)).await {
+        Ok(Ok(stream)) => connection::serve_tls(stream, coordinator, events, limits).await,
+        Ok(Err(error)) => tracing::info!(?peer, %error, "TLS handshake failed"),
+        Err(_) => tracing::info!(?peer, "TLS handshake timed out"),
+    }
+}
+
 /// Listens for CQL clients and serves each connection as one task, until `shutdown`;
 /// returns the address it listens on and the accepting task.
 async fn serve_clients(
@@ -315,6 +351,18 @@ async fn serve_clients(
         max_in_flight: config.max_requests_in_flight_per_connection,
     };
     let connections = Arc::new(Semaphore::new(config.max_connections));
+    let tls = match (
+        config.client_tls,
+        &config.tls_certificate,
+        &config.tls_private_key,
+    ) {
+        (config::ClientTls::Off, _, _) => None,
+        (mode, Some(certificate), Some(key)) => Some((
+            mode,
+            Arc::new(tls::ServerCertificates::load(certificate, key)?),
+        )),
+        _ => anyhow::bail!("client_tls needs tls_certificate and tls_private_key"),
+    };
     let listener_task = tokio::spawn(async move {
         loop {
             tokio::select! {
@@ -327,10 +375,11 @@ async fn serve_clients(
                     };
                     let coordinator = Arc::clone(&coordinator);
                     let events = Arc::clone(&events);
+                    let tls = tls.as_ref().map(|(mode, certificates)| (*mode, certificates.acceptor()));
                     let mut connection_shutdown = shutdown_rx.clone();
                     tokio::spawn(async move {
                         tokio::select! {
-                            _ = connection::serve(socket, coordinator, events, limits) => {}
+                            _ = serve_client(socket, tls, coordinator, events, limits) => {}
                             _ = connection_shutdown.changed() => {}
                         }
                         drop(permit);

@@ -260,3 +260,69 @@ async fn scylla_driver_logs_in_with_a_password_and_is_held_to_its_permissions() 
     drop((app, admin));
     node.stop().await;
 }
+
+/// A self-signed certificate for 127.0.0.1 and its key (PEM files), made by `openssl`.
+fn make_certificate(directory: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let certificate = directory.join("node.crt");
+    let key = directory.join("node.key");
+    let status = std::process::Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+        .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
+        .args([
+            "-subj",
+            "/CN=shoal",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&certificate)
+        .output()
+        .expect("openssl runs");
+    assert!(status.status.success(), "{status:?}");
+    (certificate, key)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scylla_driver_connects_over_tls_and_only_when_it_trusts_the_certificate() {
+    use openssl::ssl::{SslContextBuilder, SslMethod, SslVerifyMode};
+    let directory = tempfile::tempdir().unwrap();
+    let (certificate, key) = make_certificate(directory.path());
+    let config = Config {
+        data_dir: directory.path().join("data"),
+        cql_port: free_port(),
+        internode_port: free_port(),
+        client_tls: shoal_server::config::ClientTls::Required,
+        tls_certificate: Some(certificate.clone()),
+        tls_private_key: Some(key),
+        ..Config::default()
+    };
+    let node = Node::start(config).await.expect("node starts");
+    let connect = |trusted: Option<&std::path::Path>| {
+        let mut context = SslContextBuilder::new(SslMethod::tls()).unwrap();
+        context.set_verify(SslVerifyMode::PEER);
+        if let Some(trusted) = trusted {
+            context.set_ca_file(trusted).unwrap();
+        }
+        SessionBuilder::new()
+            .known_node_addr(node.cql_address())
+            .tls_context(Some(context.build()))
+    };
+    let session = connect(Some(&certificate)).build().await.unwrap();
+    let rows = session
+        .query_unpaged("SELECT key FROM system.local", &[])
+        .await
+        .unwrap()
+        .into_rows_result()
+        .unwrap();
+    assert_eq!(rows.rows_num(), 1);
+    assert!(connect(None).build().await.is_err());
+    assert!(SessionBuilder::new()
+        .known_node_addr(node.cql_address())
+        .build()
+        .await
+        .is_err());
+    drop(session);
+    node.stop().await;
+}

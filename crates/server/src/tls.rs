@@ -1,0 +1,119 @@
+//! TLS for client connections (rustls): Cassandra's `client_encryption_options`.
+//!
+//! - `client_tls = "required"`: every connection on the CQL port must start a TLS
+//!   handshake; `"optional"`: a connection may start with TLS or with plain CQL, told apart
+//!   by its first byte (a TLS record starts with 0x16, a CQL v3–v5 request frame with its
+//!   version byte), as Cassandra's optional mode does.
+//! - The certificate chain and private key are PEM files. A bad file stops the node at
+//!   start-up with a message naming it; afterwards the files are watched: a connection
+//!   accepted after they change (checked at most every [`RELOAD_CHECK_INTERVAL`]) gets the
+//!   new certificate, without a restart. A change that does not load is logged and the
+//!   previous certificate kept.
+
+use anyhow::Context;
+use parking_lot::Mutex;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+use tokio_rustls::TlsAcceptor;
+
+/// How often the certificate files are checked for a change, at most.
+pub const RELOAD_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The first byte of a TLS handshake record.
+pub const TLS_HANDSHAKE_RECORD: u8 = 0x16;
+
+/// The server certificate and key, reloaded when their files change.
+pub struct ServerCertificates {
+    certificate: PathBuf,
+    private_key: PathBuf,
+    state: Mutex<Loaded>,
+}
+
+struct Loaded {
+    acceptor: TlsAcceptor,
+    modified: (Option<SystemTime>, Option<SystemTime>),
+    checked: Instant,
+}
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+/// Builds a TLS server configuration from PEM files, with messages that name the file.
+fn server_config(certificate: &Path, private_key: &Path) -> anyhow::Result<rustls::ServerConfig> {
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(certificate)
+        .with_context(|| format!("cannot read the TLS certificate {}", certificate.display()))?
+        .collect::<Result<_, _>>()
+        .with_context(|| {
+            format!(
+                "the TLS certificate {} is not valid PEM",
+                certificate.display()
+            )
+        })?;
+    anyhow::ensure!(
+        !chain.is_empty(),
+        "the TLS certificate file {} holds no certificate",
+        certificate.display()
+    );
+    let key = PrivateKeyDer::from_pem_file(private_key).with_context(|| {
+        format!(
+            "cannot read a private key (PEM) from {}",
+            private_key.display()
+        )
+    })?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("no TLS protocol version available")?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .with_context(|| {
+            format!(
+                "the private key {} does not fit the certificate {}",
+                private_key.display(),
+                certificate.display()
+            )
+        })
+}
+
+impl ServerCertificates {
+    /// Loads the files; an error names the file and what is wrong with it.
+    pub fn load(certificate: &Path, private_key: &Path) -> anyhow::Result<ServerCertificates> {
+        let config = server_config(certificate, private_key)?;
+        Ok(ServerCertificates {
+            certificate: certificate.to_path_buf(),
+            private_key: private_key.to_path_buf(),
+            state: Mutex::new(Loaded {
+                acceptor: TlsAcceptor::from(Arc::new(config)),
+                modified: (modified(certificate), modified(private_key)),
+                checked: Instant::now(),
+            }),
+        })
+    }
+
+    /// The acceptor for a new connection: the current certificate, reloaded first if the
+    /// files changed since they were last loaded.
+    pub fn acceptor(&self) -> TlsAcceptor {
+        let mut state = self.state.lock();
+        if state.checked.elapsed() >= RELOAD_CHECK_INTERVAL {
+            state.checked = Instant::now();
+            let now = (modified(&self.certificate), modified(&self.private_key));
+            if now != state.modified {
+                state.modified = now;
+                match server_config(&self.certificate, &self.private_key) {
+                    Ok(config) => {
+                        state.acceptor = TlsAcceptor::from(Arc::new(config));
+                        tracing::info!(certificate = %self.certificate.display(), "reloaded the TLS certificate");
+                    }
+                    Err(error) => {
+                        tracing::error!("cannot reload the TLS certificate, keeping the previous one: {error:#}")
+                    }
+                }
+            }
+        }
+        state.acceptor.clone()
+    }
+}
