@@ -2,7 +2,8 @@
 # Installs what the tests need and runs the whole suite: formatting, clippy (warnings
 # denied), Rust unit and integration tests (including the scylla driver), the Java driver
 # tests (Maven), then the Python suite (cassandra-driver, cqlsh) against real shoal
-# processes, including the nemesis (kills, pauses and nftables partitions).
+# processes, including the nemesis (kills, pauses and nftables partitions) and a real
+# Prometheus server scraping a cluster.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/shoal/target}
@@ -15,6 +16,13 @@ if ! command -v nft >/dev/null 2>&1; then
   [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq nftables >/dev/null
+fi
+# The metrics test scrapes a cluster with a real Prometheus server (Debian's package).
+if ! command -v prometheus >/dev/null 2>&1; then
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 fi
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"

@@ -113,6 +113,15 @@ pub trait LocalData: Send + Sync + 'static {
     fn holds_user_data(&self) -> bool;
 }
 
+/// This node's view of the cluster metadata's Raft group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RaftStatus {
+    pub term: u64,
+    pub is_leader: bool,
+    /// Index of the last entry applied to the state machine here.
+    pub last_applied: u64,
+}
+
 /// This node's cluster metadata.
 pub struct ClusterMetadata {
     raft: Raft<TypeConfig>,
@@ -287,6 +296,16 @@ impl ClusterMetadata {
     async fn wait_until(&self, condition: impl Fn(&ClusterState) -> bool) {
         let mut state = self.state.clone();
         let _ = state.wait_for(|s| condition(s)).await;
+    }
+
+    /// This node's view of the Raft group, for the metrics.
+    pub fn raft_status(&self) -> RaftStatus {
+        let metrics = self.raft.metrics().borrow().clone();
+        RaftStatus {
+            term: metrics.current_term,
+            is_leader: metrics.current_leader == Some(metrics.id),
+            last_applied: metrics.last_applied.map_or(0, |log| log.index),
+        }
     }
 
     pub fn me(&self) -> &Member {

@@ -19,3 +19,28 @@ pub enum StatementClass {
     /// USE, DESCRIBE, and reads of the virtual system tables.
     System,
 }
+
+impl StatementClass {
+    pub const ALL: [StatementClass; 7] = [
+        StatementClass::PointRead,
+        StatementClass::PartitionSlice,
+        StatementClass::Scan,
+        StatementClass::Write,
+        StatementClass::ConditionalWrite,
+        StatementClass::Schema,
+        StatementClass::System,
+    ];
+
+    /// The name metrics label it with.
+    pub fn name(self) -> &'static str {
+        match self {
+            StatementClass::PointRead => "point_read",
+            StatementClass::PartitionSlice => "partition_slice",
+            StatementClass::Scan => "scan",
+            StatementClass::Write => "write",
+            StatementClass::ConditionalWrite => "conditional_write",
+            StatementClass::Schema => "schema",
+            StatementClass::System => "system",
+        }
+    }
+}

@@ -31,6 +31,7 @@ pub mod ddl;
 pub mod describe;
 pub(crate) mod functions;
 pub mod modify;
+pub mod observe;
 pub mod paging;
 pub mod plan;
 pub mod prepared;
@@ -118,6 +119,8 @@ pub struct Coordinator {
     cluster: Option<ClusterView>,
     /// Roles, and whether logins and permissions are checked.
     pub(crate) auth: AccessControl,
+    /// Told about every statement run (request metrics); set once by the server.
+    observer: std::sync::OnceLock<Arc<dyn observe::StatementObserver>>,
 }
 
 /// How many scans may run at once; further scans wait for a slot.
@@ -150,6 +153,7 @@ impl Coordinator {
             scan_slots: tokio::sync::Semaphore::new(SCAN_SLOTS),
             cluster,
             auth,
+            observer: std::sync::OnceLock::new(),
         }
     }
 
@@ -192,6 +196,23 @@ impl Coordinator {
             Some(record) => self.schema.install_from_cluster(record),
             None => Ok(Vec::new()),
         }
+    }
+
+    /// From now on, `observer` is told about every statement this coordinator runs.
+    pub fn set_observer(&self, observer: Arc<dyn observe::StatementObserver>) {
+        let _ = self.observer.set(observer);
+    }
+
+    /// Tells the observer about an error answered to a client.
+    pub fn report_error(&self, error: &CqlError) {
+        if let Some(observer) = self.observer.get() {
+            observer.error(error);
+        }
+    }
+
+    /// Scans waiting for a slot or running, for the metrics.
+    pub fn scans_in_progress(&self) -> usize {
+        SCAN_SLOTS - self.scan_slots.available_permits()
     }
 
     /// Installs the cluster's current roles (a node calls it whenever the cluster's
@@ -378,18 +399,56 @@ impl Coordinator {
                 (plan.as_ref(), bindings)
             })
             .collect();
-        modify::batch::apply(
+        let started = std::time::Instant::now();
+        let result = modify::batch::apply(
             self,
             &statements,
             request.consistency,
             request.kind == shoal_cql::request::BatchKind::Logged,
             (None, request.default_timestamp),
         )
-        .await
+        .await;
+        if let Some(observer) = self.observer.get() {
+            let tables: Vec<&shoal_schema::TableMetadata> =
+                plans.iter().map(|p| p.table.as_ref()).collect();
+            observer.observe(&observe::Observed {
+                class: StatementClass::Write,
+                consistency: request.consistency,
+                tables: &tables,
+                elapsed: started.elapsed(),
+            });
+        }
+        result
     }
 
-    /// Runs a plan with this request's parameters.
+    /// Runs a plan with this request's parameters, and tells the observer.
     pub(crate) async fn run(
+        self: &Arc<Self>,
+        session: &mut Session,
+        plan: &Plan,
+        parameters: &QueryParameters,
+    ) -> Result<ResultBody, CqlError> {
+        let Some(observer) = self.observer.get() else {
+            return self.run_plan(session, plan, parameters).await;
+        };
+        let started = std::time::Instant::now();
+        let result = self.run_plan(session, plan, parameters).await;
+        let (class, table) = match plan {
+            Plan::Select(select) => (select.class, Some(select.table.as_ref())),
+            Plan::Modify(modify) => (modify.class, Some(modify.table.as_ref())),
+            Plan::Statement(statement) => (plan::statement_class(statement), None),
+        };
+        let table = table.filter(|t| !t.is_virtual);
+        observer.observe(&observe::Observed {
+            class,
+            consistency: parameters.consistency,
+            tables: table.as_slice(),
+            elapsed: started.elapsed(),
+        });
+        result
+    }
+
+    async fn run_plan(
         self: &Arc<Self>,
         session: &mut Session,
         plan: &Plan,

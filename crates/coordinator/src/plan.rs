@@ -49,3 +49,13 @@ impl Plan {
         })
     }
 }
+
+/// The class of a statement executed without a read or write plan.
+pub(crate) fn statement_class(statement: &Statement) -> StatementClass {
+    match statement {
+        Statement::Batch(_) => StatementClass::Write,
+        Statement::Use(_) | Statement::Describe { .. } => StatementClass::System,
+        Statement::ListRoles { .. } | Statement::ListPermissions { .. } => StatementClass::System,
+        _ => StatementClass::Schema,
+    }
+}

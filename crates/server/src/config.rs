@@ -94,6 +94,8 @@ pub struct Config {
     /// `AllowAllAuthorizer` (default) or `CassandraAuthorizer` (needs
     /// `PasswordAuthenticator`).
     pub authorizer: Authorizer,
+    /// Port of the Prometheus endpoint (`/metrics` on the listen address); 0: none.
+    pub metrics_port: u16,
     /// `off` (default), `optional` or `required`: TLS for clients on the CQL port.
     pub client_tls: ClientTls,
     /// The node's certificate chain (PEM), for client TLS; reloaded when it changes.
@@ -126,6 +128,7 @@ impl Default for Config {
             log_level: "info".into(),
             authenticator: Authenticator::AllowAllAuthenticator,
             authorizer: Authorizer::AllowAllAuthorizer,
+            metrics_port: 9180,
             client_tls: ClientTls::Off,
             tls_certificate: None,
             tls_private_key: None,

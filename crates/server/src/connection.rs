@@ -230,7 +230,10 @@ async fn handle_frame(
     .await;
     let response = match outcome {
         Ok(Ok(response)) => response,
-        Ok(Err(error)) => Response::Error(error),
+        Ok(Err(error)) => {
+            coordinator.report_error(&error);
+            Response::Error(error)
+        }
         Err(_) => {
             tracing::error!(opcode = header.opcode, "request handler panicked");
             Response::Error(CqlError::server(

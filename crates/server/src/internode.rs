@@ -64,6 +64,8 @@ pub enum Message {
         keyspace: Option<String>,
         table: Option<String>,
     },
+    /// `shoal admin flush|compact|snapshot|…`: an operation on the receiving node.
+    Operate(crate::operations::Operation),
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -77,6 +79,8 @@ pub enum Reply {
     },
     Status(Vec<MemberStatus>),
     Repaired(shoal_replication::RepairReport),
+    /// What an operation did, as JSON text.
+    Operated(String),
     Error(String),
 }
 

@@ -8,6 +8,9 @@
 //! - [`events`] — pushing SCHEMA_CHANGE, TOPOLOGY_CHANGE and STATUS_CHANGE events.
 //! - [`internode`] — messaging between nodes; [`membership`] — the failure detector and
 //!   the loops that follow the cluster metadata.
+//! - [`metrics`] — the Prometheus endpoint: request latencies and errors, per-table
+//!   figures, storage, hints, Raft.
+//! - [`operations`] — the operator's commands (`shoal admin flush|snapshot|…`).
 //! - [`tls`] — TLS for client connections, certificates reloaded when their files change.
 //! - [`maintenance`] — storage garbage collection, hint sweeps and batchlog replay in the
 //!   background.
@@ -23,6 +26,8 @@ pub mod events;
 pub mod internode;
 pub mod maintenance;
 pub mod membership;
+pub mod metrics;
+pub mod operations;
 pub mod tls;
 
 use anyhow::Context;
@@ -117,6 +122,7 @@ impl Node {
             cluster: Default::default(),
             coordinator: Default::default(),
             proxy: Default::default(),
+            operations: Default::default(),
         });
         let internode_address = SocketAddr::new(config.listen_address, config.internode_port);
         let internode_listener = TcpListener::bind(internode_address)
@@ -223,6 +229,34 @@ impl Node {
             }
             background.push(create);
         }
+        let metrics = metrics::Metrics::new(&coordinator, Some(Arc::clone(proxy.hints())));
+        coordinator.set_observer(
+            Arc::clone(&metrics) as Arc<dyn shoal_coordinator::observe::StatementObserver>
+        );
+        if config.metrics_port != 0 {
+            background.push(tokio::spawn(metrics::serve(
+                SocketAddr::new(config.listen_address, config.metrics_port),
+                Arc::clone(&metrics),
+                shutdown_rx.clone(),
+            )));
+        }
+        // Clients are served until shutdown or a drain, whichever comes first.
+        let (close_clients, clients_closed) = watch::channel(false);
+        background.push(tokio::spawn({
+            let mut shutdown = shutdown_rx.clone();
+            let close_clients = close_clients.clone();
+            async move {
+                let _ = shutdown.changed().await;
+                let _ = close_clients.send(true);
+            }
+        }));
+        let _ = handler.operations.set(Arc::new(operations::NodeOperations {
+            coordinator: Arc::clone(&coordinator),
+            metrics: Arc::clone(&metrics),
+            data_dir: config.data_dir.clone(),
+            started: std::time::Instant::now(),
+            close_clients,
+        }));
         let _ = handler.coordinator.set(Arc::clone(&coordinator));
         let _ = handler.proxy.set(Arc::clone(&proxy));
         background.push(tokio::spawn(membership::run_failure_detection(
@@ -248,8 +282,14 @@ impl Node {
             Arc::clone(&coordinator),
             Arc::clone(&events),
         )));
-        let (cql_address, listener_task) =
-            serve_clients(&config, Arc::clone(&coordinator), events, shutdown_rx).await?;
+        let (cql_address, listener_task) = serve_clients(
+            &config,
+            Arc::clone(&coordinator),
+            events,
+            metrics,
+            clients_closed,
+        )
+        .await?;
         tracing::info!(%cql_address, data_dir = %config.data_dir.display(), commitlog_sync = ?config.commitlog_sync, "Shoal node listening for CQL clients");
         Ok(Node {
             coordinator,
@@ -338,6 +378,7 @@ async fn serve_clients(
     config: &Config,
     coordinator: Arc<Coordinator>,
     events: Arc<events::EventBus>,
+    metrics: Arc<metrics::Metrics>,
     shutdown_rx: watch::Receiver<bool>,
 ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let address = SocketAddr::new(config.listen_address, config.cql_port);
@@ -377,12 +418,13 @@ async fn serve_clients(
                     let events = Arc::clone(&events);
                     let tls = tls.as_ref().map(|(mode, certificates)| (*mode, certificates.acceptor()));
                     let mut connection_shutdown = shutdown_rx.clone();
+                    let counted = metrics::ConnectionCount::open(&metrics);
                     tokio::spawn(async move {
                         tokio::select! {
                             _ = serve_client(socket, tls, coordinator, events, limits) => {}
                             _ = connection_shutdown.changed() => {}
                         }
-                        drop(permit);
+                        drop((permit, counted));
                     });
                 }
             }

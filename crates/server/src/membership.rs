@@ -204,6 +204,8 @@ pub struct NodeHandler {
     pub cluster: OnceLock<Arc<ClusterMetadata>>,
     pub coordinator: OnceLock<Arc<Coordinator>>,
     pub proxy: OnceLock<Arc<StorageProxy>>,
+    /// The operator's commands (`shoal admin`).
+    pub operations: OnceLock<Arc<crate::operations::NodeOperations>>,
 }
 
 impl NodeHandler {
@@ -284,6 +286,13 @@ impl Handler for NodeHandler {
                         _ => Reply::Error("this node is still starting".into()),
                     }
                 }
+                Message::Operate(operation) => match self.operations.get() {
+                    Some(operations) => match operations.perform(operation).await {
+                        Ok(outcome) => Reply::Operated(outcome.to_string()),
+                        Err(error) => Reply::Error(error),
+                    },
+                    None => Reply::Error("this node is still starting".into()),
+                },
                 Message::Status => match self.cluster.get() {
                     Some(cluster) => Reply::Status(self.status(cluster)),
                     None => Reply::Error("this node is still starting".into()),

@@ -1,6 +1,7 @@
 //! `shoal admin`: operations on a running cluster, like `nodetool`.
 
 use shoal_server::internode::{MemberStatus, Message, Peers, Reply};
+use shoal_server::operations::Operation;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
@@ -11,6 +12,73 @@ pub enum AdminCommand {
     /// Make every replica of every tablet converge (after a node was down longer than
     /// the hint window). Every replica must be up.
     Repair(RepairArgs),
+    /// Write the node's memtables out to disk.
+    Flush(OperateArgs),
+    /// Compact everything the node stores (drops what deletions and TTLs allow).
+    Compact(OperateArgs),
+    /// Size on disk and requests of each table on the node.
+    Tablestats(TablestatsArgs),
+    /// Compactions running on the node and its compaction backlog.
+    Compactionstats(OperateArgs),
+    /// Take a snapshot (a checkpoint of everything the node stores) under
+    /// DATA_DIR/snapshots/TAG. Restore: stop the node, replace DATA_DIR/rocksdb with it.
+    Snapshot(SnapshotArgs),
+    /// The node's snapshots and their sizes.
+    Listsnapshots(OperateArgs),
+    /// Remove one snapshot (--tag) or all of them.
+    Clearsnapshot(ClearSnapshotArgs),
+    /// Flush, sync the commit log and stop serving clients, before stopping the node.
+    Drain(OperateArgs),
+    /// The node's identity, uptime, load and schema version.
+    Info(OperateArgs),
+    /// The tablets of a table and the nodes holding each.
+    Ring(RingArgs),
+}
+
+#[derive(clap::Args)]
+pub struct OperateArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// Print the node's answer as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args)]
+pub struct TablestatsArgs {
+    /// Only the tables of this keyspace.
+    pub keyspace: Option<String>,
+    #[command(flatten)]
+    pub operate: OperateArgs,
+}
+
+#[derive(clap::Args)]
+pub struct SnapshotArgs {
+    /// The snapshot's name (default: the time now, as seconds since the epoch).
+    #[arg(long, short = 't')]
+    pub tag: Option<String>,
+    #[command(flatten)]
+    pub operate: OperateArgs,
+}
+
+#[derive(clap::Args)]
+pub struct ClearSnapshotArgs {
+    /// The snapshot to remove.
+    #[arg(long, short = 't', required_unless_present = "all")]
+    pub tag: Option<String>,
+    /// Remove every snapshot.
+    #[arg(long, conflicts_with = "tag")]
+    pub all: bool,
+    #[command(flatten)]
+    pub operate: OperateArgs,
+}
+
+#[derive(clap::Args)]
+pub struct RingArgs {
+    pub keyspace: String,
+    pub table: String,
+    #[command(flatten)]
+    pub operate: OperateArgs,
 }
 
 #[derive(clap::Args)]
@@ -37,6 +105,54 @@ pub fn run(command: AdminCommand) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let operation = match command {
+        AdminCommand::Flush(args) => (Operation::Flush, args),
+        AdminCommand::Compact(args) => (Operation::Compact, args),
+        AdminCommand::Tablestats(args) => (
+            Operation::TableStats {
+                keyspace: args.keyspace,
+            },
+            args.operate,
+        ),
+        AdminCommand::Compactionstats(args) => (Operation::CompactionStats, args),
+        AdminCommand::Snapshot(args) => {
+            let tag = args.tag.unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs().to_string())
+                    .unwrap_or_default()
+            });
+            (Operation::Snapshot { tag }, args.operate)
+        }
+        AdminCommand::Listsnapshots(args) => (Operation::ListSnapshots, args),
+        AdminCommand::Clearsnapshot(args) => {
+            (Operation::ClearSnapshot { tag: args.tag }, args.operate)
+        }
+        AdminCommand::Drain(args) => (Operation::Drain, args),
+        AdminCommand::Info(args) => (Operation::Info, args),
+        AdminCommand::Ring(args) => (
+            Operation::Ring {
+                keyspace: args.keyspace,
+                table: args.table,
+            },
+            args.operate,
+        ),
+        other => return run_cluster_command(&runtime, other),
+    };
+    let (operation, args) = operation;
+    let answer = runtime.block_on(operate(&args.target, operation))?;
+    if args.json {
+        println!("{answer}");
+    } else {
+        print!("{}", render(&answer));
+    }
+    Ok(())
+}
+
+fn run_cluster_command(
+    runtime: &tokio::runtime::Runtime,
+    command: AdminCommand,
+) -> anyhow::Result<()> {
     match command {
         AdminCommand::Status(target) => {
             let members = runtime.block_on(fetch_status(&target))?;
@@ -60,7 +176,80 @@ pub fn run(command: AdminCommand) -> anyhow::Result<()> {
             );
             Ok(())
         }
+        _ => unreachable!("node operations are handled by `run`"),
     }
+}
+
+/// Asks a node to carry out `operation`; its answer is JSON.
+async fn operate(target: &Target, operation: Operation) -> anyhow::Result<serde_json::Value> {
+    // Compactions and snapshots of a large node take long.
+    match ask(
+        target,
+        Message::Operate(operation),
+        Duration::from_secs(24 * 3600),
+    )
+    .await?
+    {
+        (_, Reply::Operated(json)) => Ok(serde_json::from_str(&json)?),
+        (address, Reply::Error(error)) => anyhow::bail!("{address}: {error}"),
+        (address, other) => anyhow::bail!("{address} answered unexpectedly: {other:?}"),
+    }
+}
+
+fn scalar(value: &serde_json::Value) -> String {
+    match value {
+        serde_json::Value::String(text) => text.clone(),
+        serde_json::Value::Null => "-".into(),
+        serde_json::Value::Array(items) => items.iter().map(scalar).collect::<Vec<_>>().join(","),
+        other => other.to_string(),
+    }
+}
+
+/// A node's answer as text: `key: value` lines, lists of records as aligned tables.
+pub fn render(answer: &serde_json::Value) -> String {
+    let mut out = String::new();
+    let Some(fields) = answer.as_object() else {
+        return format!("{}\n", scalar(answer));
+    };
+    for (key, value) in fields {
+        let records: Vec<&serde_json::Map<String, serde_json::Value>> = value
+            .as_array()
+            .map(|items| items.iter().filter_map(|i| i.as_object()).collect())
+            .unwrap_or_default();
+        if records.is_empty() || value.as_array().is_some_and(|a| a.len() != records.len()) {
+            out.push_str(&format!("{key}: {}\n", scalar(value)));
+            continue;
+        }
+        let columns: Vec<&String> = records[0].keys().collect();
+        let rows: Vec<Vec<String>> = records
+            .iter()
+            .map(|r| columns.iter().map(|c| scalar(&r[c.as_str()])).collect())
+            .collect();
+        let widths: Vec<usize> = columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                rows.iter()
+                    .map(|r| r[i].len())
+                    .chain([c.len()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let line = |cells: Vec<&str>| {
+            let padded: Vec<String> = cells
+                .iter()
+                .zip(&widths)
+                .map(|(cell, width)| format!("{cell:<width$}"))
+                .collect();
+            format!("{}\n", padded.join("  ").trim_end())
+        };
+        out.push_str(&line(columns.iter().map(|c| c.as_str()).collect()));
+        for row in &rows {
+            out.push_str(&line(row.iter().map(String::as_str).collect()));
+        }
+    }
+    out
 }
 
 /// Sends one message to the node `target` names and returns its reply.

@@ -177,6 +177,37 @@ pub trait Engine: Send + Sync + 'static {
 
     /// Approximate bytes stored, for `nodetool status`-style load reports.
     fn approximate_size_bytes(&self) -> u64;
+
+    /// Approximate bytes stored for keys in `[lower, upper)` (a table's size), if the
+    /// engine can tell.
+    fn approximate_range_bytes(&self, _lower: &[u8], _upper: &[u8]) -> Option<u64> {
+        None
+    }
+
+    /// Writes a consistent copy of everything stored (data and metadata) into
+    /// `directory`, which must not exist: hard links to the immutable files where the
+    /// file system allows, so a snapshot is cheap and takes little space at first.
+    fn checkpoint(&self, _directory: &std::path::Path) -> Result<()> {
+        Err(StorageError::Io(
+            "this engine keeps nothing on disk to snapshot".into(),
+        ))
+    }
+
+    /// The engine's own figures (compactions, flushes, memtables, files), as
+    /// levels (gauges) for the metrics endpoint.
+    fn statistics(&self) -> Vec<EngineStatistic> {
+        Vec::new()
+    }
+}
+
+/// One figure the engine reports about itself ([`Engine::statistics`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EngineStatistic {
+    /// A metric name, without the `shoal_` prefix: `storage_live_data_bytes`.
+    pub name: &'static str,
+    pub help: &'static str,
+    /// A level (it goes up and down), not a running total.
+    pub value: u64,
 }
 
 /// What one garbage collection pass did.
