@@ -261,7 +261,7 @@ pub fn run(args: PointArgs) -> anyhow::Result<()> {
             NonZeroUsize::new(args.connections).context("--connections must be at least 1")?;
         let session = args
             .login
-            .apply(SessionBuilder::new())
+            .apply(SessionBuilder::new())?
             .known_node(&args.contact)
             .pool_size(PoolSize::PerHost(connections))
             .build()

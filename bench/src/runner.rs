@@ -26,8 +26,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Credentials for a cluster that requires a login (Shoal `--auth`, Cassandra's
-/// PasswordAuthenticator).
+/// Credentials and TLS for a cluster that requires them (Shoal `--auth` and
+/// `client_tls`, Cassandra's PasswordAuthenticator and client_encryption_options).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct Login {
     /// Role to log in as.
@@ -36,15 +36,29 @@ pub struct Login {
     /// Its password.
     #[arg(long, requires = "user")]
     pub password: Option<String>,
+    /// Connect over TLS, trusting the certificates this PEM file holds (the node's
+    /// certificate or its CA).
+    #[arg(long)]
+    pub tls_trust: Option<std::path::PathBuf>,
 }
 
 impl Login {
-    /// `builder`, logging in if credentials were given.
-    pub fn apply(&self, builder: SessionBuilder) -> SessionBuilder {
-        match (&self.user, &self.password) {
+    /// `builder`, logging in and using TLS as asked.
+    pub fn apply(&self, builder: SessionBuilder) -> anyhow::Result<SessionBuilder> {
+        let mut builder = match (&self.user, &self.password) {
             (Some(user), Some(password)) => builder.user(user, password),
             _ => builder,
+        };
+        if let Some(trusted) = &self.tls_trust {
+            use openssl::ssl::{SslContextBuilder, SslMethod, SslVerifyMode};
+            let mut context = SslContextBuilder::new(SslMethod::tls())?;
+            context.set_verify(SslVerifyMode::PEER);
+            context
+                .set_ca_file(trusted)
+                .with_context(|| format!("cannot read {}", trusted.display()))?;
+            builder = builder.tls_context(Some(context.build()));
         }
+        Ok(builder)
     }
 }
 
@@ -145,7 +159,7 @@ async fn connect(common: &CommonArgs) -> anyhow::Result<Session> {
     let connections = NonZeroUsize::new(common.connections.max(1)).unwrap_or(NonZeroUsize::MIN);
     common
         .login
-        .apply(SessionBuilder::new())
+        .apply(SessionBuilder::new())?
         .known_node(&common.contact)
         .pool_size(PoolSize::PerHost(connections))
         .build()

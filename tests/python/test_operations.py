@@ -103,3 +103,27 @@ def test_drain_stops_serving_clients_and_keeps_every_write(tmp_path):
         node.kill()  # after a drain even a kill loses nothing
     with node:
         assert len(rows_of(node)) == 100
+
+
+def test_cleanup_keeps_every_row_a_node_replicates(tmp_path):
+    from test_cluster import ADDRESSES, LocalCluster
+    local = LocalCluster(tmp_path)
+    driver = None
+    try:
+        local.start()
+        driver = Cluster([ADDRESSES[0]], port=local.cql_port)
+        session = driver.connect()
+        session.execute("CREATE KEYSPACE ops WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}")
+        session.execute("CREATE TABLE ops.t (k int PRIMARY KEY, v text)")
+        insert = session.prepare("INSERT INTO ops.t (k, v) VALUES (?, ?)")
+        for k in range(300):
+            session.execute(insert, (k, f"value-{k}"))
+        for node in local.nodes:
+            outcome = admin_json(node, "cleanup", "ops")
+            # With RF 1 on three nodes, each node replicates about a third of the tablets.
+            assert outcome["tablets_cleaned"] > 0
+        assert len(list(session.execute("SELECT k FROM ops.t"))) == 300
+    finally:
+        if driver:
+            driver.shutdown()
+        local.stop()

@@ -102,6 +102,11 @@ pub struct Config {
     pub tls_certificate: Option<PathBuf>,
     /// The certificate's private key (PEM).
     pub tls_private_key: Option<PathBuf>,
+    /// Mutual TLS between nodes: each presents `tls_certificate` and accepts only peers
+    /// whose certificate chains to `tls_ca_certificate` and names their address.
+    pub internode_tls: bool,
+    /// The cluster's CA certificate (PEM), for internode TLS.
+    pub tls_ca_certificate: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -132,6 +137,8 @@ impl Default for Config {
             client_tls: ClientTls::Off,
             tls_certificate: None,
             tls_private_key: None,
+            internode_tls: false,
+            tls_ca_certificate: None,
         }
     }
 }
@@ -198,6 +205,21 @@ impl Config {
             }
         );
         Ok(())
+    }
+
+    /// The internode TLS configuration, loaded (`None` when internode TLS is off).
+    pub fn internode_tls(&self) -> anyhow::Result<Option<crate::tls::InternodeTls>> {
+        if !self.internode_tls {
+            return Ok(None);
+        }
+        match (&self.tls_certificate, &self.tls_private_key, &self.tls_ca_certificate) {
+            (Some(certificate), Some(key), Some(ca)) => {
+                Ok(Some(crate::tls::InternodeTls::load(certificate, key, ca)?))
+            }
+            _ => anyhow::bail!(
+                "internode_tls needs tls_certificate, tls_private_key and tls_ca_certificate (PEM files)"
+            ),
+        }
     }
 
     /// Which of authentication and authorization this node enforces.

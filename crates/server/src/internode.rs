@@ -7,6 +7,9 @@
 //! requests of a connection concurrently as futures of the connection's own task (no task
 //! per request, as for CQL connections — decision 0004) and coalesces the responses.
 //!
+//! With mutual TLS on ([`crate::tls::InternodeTls`]), both sides of every connection
+//! present a certificate of the cluster's CA before the first frame.
+//!
 //! Messages are versioned by enum variant: a new message kind is a new variant, added at
 //! the end. Outgoing connections leave from the node's own address. Bounded everywhere: a frame beyond [`MAX_FRAME_BYTES`] is refused before it is
 //! sent (and closes the connection if a peer sends one anyway), the outgoing queue per
@@ -200,6 +203,8 @@ pub struct Peers {
     next_id: AtomicU64,
     /// Set on shutdown: no new connections.
     stopped: AtomicBool,
+    /// Mutual TLS with every peer, when the cluster uses it.
+    tls: Option<tokio_rustls::TlsConnector>,
 }
 
 /// Connects to `to` from `source` (any port), or from wherever the system picks.
@@ -219,6 +224,40 @@ async fn connect_from(
     socket.connect(to).await
 }
 
+/// Starts the writer and reader tasks of an outgoing connection.
+fn start_connection(
+    mut reader: impl AsyncReadExt + Unpin + Send + 'static,
+    writer: impl AsyncWriteExt + Unpin + Send + 'static,
+) -> Arc<PeerConnection> {
+    let (frames, outgoing) = mpsc::channel(QUEUE_FRAMES);
+    let pending: Pending = Arc::default();
+    let closed = Arc::new(AtomicBool::new(false));
+    let connection = Arc::new(PeerConnection {
+        frames,
+        pending: Arc::clone(&pending),
+        closed: Arc::clone(&closed),
+    });
+    let writer_closed = Arc::clone(&closed);
+    tokio::spawn(async move {
+        let _ = write_frames(writer, outgoing).await;
+        writer_closed.store(true, Ordering::Release);
+    });
+    tokio::spawn(async move {
+        while let Ok(Some((id, payload))) = read_frame(&mut reader).await {
+            let Some(waiter) = pending.lock().remove(&id) else {
+                continue;
+            };
+            let reply = bincode::deserialize(&payload)
+                .unwrap_or_else(|e| Reply::Error(format!("undecodable reply: {e}")));
+            let _ = waiter.send(reply);
+        }
+        closed.store(true, Ordering::Release);
+        // Dropping the senders fails every call still waiting.
+        pending.lock().clear();
+    });
+    connection
+}
+
 impl Peers {
     /// Outgoing connections leaving from `source`, the node's own address.
     pub fn from_address(source: std::net::IpAddr) -> Peers {
@@ -226,6 +265,12 @@ impl Peers {
             source: (!source.is_unspecified()).then_some(source),
             ..Peers::default()
         }
+    }
+
+    /// Every connection made from now on is mutual TLS.
+    pub fn with_tls(mut self, connector: tokio_rustls::TlsConnector) -> Peers {
+        self.tls = Some(connector);
+        self
     }
 
     async fn connection(&self, to: SocketAddr) -> Result<Arc<PeerConnection>, String> {
@@ -256,33 +301,29 @@ impl Peers {
         };
         self.failed_connects.lock().remove(&to);
         let _ = socket.set_nodelay(true);
-        let (mut reader, writer) = socket.into_split();
-        let (frames, outgoing) = mpsc::channel(QUEUE_FRAMES);
-        let pending: Pending = Arc::default();
-        let closed = Arc::new(AtomicBool::new(false));
-        let connection = Arc::new(PeerConnection {
-            frames,
-            pending: Arc::clone(&pending),
-            closed: Arc::clone(&closed),
-        });
-        let writer_closed = Arc::clone(&closed);
-        tokio::spawn(async move {
-            let _ = write_frames(writer, outgoing).await;
-            writer_closed.store(true, Ordering::Release);
-        });
-        tokio::spawn(async move {
-            while let Ok(Some((id, payload))) = read_frame(&mut reader).await {
-                let Some(waiter) = pending.lock().remove(&id) else {
-                    continue;
-                };
-                let reply = bincode::deserialize(&payload)
-                    .unwrap_or_else(|e| Reply::Error(format!("undecodable reply: {e}")));
-                let _ = waiter.send(reply);
+        let connection = match &self.tls {
+            None => {
+                let (reader, writer) = socket.into_split();
+                start_connection(reader, writer)
             }
-            closed.store(true, Ordering::Release);
-            // Dropping the senders fails every call still waiting.
-            pending.lock().clear();
-        });
+            Some(connector) => {
+                let name = rustls::pki_types::ServerName::IpAddress(to.ip().into());
+                let handshake = connector.connect(name, socket);
+                let stream = match tokio::time::timeout(CONNECT_TIMEOUT, handshake).await {
+                    Ok(Ok(stream)) => stream,
+                    Ok(Err(error)) => {
+                        self.failed_connects.lock().insert(to, Instant::now());
+                        return Err(format!("TLS with {to} failed: {error}"));
+                    }
+                    Err(_) => {
+                        self.failed_connects.lock().insert(to, Instant::now());
+                        return Err(format!("the TLS handshake with {to} timed out"));
+                    }
+                };
+                let (reader, writer) = tokio::io::split(stream);
+                start_connection(reader, writer)
+            }
+        };
         self.connections.lock().insert(to, Arc::clone(&connection));
         Ok(connection)
     }
@@ -330,21 +371,25 @@ impl Peers {
 }
 
 /// Accepts peers' connections and answers their messages until `shutdown` fires.
+/// With `tls`, every peer must complete a mutual TLS handshake first.
 pub async fn serve(
     listener: TcpListener,
     handler: Arc<dyn Handler>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
     loop {
         tokio::select! {
             _ = shutdown.changed() => break,
             accepted = listener.accept() => {
-                let Ok((socket, _)) = accepted else { continue };
+                let Ok((socket, peer)) = accepted else { continue };
+                let _ = socket.set_nodelay(true);
                 let handler = Arc::clone(&handler);
+                let tls = tls.clone();
                 let mut connection_shutdown = shutdown.clone();
                 tokio::spawn(async move {
                     tokio::select! {
-                        _ = serve_connection(socket, handler) => {}
+                        _ = serve_socket(socket, peer, handler, tls) => {}
                         _ = connection_shutdown.changed() => {}
                     }
                 });
@@ -353,9 +398,33 @@ pub async fn serve(
     }
 }
 
-async fn serve_connection(socket: TcpStream, handler: Arc<dyn Handler>) {
-    let _ = socket.set_nodelay(true);
-    let (mut reader, writer) = socket.into_split();
+async fn serve_socket(
+    socket: TcpStream,
+    peer: SocketAddr,
+    handler: Arc<dyn Handler>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) {
+    let Some(acceptor) = tls else {
+        let (reader, writer) = socket.into_split();
+        return serve_connection(reader, writer, handler).await;
+    };
+    match tokio::time::timeout(CONNECT_TIMEOUT * 10, acceptor.accept(socket)).await {
+        Ok(Ok(stream)) => {
+            let (reader, writer) = tokio::io::split(stream);
+            serve_connection(reader, writer, handler).await
+        }
+        Ok(Err(error)) => {
+            tracing::warn!(%peer, %error, "refused an internode connection: TLS failed")
+        }
+        Err(_) => tracing::warn!(%peer, "refused an internode connection: TLS handshake timed out"),
+    }
+}
+
+async fn serve_connection(
+    mut reader: impl AsyncReadExt + Unpin + Send + 'static,
+    writer: impl AsyncWriteExt + Unpin + Send + 'static,
+    handler: Arc<dyn Handler>,
+) {
     let (frames, outgoing) = mpsc::channel::<Vec<u8>>(QUEUE_FRAMES);
     let writer_task = tokio::spawn(write_frames(writer, outgoing));
     // Frames are read by their own task: reading is not cancellation-safe, so it must not

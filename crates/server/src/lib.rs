@@ -112,7 +112,12 @@ impl Node {
 
         // Internode messaging first: joining a cluster needs it.
         let detector = Arc::new(membership::FailureDetector::new(host_id));
-        let peers = Arc::new(internode::Peers::from_address(config.listen_address));
+        let internode_tls = config.internode_tls()?;
+        let mut peers = internode::Peers::from_address(config.listen_address);
+        if let Some(tls) = &internode_tls {
+            peers = peers.with_tls(tls.connector.clone());
+        }
+        let peers = Arc::new(peers);
         let transport = Arc::new(membership::Transport {
             peers: Arc::clone(&peers),
         });
@@ -132,6 +137,7 @@ impl Node {
             internode_listener,
             Arc::clone(&handler) as Arc<dyn internode::Handler>,
             shutdown_rx.clone(),
+            internode_tls.map(|tls| tls.acceptor),
         ))];
 
         let me = shoal_cluster::Member {

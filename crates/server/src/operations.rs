@@ -1,6 +1,6 @@
 //! The operator's commands on one node, as `nodetool` has them: flush, compact, table
-//! and compaction statistics, snapshots (RocksDB checkpoints), drain, info, and the
-//! tablet ring. `shoal admin` sends an [`Operation`] to a node's internode port; the node
+//! and compaction statistics, snapshots (RocksDB checkpoints), drain, cleanup, info, and
+//! the tablet ring. `shoal admin` sends an [`Operation`] to a node's internode port; the node
 //! answers with JSON, which `shoal admin` prints as it is (`--json`) or as text.
 //!
 //! Snapshots are checkpoints of the node's whole store (data and metadata, hard links to
@@ -41,6 +41,10 @@ pub enum Operation {
     },
     /// Flush, sync the commit log, and stop serving clients (before a shutdown).
     Drain,
+    /// Removes the data of tablets this node is not a replica of (of one keyspace).
+    Cleanup {
+        keyspace: Option<String>,
+    },
     Info,
     /// The tablets of one table and their replicas.
     Ring {
@@ -186,6 +190,7 @@ impl NodeOperations {
                 engine.sync().map_err(|e| e.to_string())?;
                 Ok(json!({ "drained": true }))
             }
+            Operation::Cleanup { keyspace } => self.cleanup(keyspace.as_deref()),
             Operation::Info => Ok(self.info()),
             Operation::Ring { keyspace, table } => self.ring(&keyspace, &table),
         }
@@ -216,6 +221,57 @@ impl NodeOperations {
             })
             .collect();
         Ok(json!({ "tables": tables }))
+    }
+
+    /// Deletes, table by table, the token ranges of the tablets whose replicas do not
+    /// include this node (data left behind when tablets were placed elsewhere).
+    fn cleanup(&self, keyspace: Option<&str>) -> Result<Value, String> {
+        let schema = self.coordinator.schema();
+        if let Some(keyspace) = keyspace {
+            schema.keyspace(keyspace).map_err(|e| e.message)?;
+        }
+        let Some(cluster) = self.coordinator.cluster() else {
+            return Ok(json!({ "tablets_cleaned": 0 }));
+        };
+        let state = cluster.metadata.state();
+        let me = self.coordinator.info().host_id;
+        let engine = self.coordinator.engine();
+        let mut cleaned = 0;
+        for table in schema
+            .user_keyspaces()
+            .filter(|k| keyspace.is_none_or(|name| name == k.name))
+            .flat_map(|k| k.tables.values())
+        {
+            let Some(placement) = state.tables.get(&table.id) else {
+                continue;
+            };
+            let tablets = placement.tablets.tablets();
+            for (index, tablet) in tablets.iter().enumerate() {
+                if tablet.replicas.contains(&me) {
+                    continue;
+                }
+                // Tablet `index` holds the tokens after the previous tablet's last one, up
+                // to and including its own last token.
+                let lower = match index.checked_sub(1).map(|i| tablets[i].last_token.0) {
+                    None => shoal_model::keys::table_prefix(&table.id),
+                    Some(previous) => shoal_model::keys::token_prefix(
+                        &table.id,
+                        shoal_model::Token(previous.saturating_add(1)),
+                    ),
+                };
+                let upper = match tablet.last_token.0.checked_add(1) {
+                    Some(next) if index + 1 < tablets.len() => {
+                        shoal_model::keys::token_prefix(&table.id, shoal_model::Token(next))
+                    }
+                    _ => shoal_model::keys::table_end(&table.id),
+                };
+                engine
+                    .delete_range(&lower, &upper)
+                    .map_err(|e| e.to_string())?;
+                cleaned += 1;
+            }
+        }
+        Ok(json!({ "tablets_cleaned": cleaned }))
     }
 
     fn info(&self) -> Value {

@@ -1,4 +1,5 @@
-//! TLS for client connections (rustls): Cassandra's `client_encryption_options`.
+//! TLS (rustls): for client connections, Cassandra's `client_encryption_options`
+//! ([`ServerCertificates`]); between nodes, mutual TLS ([`InternodeTls`]).
 //!
 //! - `client_tls = "required"`: every connection on the CQL port must start a TLS
 //!   handshake; `"optional"`: a connection may start with TLS or with plain CQL, told apart
@@ -115,5 +116,84 @@ impl ServerCertificates {
             }
         }
         state.acceptor.clone()
+    }
+}
+
+/// Mutual TLS between nodes (Cassandra's `server_encryption_options` with
+/// `require_client_auth`): every node presents its certificate on both sides of an
+/// internode connection, and accepts a peer only if the peer's certificate chains to the
+/// cluster's CA (`tls_ca_certificate`) and names the address it is reached at. Messages,
+/// Raft and `shoal admin` all use these connections. Read at start-up.
+#[derive(Clone)]
+pub struct InternodeTls {
+    pub acceptor: TlsAcceptor,
+    pub connector: tokio_rustls::TlsConnector,
+}
+
+fn certificates(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+        .with_context(|| format!("cannot read the TLS certificate {}", path.display()))?
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("the TLS certificate {} is not valid PEM", path.display()))?;
+    anyhow::ensure!(
+        !chain.is_empty(),
+        "the TLS certificate file {} holds no certificate",
+        path.display()
+    );
+    Ok(chain)
+}
+
+impl InternodeTls {
+    pub fn load(
+        certificate: &Path,
+        private_key: &Path,
+        ca_certificate: &Path,
+    ) -> anyhow::Result<InternodeTls> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        for ca in certificates(ca_certificate)? {
+            roots.add(ca).with_context(|| {
+                format!(
+                    "{} is not a usable CA certificate",
+                    ca_certificate.display()
+                )
+            })?;
+        }
+        let roots = Arc::new(roots);
+        let key = || {
+            PrivateKeyDer::from_pem_file(private_key).with_context(|| {
+                format!(
+                    "cannot read a private key (PEM) from {}",
+                    private_key.display()
+                )
+            })
+        };
+        let chain = certificates(certificate)?;
+        let client_verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::clone(&roots),
+            Arc::clone(&provider),
+        )
+        .build()
+        .context("cannot verify peers with the CA certificate")?;
+        let server = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+            .with_safe_default_protocol_versions()?
+            .with_client_cert_verifier(client_verifier)
+            .with_single_cert(chain.clone(), key()?)
+            .with_context(|| {
+                format!(
+                    "the private key {} does not fit the certificate {}",
+                    private_key.display(),
+                    certificate.display()
+                )
+            })?;
+        let client = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_client_auth_cert(chain, key()?)
+            .context("the node's certificate cannot authenticate it to peers")?;
+        Ok(InternodeTls {
+            acceptor: TlsAcceptor::from(Arc::new(server)),
+            connector: tokio_rustls::TlsConnector::from(Arc::new(client)),
+        })
     }
 }

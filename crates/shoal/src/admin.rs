@@ -29,6 +29,8 @@ pub enum AdminCommand {
     Clearsnapshot(ClearSnapshotArgs),
     /// Flush, sync the commit log and stop serving clients, before stopping the node.
     Drain(OperateArgs),
+    /// Remove the data of tablets the node no longer replicates.
+    Cleanup(TablestatsArgs),
     /// The node's identity, uptime, load and schema version.
     Info(OperateArgs),
     /// The tablets of a table and the nodes holding each.
@@ -46,7 +48,7 @@ pub struct OperateArgs {
 
 #[derive(clap::Args)]
 pub struct TablestatsArgs {
-    /// Only the tables of this keyspace.
+    /// Only the tables of this keyspace (all user tables by default).
     pub keyspace: Option<String>,
     #[command(flatten)]
     pub operate: OperateArgs,
@@ -99,6 +101,10 @@ pub struct Target {
     /// Its internode port.
     #[arg(long, default_value_t = 7000)]
     pub port: u16,
+    /// The node's configuration file: with `internode_tls` on, its certificates
+    /// authenticate this command to the node.
+    #[arg(long)]
+    pub config: Option<std::path::PathBuf>,
 }
 
 pub fn run(command: AdminCommand) -> anyhow::Result<()> {
@@ -129,6 +135,12 @@ pub fn run(command: AdminCommand) -> anyhow::Result<()> {
             (Operation::ClearSnapshot { tag: args.tag }, args.operate)
         }
         AdminCommand::Drain(args) => (Operation::Drain, args),
+        AdminCommand::Cleanup(args) => (
+            Operation::Cleanup {
+                keyspace: args.keyspace,
+            },
+            args.operate,
+        ),
         AdminCommand::Info(args) => (Operation::Info, args),
         AdminCommand::Ring(args) => (
             Operation::Ring {
@@ -258,7 +270,12 @@ async fn ask(
     message: Message,
     timeout: Duration,
 ) -> anyhow::Result<(SocketAddr, Reply)> {
-    let peers = Peers::default();
+    let mut peers = Peers::default();
+    if let Some(path) = &target.config {
+        if let Some(tls) = shoal_server::config::Config::load(path)?.internode_tls()? {
+            peers = peers.with_tls(tls.connector);
+        }
+    }
     let address = SocketAddr::new(target.host, target.port);
     let reply = peers.call(address, &message, timeout).await;
     peers.stop();

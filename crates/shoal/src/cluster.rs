@@ -282,6 +282,7 @@ fn status(dir: &Path) -> anyhow::Result<()> {
         let target = crate::admin::Target {
             host: node_address(index),
             port: 7000,
+            config: None,
         };
         let members = runtime.block_on(crate::admin::fetch_status(&target))?;
         println!();

@@ -41,7 +41,7 @@ enum Command {
     Admin(admin::AdminCommand),
     /// Drive a CQL cluster (Shoal or Cassandra) with a benchmark workload.
     #[command(subcommand)]
-    Bench(shoal_bench::BenchCommand),
+    Bench(Box<shoal_bench::BenchCommand>),
 }
 
 #[derive(clap::Args)]
@@ -172,7 +172,7 @@ fn main() {
         Command::Server(args) => run_server(args),
         Command::Cluster(command) => cluster::run(command),
         Command::Admin(command) => admin::run(command),
-        Command::Bench(command) => shoal_bench::run(command),
+        Command::Bench(command) => shoal_bench::run(*command),
     };
     if let Err(error) = result {
         eprintln!("error: {error:#}");

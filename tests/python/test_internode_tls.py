@@ -1,0 +1,114 @@
+"""Mutual TLS between nodes: a three-node cluster whose nodes hold certificates of one CA
+forms, replicates and answers `shoal admin` (with the node's config); a peer without a
+certificate, or with one of another CA, gets nothing from a node's internode port."""
+
+import socket
+import ssl
+import subprocess
+
+from cassandra import ConsistencyLevel
+from cassandra.cluster import Cluster, ExecutionProfile, EXEC_PROFILE_DEFAULT
+
+from shoal_process import shoal_binary
+from test_cluster import ADDRESSES, LocalCluster
+
+
+def openssl(*arguments):
+    subprocess.run(["openssl", *arguments], check=True, capture_output=True)
+
+
+def make_ca(directory, name):
+    certificate, key = directory / f"{name}.crt", directory / f"{name}.key"
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-keyout", str(key), "-out", str(certificate), "-days", "2", "-subj", f"/CN={name}",
+            "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign")
+    return certificate, key
+
+
+def make_node_certificate(directory, ca, address):
+    """A certificate for `address`, signed by `ca`, usable as server and as client."""
+    key, request, certificate = (directory / f"{address}{suffix}" for suffix in (".key", ".csr", ".crt"))
+    extensions = directory / f"{address}.ext"
+    extensions.write_text(f"subjectAltName=IP:{address}\nbasicConstraints=critical,CA:FALSE\n"
+                          "extendedKeyUsage=serverAuth,clientAuth\n")
+    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-keyout", str(key), "-out", str(request), "-subj", f"/CN={address}")
+    openssl("x509", "-req", "-in", str(request), "-CA", str(ca[0]), "-CAkey", str(ca[1]), "-CAcreateserial",
+            "-out", str(certificate), "-days", "2", "-extfile", str(extensions))
+    return certificate, key
+
+
+def internode_status(node, config):
+    return subprocess.run([shoal_binary(), "admin", "status", "--host", node.address, "--port",
+                           str(node.internode_port), "--config", str(config)],
+                          capture_output=True, text=True, timeout=60)
+
+
+def internode_reply(address, port, context):
+    """What a TLS client gets from a node's internode port after sending a frame."""
+    with socket.create_connection((address, port), timeout=10) as raw:
+        try:
+            with context.wrap_socket(raw) as wrapped:
+                # A Status request (bincode: variant 3 of Message), framed as nodes frame it.
+                payload = (3).to_bytes(4, "little")
+                frame = (9 + len(payload)).to_bytes(4, "big") + b"\x01" + (1).to_bytes(8, "big") + payload
+                wrapped.sendall(frame)
+                return wrapped.recv(4096)
+        except (ssl.SSLError, ConnectionResetError, BrokenPipeError):
+            return b""
+
+
+def test_nodes_of_one_ca_form_a_cluster_and_strangers_get_nothing(tmp_path):
+    ca = make_ca(tmp_path, "cluster-ca")
+    local = LocalCluster(tmp_path)
+    configs = {}
+    for node in local.nodes:
+        certificate, key = make_node_certificate(tmp_path, ca, node.address)
+        config = tmp_path / f"{node.address}.toml"
+        config.write_text(f'internode_tls = true\ntls_certificate = "{certificate}"\n'
+                          f'tls_private_key = "{key}"\ntls_ca_certificate = "{ca[0]}"\n')
+        node.config = config
+        configs[node.address] = config
+    driver = None
+    try:
+        local.start()
+        profile = ExecutionProfile(consistency_level=ConsistencyLevel.ALL, request_timeout=30)
+        driver = Cluster([ADDRESSES[0]], port=local.cql_port, execution_profiles={EXEC_PROFILE_DEFAULT: profile})
+        session = driver.connect()
+        session.execute("CREATE KEYSPACE sealed WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 3}")
+        session.execute("CREATE TABLE sealed.t (k int PRIMARY KEY, v int)")
+        for k in range(20):
+            session.execute("INSERT INTO sealed.t (k, v) VALUES (%s, %s)", (k, k))
+        assert len(list(session.execute("SELECT * FROM sealed.t"))) == 20
+        status = internode_status(local.nodes[0], configs[ADDRESSES[0]])
+        assert status.returncode == 0, status.stderr
+        assert status.stdout.count("UN ") == 3, status.stdout
+
+        without_config = subprocess.run([shoal_binary(), "admin", "status", "--host", ADDRESSES[0], "--port",
+                                         str(local.internode_port)], capture_output=True, text=True, timeout=60)
+        assert without_config.returncode != 0
+
+        no_certificate = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        no_certificate.load_verify_locations(str(ca[0]))
+        no_certificate.check_hostname = False
+        assert internode_reply(ADDRESSES[0], local.internode_port, no_certificate) == b""
+
+        other_ca = make_ca(tmp_path, "other-ca")
+        stranger = make_node_certificate(tmp_path, other_ca, "127.0.0.4")
+        strange = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        strange.load_verify_locations(str(ca[0]))
+        strange.check_hostname = False
+        strange.load_cert_chain(str(stranger[0]), str(stranger[1]))
+        assert internode_reply(ADDRESSES[0], local.internode_port, strange) == b""
+
+        # The same request with a certificate of the cluster's CA is answered.
+        member = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        member.load_verify_locations(str(ca[0]))
+        member.check_hostname = False
+        certificate, key = make_node_certificate(tmp_path, ca, "127.0.0.4")
+        member.load_cert_chain(str(certificate), str(key))
+        assert len(internode_reply(ADDRESSES[0], local.internode_port, member)) > 0
+    finally:
+        if driver:
+            driver.shutdown()
+        local.stop()
