@@ -1,6 +1,6 @@
 """The operator's commands (`shoal admin …`, nodetool's everyday set) against a real node:
-flush, compact, tablestats, compactionstats, info, ring, snapshots with a
-snapshot → wipe → restore round trip that loses nothing, and drain."""
+flush, compact, tablestats, tablehistograms, compactionstats, info, ring, snapshots with a
+snapshot → wipe → restore round trip that loses nothing, drain, and cleanup on a cluster."""
 
 import json
 import shutil
@@ -56,6 +56,10 @@ def test_statistics_flush_compact_info_and_ring(tmp_path):
         assert [(t["keyspace"], t["table"]) for t in tables] == [("ops", "t")]
         assert tables[0]["local_writes"] == 300 and tables[0]["disk_bytes"] > 0
         assert "running_compactions" in admin_json(node, "compactionstats")
+        histograms = admin_json(node, "tablehistograms", "ops", "t")["percentiles"]
+        assert [p["percentile"] for p in histograms] == ["50%", "75%", "95%", "98%", "99%", "max"]
+        write_latencies = [p["write_latency_us_at_most"] for p in histograms]
+        assert all(w is not None and w >= 50 for w in write_latencies) and write_latencies == sorted(write_latencies)
         info = admin_json(node, "info")
         assert info["address"] == ADDRESS and info["native_transport_active"] is True
         ring = admin_json(node, "ring", "ops", "t")["tablets"]

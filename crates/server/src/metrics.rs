@@ -4,9 +4,10 @@
 //! - **Kept as requests run** ([`Metrics`] is the coordinator's
 //!   [`StatementObserver`]): a latency histogram per statement class and consistency
 //!   level (its count is the request rate), errors by CQL error code (every error answer,
-//!   parse errors included), reads and writes per table, and connections. Each handle is
-//!   resolved on its first use (a class × level, a table, an error code), so a request
-//!   costs a few atomic additions and no allocation.
+//!   parse errors included), reads, writes and their latencies per table, and
+//!   connections. Each handle is resolved on its first use (a class × level, a table, an
+//!   error code), and histograms are [`Latency`] (atomic buckets), so a request costs a
+//!   few atomic additions: no lock taken for writing, no allocation.
 //! - **Read when scraped** ([`NodeCollector`]): storage (RocksDB's live bytes, memtables,
 //!   running and pending compactions, level-0 files), each table's size, hints kept and
 //!   dropped, the cluster metadata's Raft state, scans in progress, roles.
@@ -15,10 +16,11 @@
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::encoding::{MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 use shoal_coordinator::class::StatementClass;
 use shoal_coordinator::observe::{Observed, StatementObserver};
@@ -27,7 +29,9 @@ use shoal_model::TableId;
 use shoal_replication::Hints;
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 /// Consistency levels by their protocol code (0 ANY … 10 LOCAL_ONE).
 const CONSISTENCY_LEVELS: usize = 11;
@@ -49,29 +53,110 @@ struct TableLabels {
     table: String,
 }
 
-/// A table's request counters, shared with the registry's families.
+/// A table's request counters and latencies, shared with the registry's families.
 #[derive(Clone)]
 struct TableCounters {
     reads: Counter,
     writes: Counter,
+    read_latency: Latency,
+    write_latency: Latency,
 }
 
-/// Latency buckets: 50 µs to ~13 s, doubling.
-fn latency_buckets() -> impl Iterator<Item = f64> {
-    exponential_buckets(0.000_05, 2.0, 19)
+/// Latency buckets' upper bounds: 50 µs, doubling, to ~13 s (then +Inf).
+const LATENCY_BUCKETS: usize = 19;
+
+fn bucket_bound_seconds(index: usize) -> f64 {
+    0.000_05 * f64::from(1u32 << index)
+}
+
+/// A latency histogram whose observation is three relaxed atomic additions — no lock
+/// (prometheus-client's own histogram takes a write lock per observation).
+#[derive(Debug, Clone, Default)]
+pub struct Latency(Arc<LatencyCounts>);
+
+#[derive(Debug, Default)]
+struct LatencyCounts {
+    /// Per bucket (not cumulative); the last one is +Inf.
+    buckets: [AtomicU64; LATENCY_BUCKETS + 1],
+    count: AtomicU64,
+    sum_nanos: AtomicU64,
+}
+
+impl Latency {
+    pub fn observe(&self, elapsed: Duration) {
+        let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        // Bucket i holds (bound(i-1), bound(i)] with bound(i) = 50 µs · 2^i.
+        let units = nanos.div_ceil(50_000).max(1);
+        let index = (u64::BITS - (units - 1).leading_zeros()) as usize;
+        let counts = &self.0;
+        counts.buckets[index.min(LATENCY_BUCKETS)].fetch_add(1, Ordering::Relaxed);
+        counts.count.fetch_add(1, Ordering::Relaxed);
+        counts.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// `(upper bound in seconds, observations in that bucket)`, +Inf last.
+    pub fn buckets(&self) -> Vec<(f64, u64)> {
+        self.0
+            .buckets
+            .iter()
+            .enumerate()
+            .map(|(i, count)| {
+                let bound = if i < LATENCY_BUCKETS {
+                    bucket_bound_seconds(i)
+                } else {
+                    f64::MAX
+                };
+                (bound, count.load(Ordering::Relaxed))
+            })
+            .collect()
+    }
+
+    /// The bucket bound at or under which `quantile` of the observations fall (seconds);
+    /// `None` before any observation.
+    pub fn quantile(&self, quantile: f64) -> Option<f64> {
+        let buckets = self.buckets();
+        let total: u64 = buckets.iter().map(|(_, c)| c).sum();
+        if total == 0 {
+            return None;
+        }
+        let wanted = (quantile * total as f64).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        buckets.into_iter().find_map(|(bound, count)| {
+            seen += count;
+            (seen >= wanted).then_some(bound)
+        })
+    }
+}
+
+impl TypedMetric for Latency {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for Latency {
+    fn encode(&self, mut encoder: MetricEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let sum = self.0.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        let count = self.0.count.load(Ordering::Relaxed);
+        encoder.encode_histogram::<NoLabelSet>(sum, count, &self.buckets(), None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
 }
 
 /// The request metrics and the registry they are exported from.
 pub struct Metrics {
     registry: Registry,
-    requests: Family<RequestLabels, Histogram>,
+    requests: Family<RequestLabels, Latency>,
     /// `[class][consistency code]`, each made on its first request (so only the series
     /// in use are exported) and then used without a lock.
-    latency: Vec<Vec<std::sync::OnceLock<Histogram>>>,
+    latency: Vec<Vec<std::sync::OnceLock<Latency>>>,
     errors: Family<ErrorLabels, Counter>,
     error_by_code: parking_lot::RwLock<HashMap<i32, Counter>>,
     table_reads: Family<TableLabels, Counter>,
     table_writes: Family<TableLabels, Counter>,
+    table_read_latency: Family<TableLabels, Latency>,
+    table_write_latency: Family<TableLabels, Latency>,
     tables: parking_lot::RwLock<HashMap<TableId, TableCounters>>,
     pub connections: Gauge,
     pub connections_total: Counter,
@@ -88,9 +173,7 @@ impl Metrics {
     /// weak reference, so the metrics do not keep the node alive).
     pub fn new(coordinator: &Arc<Coordinator>, hints: Option<Arc<Hints>>) -> Arc<Metrics> {
         let mut registry = Registry::with_prefix("shoal");
-        let requests = Family::<RequestLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(latency_buckets())
-        });
+        let requests = Family::<RequestLabels, Latency>::default();
         registry.register(
             "request_latency_seconds",
             "CQL statements run by this node as coordinator, by class and consistency level: latency (the count is the request rate)",
@@ -122,6 +205,18 @@ impl Metrics {
             "Writes (statements, each of a batch) to each table coordinated here",
             table_writes.clone(),
         );
+        let table_read_latency = Family::<TableLabels, Latency>::default();
+        registry.register(
+            "table_read_latency_seconds",
+            "Latency of the reads of each table coordinated here",
+            table_read_latency.clone(),
+        );
+        let table_write_latency = Family::<TableLabels, Latency>::default();
+        registry.register(
+            "table_write_latency_seconds",
+            "Latency of the writes to each table coordinated here (a batch counts for each of its tables)",
+            table_write_latency.clone(),
+        );
         let connections = Gauge::default();
         registry.register(
             "client_connections",
@@ -146,6 +241,8 @@ impl Metrics {
             error_by_code: Default::default(),
             table_reads,
             table_writes,
+            table_read_latency,
+            table_write_latency,
             tables: Default::default(),
             connections,
             connections_total,
@@ -161,9 +258,10 @@ impl Metrics {
         out
     }
 
-    fn table(&self, table: &shoal_schema::TableMetadata) -> TableCounters {
+    /// Runs `record` on the table's counters, made on the table's first request.
+    fn with_table(&self, table: &shoal_schema::TableMetadata, record: impl Fn(&TableCounters)) {
         if let Some(counters) = self.tables.read().get(&table.id) {
-            return counters.clone();
+            return record(counters);
         }
         let labels = TableLabels {
             keyspace: table.keyspace.clone(),
@@ -172,9 +270,11 @@ impl Metrics {
         let counters = TableCounters {
             reads: self.table_reads.get_or_create(&labels).clone(),
             writes: self.table_writes.get_or_create(&labels).clone(),
+            read_latency: self.table_read_latency.get_or_create(&labels).clone(),
+            write_latency: self.table_write_latency.get_or_create(&labels).clone(),
         };
-        self.tables.write().insert(table.id, counters.clone());
-        counters
+        record(&counters);
+        self.tables.write().insert(table.id, counters);
     }
 
     /// Reads and writes of `table` coordinated here since start.
@@ -184,7 +284,15 @@ impl Metrics {
         })
     }
 
-    fn latency(&self, class: usize, level: usize) -> Option<&Histogram> {
+    /// The read and write latencies of `table` coordinated here since start.
+    pub fn table_latencies(&self, table: &TableId) -> Option<(Latency, Latency)> {
+        self.tables
+            .read()
+            .get(table)
+            .map(|c| (c.read_latency.clone(), c.write_latency.clone()))
+    }
+
+    fn latency(&self, class: usize, level: usize) -> Option<&Latency> {
         let cell = self.latency.get(class)?.get(level)?;
         Some(cell.get_or_init(|| {
             self.requests
@@ -224,19 +332,22 @@ impl StatementObserver for Metrics {
             .unwrap_or(0);
         let level = statement.consistency.code() as usize;
         if let Some(histogram) = self.latency(class, level) {
-            histogram.observe(statement.elapsed.as_secs_f64());
+            histogram.observe(statement.elapsed);
         }
         let is_write = matches!(
             statement.class,
             StatementClass::Write | StatementClass::ConditionalWrite
         );
         for table in statement.tables {
-            let counters = self.table(table);
-            if is_write {
-                counters.writes.inc();
-            } else {
-                counters.reads.inc();
-            }
+            self.with_table(table, |counters| {
+                if is_write {
+                    counters.writes.inc();
+                    counters.write_latency.observe(statement.elapsed);
+                } else {
+                    counters.reads.inc();
+                    counters.read_latency.observe(statement.elapsed);
+                }
+            });
         }
     }
 }
@@ -419,5 +530,24 @@ impl ConnectionCount {
 impl Drop for ConnectionCount {
     fn drop(&mut self) {
         self.0.connections.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_latency_lands_in_the_first_bucket_whose_bound_holds_it() {
+        let latency = Latency::default();
+        for micros in [1, 50, 51, 100, 101, 200, 13_107_200, 13_107_201] {
+            latency.observe(Duration::from_micros(micros));
+        }
+        let counts: Vec<u64> = latency.buckets().iter().map(|(_, c)| *c).collect();
+        assert_eq!(&counts[..3], &[2, 2, 2]);
+        assert_eq!(counts[LATENCY_BUCKETS - 1], 1); // 13.1072 s, the last finite bound
+        assert_eq!(counts[LATENCY_BUCKETS], 1); // beyond it: +Inf
+        assert_eq!(latency.quantile(0.5), Some(bucket_bound_seconds(1)));
+        assert_eq!(Latency::default().quantile(0.5), None);
     }
 }

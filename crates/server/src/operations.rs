@@ -1,5 +1,5 @@
 //! The operator's commands on one node, as `nodetool` has them: flush, compact, table
-//! and compaction statistics, snapshots (RocksDB checkpoints), drain, cleanup, info, and
+//! statistics and latency histograms, compaction statistics, snapshots (RocksDB checkpoints), drain, cleanup, info, and
 //! the tablet ring. `shoal admin` sends an [`Operation`] to a node's internode port; the node
 //! answers with JSON, which `shoal admin` prints as it is (`--json`) or as text.
 //!
@@ -27,6 +27,11 @@ pub enum Operation {
     /// Size and requests of each table (of one keyspace).
     TableStats {
         keyspace: Option<String>,
+    },
+    /// Read and write latency percentiles of one table (bucket bounds).
+    TableHistograms {
+        keyspace: String,
+        table: String,
     },
     /// Compactions running and the compaction backlog.
     CompactionStats,
@@ -121,6 +126,9 @@ impl NodeOperations {
                 Ok(json!({ "compacted": true, "seconds": started.elapsed().as_secs_f64() }))
             }
             Operation::TableStats { keyspace } => self.table_stats(keyspace.as_deref()),
+            Operation::TableHistograms { keyspace, table } => {
+                self.table_histograms(&keyspace, &table)
+            }
             Operation::CompactionStats => {
                 let figures: serde_json::Map<String, Value> = engine
                     .statistics()
@@ -272,6 +280,33 @@ impl NodeOperations {
             }
         }
         Ok(json!({ "tablets_cleaned": cleaned }))
+    }
+
+    /// Percentiles of a table's read and write latencies coordinated here, as the upper
+    /// bound of the histogram bucket they fall in (buckets double from 50 µs).
+    fn table_histograms(&self, keyspace: &str, table: &str) -> Result<Value, String> {
+        let schema = self.coordinator.schema();
+        let metadata = schema.table(keyspace, table).map_err(|e| e.message)?;
+        let (reads, writes) = self
+            .metrics
+            .table_latencies(&metadata.id)
+            .unwrap_or_default();
+        let percentiles: Vec<Value> = [0.5, 0.75, 0.95, 0.98, 0.99, 1.0]
+            .into_iter()
+            .map(|quantile| {
+                let micros = |latency: &crate::metrics::Latency| {
+                    latency
+                        .quantile(quantile)
+                        .map(|seconds| if seconds >= f64::MAX { None } else { Some((seconds * 1e6).round() as u64) })
+                };
+                json!({
+                    "percentile": if quantile >= 1.0 { "max".to_string() } else { format!("{}%", quantile * 100.0) },
+                    "read_latency_us_at_most": micros(&reads),
+                    "write_latency_us_at_most": micros(&writes),
+                })
+            })
+            .collect();
+        Ok(json!({ "keyspace": keyspace, "table": table, "percentiles": percentiles }))
     }
 
     fn info(&self) -> Value {

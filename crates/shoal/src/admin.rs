@@ -18,6 +18,8 @@ pub enum AdminCommand {
     Compact(OperateArgs),
     /// Size on disk and requests of each table on the node.
     Tablestats(TablestatsArgs),
+    /// Read and write latency percentiles of a table, as coordinated by the node.
+    Tablehistograms(RingArgs),
     /// Compactions running on the node and its compaction backlog.
     Compactionstats(OperateArgs),
     /// Take a snapshot (a checkpoint of everything the node stores) under
@@ -121,6 +123,13 @@ pub fn run(command: AdminCommand) -> anyhow::Result<()> {
             args.operate,
         ),
         AdminCommand::Compactionstats(args) => (Operation::CompactionStats, args),
+        AdminCommand::Tablehistograms(args) => (
+            Operation::TableHistograms {
+                keyspace: args.keyspace,
+                table: args.table,
+            },
+            args.operate,
+        ),
         AdminCommand::Snapshot(args) => {
             let tag = args.tag.unwrap_or_else(|| {
                 std::time::SystemTime::now()
