@@ -428,11 +428,11 @@ impl Coordinator {
         plan: &Plan,
         parameters: &QueryParameters,
     ) -> Result<ResultBody, CqlError> {
-        let Some(observer) = self.observer.get() else {
-            return self.run_plan(session, plan, parameters).await;
-        };
-        let started = std::time::Instant::now();
+        let started = self.observer.get().map(|_| std::time::Instant::now());
         let result = self.run_plan(session, plan, parameters).await;
+        let (Some(observer), Some(started)) = (self.observer.get(), started) else {
+            return result;
+        };
         let (class, table) = match plan {
             Plan::Select(select) => (select.class, Some(select.table.as_ref())),
             Plan::Modify(modify) => (modify.class, Some(modify.table.as_ref())),
@@ -490,12 +490,17 @@ impl Coordinator {
                 | Statement::CreateTable(_)
                 | Statement::AlterTable { .. }
                 | Statement::DropTable { .. } => {
-                    let result = Box::pin(ddl::execute(self, session, statement)).await?;
-                    if matches!(result, ResultBody::SchemaChange(_)) {
-                        self.update_grants_after_schema_change(session, statement)
-                            .await?;
-                    }
-                    Ok(result)
+                    // Boxed whole: the grants update awaits the cluster's metadata, a
+                    // large future that would otherwise enlarge every request's.
+                    Box::pin(async {
+                        let result = ddl::execute(self, session, statement).await?;
+                        if matches!(result, ResultBody::SchemaChange(_)) {
+                            self.update_grants_after_schema_change(session, statement)
+                                .await?;
+                        }
+                        Ok(result)
+                    })
+                    .await
                 }
                 Statement::CreateRole { .. }
                 | Statement::AlterRole { .. }
