@@ -45,39 +45,13 @@ fn modified(path: &Path) -> Option<SystemTime> {
 
 /// Builds a TLS server configuration from PEM files, with messages that name the file.
 fn server_config(certificate: &Path, private_key: &Path) -> anyhow::Result<rustls::ServerConfig> {
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(certificate)
-        .with_context(|| format!("cannot read the TLS certificate {}", certificate.display()))?
-        .collect::<Result<_, _>>()
-        .with_context(|| {
-            format!(
-                "the TLS certificate {} is not valid PEM",
-                certificate.display()
-            )
-        })?;
-    anyhow::ensure!(
-        !chain.is_empty(),
-        "the TLS certificate file {} holds no certificate",
-        certificate.display()
-    );
-    let key = PrivateKeyDer::from_pem_file(private_key).with_context(|| {
-        format!(
-            "cannot read a private key (PEM) from {}",
-            private_key.display()
-        )
-    })?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .context("no TLS protocol version available")?
         .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .with_context(|| {
-            format!(
-                "the private key {} does not fit the certificate {}",
-                private_key.display(),
-                certificate.display()
-            )
-        })
+        .with_single_cert(certificates(certificate)?, key(private_key)?)
+        .with_context(|| mismatch(certificate, private_key))
 }
 
 impl ServerCertificates {
@@ -130,6 +104,21 @@ pub struct InternodeTls {
     pub connector: tokio_rustls::TlsConnector,
 }
 
+/// The private key in a PEM file (PKCS#8, PKCS#1 or SEC1).
+fn key(path: &Path) -> anyhow::Result<PrivateKeyDer<'static>> {
+    PrivateKeyDer::from_pem_file(path)
+        .with_context(|| format!("cannot read a private key (PEM) from {}", path.display()))
+}
+
+fn mismatch(certificate: &Path, private_key: &Path) -> String {
+    format!(
+        "the private key {} does not fit the certificate {}",
+        private_key.display(),
+        certificate.display()
+    )
+}
+
+/// The certificate chain in a PEM file; an empty file is an error.
 fn certificates(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
         .with_context(|| format!("cannot read the TLS certificate {}", path.display()))?
@@ -160,14 +149,6 @@ impl InternodeTls {
             })?;
         }
         let roots = Arc::new(roots);
-        let key = || {
-            PrivateKeyDer::from_pem_file(private_key).with_context(|| {
-                format!(
-                    "cannot read a private key (PEM) from {}",
-                    private_key.display()
-                )
-            })
-        };
         let chain = certificates(certificate)?;
         let client_verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
             Arc::clone(&roots),
@@ -178,18 +159,12 @@ impl InternodeTls {
         let server = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()?
             .with_client_cert_verifier(client_verifier)
-            .with_single_cert(chain.clone(), key()?)
-            .with_context(|| {
-                format!(
-                    "the private key {} does not fit the certificate {}",
-                    private_key.display(),
-                    certificate.display()
-                )
-            })?;
+            .with_single_cert(chain.clone(), key(private_key)?)
+            .with_context(|| mismatch(certificate, private_key))?;
         let client = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()?
             .with_root_certificates(roots)
-            .with_client_auth_cert(chain, key()?)
+            .with_client_auth_cert(chain, key(private_key)?)
             .context("the node's certificate cannot authenticate it to peers")?;
         Ok(InternodeTls {
             acceptor: TlsAcceptor::from(Arc::new(server)),

@@ -6,6 +6,9 @@
 //! right credentials then log in. bcrypt makes each attempt take tens of milliseconds, so
 //! the suite runs a short round; `PROPTEST_CASES=2000` runs a longer one.
 
+mod common;
+
+use common::free_port;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
 use shoal_cql::frame::opcode;
@@ -20,14 +23,6 @@ const VALID_TOKEN: &[u8] = b"\0cassandra\0cassandra";
 const BAD_CREDENTIALS: i32 = 0x0100;
 const UNAUTHORIZED: i32 = 0x2100;
 const PROTOCOL_ERROR: i32 = 0x000A;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn request(opcode: u8, body: &[u8]) -> Vec<u8> {
     let mut frame = vec![0x04, 0, 0, 1, opcode];

@@ -6,6 +6,9 @@
 //! session without a handshake, and afterwards the node still completes a real TLS
 //! handshake and answers a query. `PROPTEST_CASES=5000` runs a longer round.
 
+mod common;
+
+use common::free_port;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
 use rustls::pki_types::pem::PemObject;
@@ -18,14 +21,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn make_certificate(directory: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     let certificate = directory.join("node.crt");
