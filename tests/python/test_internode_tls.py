@@ -1,10 +1,13 @@
 """Mutual TLS between nodes: a three-node cluster whose nodes hold certificates of one CA
 forms, replicates and answers `shoal admin` (with the node's config); a peer without a
-certificate, or with one of another CA, gets nothing from a node's internode port."""
+certificate, or with one of another CA, gets nothing from a node's internode port; a
+certificate renewed on disk is served without a restart."""
 
+import os
 import socket
 import ssl
 import subprocess
+import time
 
 from cassandra import ConsistencyLevel
 from cassandra.cluster import Cluster, ExecutionProfile, EXEC_PROFILE_DEFAULT
@@ -42,6 +45,13 @@ def internode_status(node, config):
     return subprocess.run([shoal_binary(), "admin", "status", "--host", node.address, "--port",
                            str(node.internode_port), "--config", str(config)],
                           capture_output=True, text=True, timeout=60)
+
+
+def served_certificate(address, port, context):
+    """The certificate a node's internode port presents to a peer."""
+    with socket.create_connection((address, port), timeout=10) as raw:
+        with context.wrap_socket(raw) as wrapped:
+            return wrapped.getpeercert(binary_form=True)
 
 
 def internode_reply(address, port, context):
@@ -108,6 +118,22 @@ def test_nodes_of_one_ca_form_a_cluster_and_strangers_get_nothing(tmp_path):
         certificate, key = make_node_certificate(tmp_path, ca, "127.0.0.4")
         member.load_cert_chain(str(certificate), str(key))
         assert len(internode_reply(ADDRESSES[0], local.internode_port, member)) > 0
+
+        # A node's certificate replaced on disk is served to new peers without a restart,
+        # and the cluster keeps working with it.
+        first = ADDRESSES[0]
+        renewed_dir = tmp_path / "renewed"
+        renewed_dir.mkdir()
+        renewed, renewed_key = make_node_certificate(renewed_dir, ca, first)
+        os.replace(renewed_key, tmp_path / f"{first}.key")
+        os.replace(renewed, tmp_path / f"{first}.crt")
+        expected = ssl.PEM_cert_to_DER_cert((tmp_path / f"{first}.crt").read_text())
+        deadline = time.time() + 10
+        while served_certificate(first, local.internode_port, member) != expected:
+            assert time.time() < deadline, "the renewed certificate was not served within 10 s"
+            time.sleep(0.2)
+        status = internode_status(local.nodes[1], configs[ADDRESSES[1]])
+        assert status.returncode == 0 and status.stdout.count("UN ") == 3, status.stdout + status.stderr
     finally:
         if driver:
             driver.shutdown()

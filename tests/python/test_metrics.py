@@ -43,16 +43,21 @@ def test_a_node_exports_request_latencies_errors_tables_and_storage(tmp_path):
         for k in range(50):
             session.execute(insert, (k, k))
         session.execute("SELECT v FROM m.t WHERE k = 1")
+        for k in range(40, 50):
+            session.execute("DELETE FROM m.t WHERE k = %s", (k,))
+        assert len(list(session.execute("SELECT k FROM m.t"))) == 40
         try:
             session.execute("SELECT * FROM m.no_such_table")
         except Exception:
             pass
         text = scrape(node.address, port)
         cluster.shutdown()
-    assert value(text, 'shoal_request_latency_seconds_count{class="write",consistency="LOCAL_ONE"}') == 50
+    assert value(text, 'shoal_request_latency_seconds_count{class="write",consistency="LOCAL_ONE"}') == 60
     assert value(text, 'shoal_request_latency_seconds_count{class="point_read",consistency="LOCAL_ONE"}') == 1
     assert value(text, 'shoal_request_errors_total{code="0x2200"}') == 1
-    assert value(text, 'shoal_table_writes_total{keyspace="m",table="t"}') == 50
+    assert value(text, 'shoal_table_writes_total{keyspace="m",table="t"}') == 60
+    assert value(text, 'shoal_table_tombstones_read_total{keyspace="m",table="t"}') >= 10
+    assert value(text, "shoal_read_repairs_total") == 0
     assert value(text, "shoal_client_connections_accepted_total") >= 1
     assert value(text, "shoal_storage_memtable_bytes") > 0
     assert value(text, "shoal_raft_is_leader") == 1

@@ -1,6 +1,7 @@
 """TLS on the CQL port: required and optional modes, with the Python driver and cqlsh,
 logins over TLS, a client that does not trust the certificate, a certificate replaced
-on disk and served without a restart, and a clear error at start-up for a bad key."""
+on disk and served without a restart, client certificates required by a CA, and a clear
+error at start-up for a bad key."""
 
 import os
 import socket
@@ -126,3 +127,31 @@ def test_a_bad_private_key_stops_the_node_with_a_message_naming_it(tmp_path):
     node.launch()
     assert node.process.wait(timeout=30) != 0
     assert str(key) in node.log() and "private key" in node.log()
+
+
+def test_clients_without_a_certificate_of_the_clients_ca_are_refused(tmp_path):
+    from test_internode_tls import make_ca, make_node_certificate
+    ca = make_ca(tmp_path, "client-ca")
+    server_certificate, server_key = make_node_certificate(tmp_path, ca, ADDRESS)
+    config = tmp_path / "mutual.toml"
+    config.write_text(f'client_tls = "required"\ntls_certificate = "{server_certificate}"\n'
+                      f'tls_private_key = "{server_key}"\nclient_tls_ca_certificate = "{ca[0]}"\n')
+    clients = tmp_path / "clients"
+    clients.mkdir()
+    client_certificate, client_key = make_node_certificate(clients, ca, "127.0.0.200")
+    other_ca = make_ca(clients, "other-ca")
+    stranger_certificate, stranger_key = make_node_certificate(clients, other_ca, "127.0.0.201")
+    with ShoalNode(tmp_path / "node", address=ADDRESS, config=config) as node:
+        with_certificate = trusting(ca[0])
+        with_certificate.load_cert_chain(str(client_certificate), str(client_key))
+        cluster = Cluster([node.address], port=node.port, ssl_context=with_certificate)
+        assert cluster.connect().execute("SELECT key FROM system.local").one().key == "local"
+        cluster.shutdown()
+
+        stranger = trusting(ca[0])
+        stranger.load_cert_chain(str(stranger_certificate), str(stranger_key))
+        for context in (trusting(ca[0]), stranger):
+            refused = Cluster([node.address], port=node.port, ssl_context=context, connect_timeout=5)
+            with pytest.raises(NoHostAvailable):
+                refused.connect()
+            refused.shutdown()

@@ -53,6 +53,8 @@ pub struct RoleStore {
     installed: RwLock<Arc<Installed>>,
     engine: Arc<dyn Engine>,
     cluster: RwLock<Option<Arc<ClusterMetadata>>>,
+    /// Held while installing, so installs happen in the order the cluster applied them.
+    install_lock: parking_lot::Mutex<()>,
 }
 
 fn decode(bytes: &[u8]) -> Result<Roles, CqlError> {
@@ -74,6 +76,7 @@ impl RoleStore {
             installed: RwLock::new(Arc::new(Installed::new(roles))),
             engine,
             cluster: RwLock::new(None),
+            install_lock: parking_lot::Mutex::new(()),
         })
     }
 
@@ -91,8 +94,14 @@ impl RoleStore {
         self.installed.read().access.get(role).cloned()
     }
 
-    /// Installs the cluster's roles if they are newer than this node's.
-    pub fn install_from_cluster(&self, record: &VersionedRecord) -> Result<(), CqlError> {
+    /// Installs the cluster's roles if they differ from this node's. The cluster's state
+    /// is read under the install lock, so two racing callers install in the order the
+    /// cluster applied the changes and a REVOKE is never undone by a stale read.
+    pub fn install_from_cluster(&self, cluster: &ClusterMetadata) -> Result<(), CqlError> {
+        let _serialized = self.install_lock.lock();
+        let Some(record) = cluster.state().roles.clone() else {
+            return Ok(());
+        };
         if record.version == self.current().version {
             return Ok(());
         }
@@ -175,12 +184,9 @@ impl RoleStore {
                 *self.installed.write() = Arc::new(Installed::new(next));
                 return Ok(true);
             };
-            let known = cluster.state().roles.clone();
-            let base_version = known.as_ref().map(|r| r.version);
+            let base_version = cluster.state().roles.as_ref().map(|r| r.version);
             if base_version.is_some_and(|v| v != base.version) {
-                if let Some(record) = &known {
-                    self.install_from_cluster(record)?;
-                }
+                self.install_from_cluster(cluster)?;
                 continue;
             }
             let command = Command::ChangeRoles {
@@ -195,9 +201,7 @@ impl RoleStore {
                     "the change of roles did not reach the cluster: {e}"
                 ))
             })?;
-            if let Some(record) = &cluster.state().roles {
-                self.install_from_cluster(record)?;
-            }
+            self.install_from_cluster(cluster)?;
             match outcome {
                 CommandOutcome::Applied => return Ok(true),
                 CommandOutcome::Moved => {}

@@ -39,6 +39,7 @@ pub mod restrictions;
 mod roles;
 pub mod select;
 pub mod system_tables;
+pub mod traces;
 pub mod values;
 
 pub use shoal_cql::{ensure, CqlError, ErrorCode};
@@ -121,6 +122,8 @@ pub struct Coordinator {
     pub(crate) auth: AccessControl,
     /// Told about every statement run (request metrics); set once by the server.
     observer: std::sync::OnceLock<Arc<dyn observe::StatementObserver>>,
+    /// Which untraced requests are traced anyway ([`traces`]).
+    trace_sampler: shoal_trace::Sampler,
 }
 
 /// How many scans may run at once; further scans wait for a slot.
@@ -154,6 +157,7 @@ impl Coordinator {
             cluster,
             auth,
             observer: std::sync::OnceLock::new(),
+            trace_sampler: shoal_trace::Sampler::default(),
         }
     }
 
@@ -192,15 +196,21 @@ impl Coordinator {
         let Some(cluster) = &self.cluster else {
             return Ok(Vec::new());
         };
-        match &cluster.metadata.state().schema {
-            Some(record) => self.schema.install_from_cluster(record),
-            None => Ok(Vec::new()),
-        }
+        self.schema.install_from_cluster(&cluster.metadata)
     }
 
     /// From now on, `observer` is told about every statement this coordinator runs.
     pub fn set_observer(&self, observer: Arc<dyn observe::StatementObserver>) {
         let _ = self.observer.set(observer);
+    }
+
+    /// Tells the observer a read of `table` went over `count` tombstones.
+    pub(crate) fn observe_tombstones(&self, table: &shoal_schema::TableMetadata, count: u64) {
+        if let Some(observer) = self.observer.get() {
+            if !table.is_virtual {
+                observer.tombstones(table, count);
+            }
+        }
     }
 
     /// Tells the observer about an error answered to a client.
@@ -221,10 +231,7 @@ impl Coordinator {
         let Some(cluster) = &self.cluster else {
             return Ok(());
         };
-        match &cluster.metadata.state().roles {
-            Some(record) => self.auth.roles.install_from_cluster(record),
-            None => Ok(()),
-        }
+        self.auth.roles.install_from_cluster(&cluster.metadata)
     }
 
     /// The roles, for the server's login exchange.
@@ -266,6 +273,11 @@ impl Coordinator {
         self.schema.current()
     }
 
+    /// The schema's keeper (for changes the node makes itself).
+    pub fn schema_store(&self) -> &Arc<SchemaStore> {
+        &self.schema
+    }
+
     /// This node's storage engine.
     pub fn engine(&self) -> &Arc<dyn Engine> {
         self.replication.local_engine()
@@ -301,7 +313,9 @@ impl Coordinator {
         text: &str,
         parameters: &QueryParameters,
     ) -> Result<ResultBody, CqlError> {
+        shoal_trace::event(|| format!("Parsing {text}"));
         let statement = shoal_cql::parser::parse_statement(text)?;
+        shoal_trace::event(|| "Preparing statement".into());
         let plan = Plan::new(self, session, &statement)?;
         self.run(session, &plan, parameters).await
     }
@@ -335,6 +349,11 @@ impl Coordinator {
             return result;
         }
         self.run(session, &plan, parameters).await
+    }
+
+    /// The text of the statement prepared as `id`, if this node has it.
+    pub fn prepared_text(&self, id: &[u8]) -> Option<String> {
+        self.prepared.get(id).map(|p| p.text.clone())
     }
 
     /// PREPARE.
@@ -429,7 +448,13 @@ impl Coordinator {
         parameters: &QueryParameters,
     ) -> Result<ResultBody, CqlError> {
         let started = self.observer.get().map(|_| std::time::Instant::now());
+        shoal_trace::event(|| traces::describe_plan(plan, parameters.consistency));
         let result = self.run_plan(session, plan, parameters).await;
+        shoal_trace::event(|| match &result {
+            Ok(ResultBody::Rows(rows)) => format!("Read {} live rows", rows.rows.row_count),
+            Ok(_) => "Statement done".into(),
+            Err(error) => format!("Failed: {}", error.message),
+        });
         let (Some(observer), Some(started)) = (self.observer.get(), started) else {
             return result;
         };

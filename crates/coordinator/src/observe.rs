@@ -23,4 +23,7 @@ pub trait StatementObserver: Send + Sync {
 
     /// An error answered to a client (any request, parse errors included).
     fn error(&self, error: &CqlError);
+
+    /// A read of `table` went over `count` tombstones (deletions, expired cells).
+    fn tombstones(&self, _table: &TableMetadata, _count: u64) {}
 }

@@ -24,6 +24,8 @@ pub const PREPARED_CACHE_CAPACITY: usize = 10_000;
 
 pub struct PreparedStatement {
     pub statement: Statement,
+    /// The statement as the client sent it (for traces).
+    pub text: String,
     /// The session keyspace when the statement was prepared.
     pub keyspace: Option<String>,
     /// The last plan, for the schema version and keyspace it was made for.
@@ -40,13 +42,15 @@ impl PreparedStatement {
     pub fn parse(text: &str, keyspace: Option<String>) -> Result<PreparedStatement, CqlError> {
         Ok(PreparedStatement::new(
             shoal_cql::parser::parse_statement(text)?,
+            text,
             keyspace,
         ))
     }
 
-    fn new(statement: Statement, keyspace: Option<String>) -> PreparedStatement {
+    fn new(statement: Statement, text: &str, keyspace: Option<String>) -> PreparedStatement {
         PreparedStatement {
             statement,
+            text: text.to_string(),
             keyspace,
             cached: RwLock::new(None),
         }
@@ -488,7 +492,7 @@ pub(crate) fn prepare(
         .collect();
     let keyspace = session.keyspace.clone();
     let id = statement_id(keyspace.as_deref(), text);
-    let prepared = PreparedStatement::new(statement, keyspace);
+    let prepared = PreparedStatement::new(statement, text, keyspace);
     // Plan now: a statement that cannot run is refused at PREPARE, as in Cassandra.
     if !matches!(prepared.statement, Statement::Batch(_)) {
         prepared.plan(coordinator, session)?;

@@ -323,3 +323,81 @@ fn a_statement_that_cannot_run_is_refused_at_prepare() {
         .unwrap_err();
     assert_eq!(error.code, ErrorCode::Invalid);
 }
+
+/// The first column of every row, as text.
+fn texts(result: &ResultBody) -> Vec<String> {
+    let ResultBody::Rows(rows) = result else {
+        panic!("not rows: {result:?}")
+    };
+    let mut values = Vec::new();
+    let mut position = 0;
+    let content = &rows.rows.content;
+    for _ in 0..rows.rows.row_count {
+        for column in 0..rows.columns.len() {
+            let length = i32::from_be_bytes(content[position..position + 4].try_into().unwrap());
+            position += 4;
+            if length >= 0 {
+                if column == 0 {
+                    let bytes = &content[position..position + length as usize];
+                    values.push(String::from_utf8(bytes.to_vec()).unwrap());
+                }
+                position += length as usize;
+            }
+        }
+    }
+    values
+}
+
+#[test]
+fn a_traced_statement_records_its_steps_in_system_traces() {
+    let c = coordinator(Arc::new(MemoryEngine::new()));
+    let mut session = setup(&c);
+    ok(
+        &c,
+        &mut session,
+        "CREATE TABLE t (k int PRIMARY KEY, v text)",
+    );
+    ok(&c, &mut session, "INSERT INTO t (k, v) VALUES (1, 'one')");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let trace = shoal_trace::Trace::start();
+    let parameters = QueryParameters::default();
+    let select = "SELECT v FROM t WHERE k = 1";
+    runtime
+        .block_on(
+            trace
+                .clone()
+                .scope(c.query(&mut session, select, &parameters)),
+        )
+        .unwrap();
+    let request = crate::traces::TracedRequest::new("127.0.0.9".parse().unwrap(), "QUERY");
+    runtime
+        .block_on(c.write_trace(&trace, trace.elapsed_micros(), &request))
+        .unwrap();
+    let id = uuid::Uuid::from_bytes(trace.id());
+    let events = ok(
+        &c,
+        &mut session,
+        &format!("SELECT activity FROM system_traces.events WHERE session_id = {id}"),
+    );
+    assert_eq!(
+        texts(&events),
+        [
+            format!("Parsing {select}"),
+            "Preparing statement".into(),
+            "Executing point_read on ks.t at consistency ONE".into(),
+            "Read 1 live rows".into(),
+        ]
+    );
+    let sessions = ok(
+        &c,
+        &mut session,
+        &format!("SELECT command, request FROM system_traces.sessions WHERE session_id = {id}"),
+    );
+    assert_eq!(texts(&sessions), ["QUERY"]);
+    // Untraced, the same statement records nothing anywhere.
+    ok(&c, &mut session, select);
+    assert!(shoal_trace::current().is_none());
+}

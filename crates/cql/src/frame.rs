@@ -84,7 +84,29 @@ impl FrameHeader {
 
 /// Appends a complete response frame to `out`, compressing the body if `compress`.
 pub fn write_frame(out: &mut Vec<u8>, stream: i16, opcode: u8, body: &[u8], compress: bool) {
+    write_traced_frame(out, stream, opcode, body, compress, None);
+}
+
+/// [`write_frame`] for a request the client asked to trace: the tracing flag is set and
+/// the body starts with the trace's id (the `session_id` of `system_traces`).
+pub fn write_traced_frame(
+    out: &mut Vec<u8>,
+    stream: i16,
+    opcode: u8,
+    body: &[u8],
+    compress: bool,
+    tracing_id: Option<[u8; 16]>,
+) {
     let mut frame_flags = 0;
+    let traced;
+    let body = match tracing_id {
+        Some(id) => {
+            frame_flags |= flags::TRACING;
+            traced = [&id[..], body].concat();
+            &traced[..]
+        }
+        None => body,
+    };
     let compressed;
     let body = if compress {
         frame_flags |= flags::COMPRESSION;
@@ -127,6 +149,17 @@ pub fn decompress_body(body: &[u8], max_bytes: usize) -> Result<Vec<u8>, CqlErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_traced_response_carries_its_trace_id_before_the_body() {
+        let mut out = Vec::new();
+        write_traced_frame(&mut out, 3, opcode::RESULT, b"body", false, Some([7; 16]));
+        let header = FrameHeader::parse(out[..HEADER_LENGTH].try_into().unwrap());
+        assert_eq!(header.flags, flags::TRACING);
+        assert_eq!(header.length, 20);
+        assert_eq!(&out[HEADER_LENGTH..HEADER_LENGTH + 16], &[7; 16]);
+        assert_eq!(&out[HEADER_LENGTH + 16..], b"body");
+    }
 
     #[test]
     fn other_versions_are_refused_with_the_drivers_message() {

@@ -61,6 +61,44 @@ pub enum ReplicaRequest {
     },
 }
 
+impl ReplicaRequest {
+    /// The request as a trace event names it.
+    pub fn describe(&self) -> String {
+        match self {
+            ReplicaRequest::Apply(cells) => format!("MUTATION of {} cells", cells.len()),
+            ReplicaRequest::Read { limit, .. } => format!("READ of up to {limit} cells"),
+            ReplicaRequest::Truncate(_) => "TRUNCATE".into(),
+            ReplicaRequest::Digest { limit, .. } => format!("DIGEST READ of up to {limit} cells"),
+            ReplicaRequest::RangeHashes { bounds } => {
+                format!("REPAIR HASHES of {} ranges", bounds.len().saturating_sub(1))
+            }
+            ReplicaRequest::StoreBatch { .. } => "BATCH_STORE".into(),
+            ReplicaRequest::RemoveBatch(_) => "BATCH_REMOVE".into(),
+            ReplicaRequest::ReadBefore { limit, .. } => {
+                format!("REVERSED READ of up to {limit} cells")
+            }
+        }
+    }
+}
+
+impl ReplicaResponse {
+    /// The answer as a trace event names it.
+    pub fn describe(&self) -> String {
+        match self {
+            ReplicaResponse::Applied => "applied".into(),
+            ReplicaResponse::Cells { cells, complete } => format!(
+                "{} cells{}",
+                cells.len(),
+                if *complete { "" } else { " (limit reached)" }
+            ),
+            ReplicaResponse::Hashes(hashes) => format!("{} hashes", hashes.len()),
+            ReplicaResponse::Digest { .. } => "a digest".into(),
+            ReplicaResponse::Error(error) => format!("an error: {error}"),
+            ReplicaResponse::CellsFrom { cells, .. } => format!("{} cells", cells.len()),
+        }
+    }
+}
+
 #[derive(Debug, Serialize, Deserialize)]
 pub enum ReplicaResponse {
     Applied,

@@ -31,6 +31,21 @@ pub struct StorageProxy {
     pub(crate) local_reads: AtomicU64,
     /// Background replica checks allowed to run at once.
     pub(crate) background_checks: Arc<tokio::sync::Semaphore>,
+    /// What repairs did on this node as coordinator (the metrics).
+    pub(crate) repairs: RepairCounters,
+}
+
+/// Counts of repairs coordinated by this node since it started.
+#[derive(Debug, Default)]
+pub struct RepairCounters {
+    /// Replicas sent the cells they lacked by a read (blocking or background).
+    pub read_repairs: AtomicU64,
+    /// Cells those read repairs sent.
+    pub read_repair_cells: AtomicU64,
+    /// Anti-entropy repairs (`shoal admin repair`) finished.
+    pub repairs_finished: AtomicU64,
+    /// Cells anti-entropy repairs sent to replicas that lacked them.
+    pub repair_cells: AtomicU64,
 }
 
 /// Background replica checks (after reads answered locally) running at most at once.
@@ -52,7 +67,13 @@ impl StorageProxy {
             hints,
             local_reads: AtomicU64::new(0),
             background_checks: Arc::new(tokio::sync::Semaphore::new(MAX_BACKGROUND_CHECKS)),
+            repairs: RepairCounters::default(),
         }
+    }
+
+    /// What repairs coordinated here did since the node started.
+    pub fn repair_counters(&self) -> &RepairCounters {
+        &self.repairs
     }
 
     /// Writes kept for replicas that are down.
@@ -98,21 +119,53 @@ impl StorageProxy {
         request: ReplicaRequest,
         timeout: Duration,
     ) -> BoxFuture<'static, Result<ReplicaResponse, String>> {
+        // A traced request records each message and its answer; the trace goes along
+        // with the future, which may outlive the request's task (a write answered at ONE).
+        let trace = shoal_trace::current();
+        if let Some(trace) = &trace {
+            trace.record(if replica.local {
+                format!("Executing {} on this node", request.describe())
+            } else {
+                format!(
+                    "Sending {} message to /{}",
+                    request.describe(),
+                    replica.address.ip()
+                )
+            });
+        }
+        let (address, local) = (replica.address, replica.local);
+        let traced = move |answer: &Result<ReplicaResponse, String>| {
+            if let Some(trace) = &trace {
+                let from = if local {
+                    "This node".to_string()
+                } else {
+                    format!("/{}", address.ip())
+                };
+                trace.record(match answer {
+                    Ok(response) => format!("{from} answered {}", response.describe()),
+                    Err(error) => format!("{from} failed: {error}"),
+                });
+            }
+        };
         if replica.local {
             let local = Arc::clone(&self.local);
             return Box::pin(async move {
-                match local.serve(request).await {
+                let answer = match local.serve(request).await {
                     ReplicaResponse::Error(error) => Err(error),
                     response => Ok(response),
-                }
+                };
+                traced(&answer);
+                answer
             });
         }
         let sent = self.transport.send(replica.address, request, timeout);
         Box::pin(async move {
-            match sent.await? {
-                ReplicaResponse::Error(error) => Err(error),
-                response => Ok(response),
-            }
+            let answer = match sent.await {
+                Ok(ReplicaResponse::Error(error)) | Err(error) => Err(error),
+                Ok(response) => Ok(response),
+            };
+            traced(&answer);
+            answer
         })
     }
 

@@ -63,8 +63,22 @@ impl StorageProxy {
                 .any(|r| r.local)
         });
         if single && all_local {
+            shoal_trace::event(|| {
+                format!(
+                    "Reading {} partition(s) from this node, a replica (consistency {})",
+                    partitions.len(),
+                    consistency.name()
+                )
+            });
             return Ok(PartitionSource::Local);
         }
+        shoal_trace::event(|| {
+            format!(
+                "Reading {} partition(s) from their replicas at {}",
+                partitions.len(),
+                consistency.name()
+            )
+        });
         let merged = MemoryEngine::new();
         for (token, partition_key) in partitions {
             let replicas = self.replicas_of(&state, &table, *token);
@@ -342,6 +356,10 @@ impl StorageProxy {
         let mut sends = FuturesUnordered::new();
         for (replica, cells) in repairs {
             tracing::debug!(replica = %replica.address, cells = cells.len(), "read repair");
+            self.repairs.read_repairs.fetch_add(1, Ordering::Relaxed);
+            self.repairs
+                .read_repair_cells
+                .fetch_add(cells.len() as u64, Ordering::Relaxed);
             let applied = self.apply_on(&replica, cells);
             sends.push(async move { (replica.datacenter, applied.await) });
         }

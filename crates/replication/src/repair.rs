@@ -139,6 +139,13 @@ impl StorageProxy {
             }
         }
         tracing::info!(?report, "repair finished");
+        self.repairs
+            .repairs_finished
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.repairs.repair_cells.fetch_add(
+            report.cells_repaired as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         Ok(report)
     }
 }

@@ -104,6 +104,19 @@ impl StorageProxy {
                 ));
             }
         }
+        shoal_trace::event(|| {
+            let replicas: Vec<String> = groups
+                .iter()
+                .map(|(replicas, cells)| {
+                    let hosts: Vec<String> = replicas
+                        .iter()
+                        .map(|r| format!("/{}", r.address.ip()))
+                        .collect();
+                    format!("{} cells to [{}]", cells.len(), hosts.join(", "))
+                })
+                .collect();
+            format!("Writing at {}: {}", consistency.name(), replicas.join("; "))
+        });
         let only_local = matches!(groups.as_slice(), [(replicas, _)]
             if matches!(replicas.replicas.as_slice(), [only] if only.local));
         if only_local {

@@ -119,6 +119,17 @@ pub fn schema_diff(before: &Schema, after: &Schema) -> Vec<SchemaChange> {
     changes
 }
 
+/// The tables the cluster places on tablets: every user table of `schema` and the stored
+/// system tables (`system_traces`).
+fn placed_tables(schema: &Schema) -> BTreeMap<TableId, ReplicationStrategy> {
+    let mut tables = table_ids(schema);
+    for (keyspace, table) in crate::system::stored_system_tables() {
+        tables.insert(table.id, replication_strategy(&keyspace));
+    }
+    tables
+}
+
+/// The user tables of `schema` with their replication.
 fn table_ids(schema: &Schema) -> BTreeMap<TableId, ReplicationStrategy> {
     schema
         .user_keyspaces()
@@ -185,8 +196,13 @@ impl SchemaStore {
     /// Publishes `next` (user keyspaces; system ones are added): registers gc grace
     /// periods and truncations, removes the data of tables that no longer exist, and
     /// returns what changed.
-    fn install(&self, mut next: Schema) -> Vec<SchemaChange> {
+    fn install(&self, next: Schema) -> Vec<SchemaChange> {
         let _serialized = self.install_lock.lock();
+        self.install_serialized(next)
+    }
+
+    /// [`Self::install`] for a caller holding `install_lock`.
+    fn install_serialized(&self, mut next: Schema) -> Vec<SchemaChange> {
         for keyspace in crate::system::system_keyspaces() {
             next.keyspaces.insert(keyspace.name.clone(), keyspace);
         }
@@ -228,16 +244,25 @@ impl SchemaStore {
 
     /// Installs the cluster's schema if it differs from the current one; returns what
     /// changed (for SCHEMA_CHANGE events).
+    ///
+    /// The cluster's state is read under the install lock: two callers racing (the loop
+    /// following the metadata and a statement that just changed the schema) then install
+    /// in the order the cluster applied the changes, and the schema never steps back to a
+    /// version one of them read before the other installed a newer one.
     pub fn install_from_cluster(
         &self,
-        record: &VersionedRecord,
+        cluster: &ClusterMetadata,
     ) -> Result<Vec<SchemaChange>, CqlError> {
+        let _serialized = self.install_lock.lock();
+        let Some(record) = cluster.state().schema.clone() else {
+            return Ok(Vec::new());
+        };
         if record.version == self.current().version {
             return Ok(Vec::new());
         }
         let schema: Schema = serde_json::from_slice(&record.bytes)
             .map_err(|e| CqlError::server(format!("the cluster's schema is unreadable: {e}")))?;
-        Ok(self.install(schema))
+        Ok(self.install_serialized(schema))
     }
 
     /// Applies `change` to a copy of the schema and publishes it (on a cluster: through
@@ -284,7 +309,7 @@ impl SchemaStore {
                     version: next.version,
                     bytes,
                 },
-                tables: table_ids(&next),
+                tables: placed_tables(&next),
             };
             match cluster.propose(command).await.map_err(|e| {
                 CqlError::server(format!("the schema change did not reach the cluster: {e}"))
@@ -304,11 +329,28 @@ impl SchemaStore {
         ))
     }
 
-    fn sync_from(&self, cluster: &ClusterMetadata) -> Result<(), CqlError> {
-        if let Some(record) = &cluster.state().schema {
-            self.install_from_cluster(record)?;
+    /// Places the stored system tables (`system_traces`) on a cluster whose metadata does
+    /// not have them yet (a new cluster, before its first schema change): one schema
+    /// change that changes nothing but carries them. Every later change carries them too.
+    pub async fn place_system_tables(&self) -> Result<(), CqlError> {
+        let Some(cluster) = self.cluster.read().clone() else {
+            return Ok(());
+        };
+        let placed = |state: &shoal_cluster::ClusterState| {
+            crate::system::stored_system_tables()
+                .iter()
+                .all(|(_, table)| state.tables.contains_key(&table.id))
+        };
+        if placed(&cluster.state()) {
+            return Ok(());
         }
-        Ok(())
+        self.change(|_| Ok(!placed(&cluster.state())))
+            .await
+            .map(drop)
+    }
+
+    fn sync_from(&self, cluster: &ClusterMetadata) -> Result<(), CqlError> {
+        self.install_from_cluster(cluster).map(drop)
     }
 }
 

@@ -1,7 +1,9 @@
 //! The system keyspaces and their tables (`system`, `system_schema`,
-//! `system_virtual_schema`, `system_auth`), with Cassandra 5.0's column names and types. These tables are
-//! *virtual*: defined here, their rows generated on every read by the coordinator, never
-//! stored.
+//! `system_virtual_schema`, `system_auth`, `system_traces`), with Cassandra 5.0's column
+//! names and types. Most are *virtual*: defined here, their rows generated on every read
+//! by the coordinator, never stored. `system_traces` is stored and replicated like a user
+//! keyspace (SimpleStrategy, RF 2, as Cassandra): query traces are written there, with a
+//! TTL, and read back by drivers from any node ([`stored_system_tables`]).
 
 use crate::{ColumnKind, ColumnMetadata, KeyspaceMetadata, TableMetadata, TableOptions};
 use shoal_model::{CqlType, TableId};
@@ -13,6 +15,8 @@ pub const SYSTEM_SCHEMA: &str = "system_schema";
 pub const SYSTEM_VIRTUAL_SCHEMA: &str = "system_virtual_schema";
 /// Roles and permissions, generated from the replicated roles (`shoal-auth`).
 pub const SYSTEM_AUTH: &str = "system_auth";
+/// Query traces (`TRACING ON`, `settraceprobability`): stored, replicated tables.
+pub const SYSTEM_TRACES: &str = "system_traces";
 /// The datacenter a node is in unless its configuration says otherwise.
 pub const DEFAULT_DATACENTER: &str = "datacenter1";
 
@@ -24,6 +28,17 @@ fn virtual_table(
     partition_key: ColumnList<'_>,
     clustering: ColumnList<'_>,
     regular: ColumnList<'_>,
+) -> Arc<TableMetadata> {
+    system_table(keyspace, name, partition_key, clustering, regular, true)
+}
+
+fn system_table(
+    keyspace: &str,
+    name: &str,
+    partition_key: ColumnList<'_>,
+    clustering: ColumnList<'_>,
+    regular: ColumnList<'_>,
+    is_virtual: bool,
 ) -> Arc<TableMetadata> {
     let mut columns = Vec::new();
     let mut add = |list: ColumnList<'_>, kind: ColumnKind| {
@@ -57,7 +72,7 @@ fn virtual_table(
         columns,
         options: TableOptions::default(),
         dropped_columns: BTreeMap::new(),
-        is_virtual: true,
+        is_virtual,
     };
     table.normalize_column_order();
     Arc::new(table)
@@ -75,6 +90,68 @@ fn keyspace(
         tables: tables.into_iter().map(|t| (t.name.clone(), t)).collect(),
         is_system: true,
     }
+}
+
+/// `system_traces`: a trace's session (one row per traced request) and its events.
+fn traces_keyspace() -> KeyspaceMetadata {
+    let sessions = system_table(
+        SYSTEM_TRACES,
+        "sessions",
+        &[("session_id", "uuid")],
+        &[],
+        &[
+            ("client", "inet"),
+            ("command", "text"),
+            ("coordinator", "inet"),
+            ("coordinator_port", "int"),
+            ("duration", "int"),
+            ("parameters", "map<text, text>"),
+            ("request", "text"),
+            ("started_at", "timestamp"),
+        ],
+        false,
+    );
+    let events = system_table(
+        SYSTEM_TRACES,
+        "events",
+        &[("session_id", "uuid")],
+        &[("event_id", "timeuuid")],
+        &[
+            ("activity", "text"),
+            ("source", "inet"),
+            ("source_elapsed", "int"),
+            ("source_port", "int"),
+            ("thread", "text"),
+        ],
+        false,
+    );
+    KeyspaceMetadata {
+        name: SYSTEM_TRACES.to_string(),
+        replication: BTreeMap::from([
+            (
+                "class".to_string(),
+                "org.apache.cassandra.locator.SimpleStrategy".to_string(),
+            ),
+            ("replication_factor".to_string(), "2".to_string()),
+        ]),
+        durable_writes: true,
+        tables: [sessions, events]
+            .into_iter()
+            .map(|t| (t.name.clone(), t))
+            .collect(),
+        is_system: true,
+    }
+}
+
+/// The system tables that are stored and replicated (placed on tablets like user tables),
+/// with their keyspace.
+pub fn stored_system_tables() -> Vec<(KeyspaceMetadata, Arc<TableMetadata>)> {
+    let traces = traces_keyspace();
+    traces
+        .tables
+        .values()
+        .map(|table| (traces.clone(), Arc::clone(table)))
+        .collect()
 }
 
 const TABLE_OPTION_COLUMNS: ColumnList<'static> = &[
@@ -357,5 +434,6 @@ pub fn system_keyspaces() -> Vec<KeyspaceMetadata> {
                 ),
             ],
         ),
+        traces_keyspace(),
     ]
 }

@@ -107,6 +107,9 @@ pub struct Config {
     pub internode_tls: bool,
     /// The cluster's CA certificate (PEM), for internode TLS.
     pub tls_ca_certificate: Option<PathBuf>,
+    /// With client TLS on: clients must present a certificate signed by this CA (PEM),
+    /// as Cassandra's `require_client_auth`; unset (default): no client certificate asked.
+    pub client_tls_ca_certificate: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -139,6 +142,7 @@ impl Default for Config {
             tls_private_key: None,
             internode_tls: false,
             tls_ca_certificate: None,
+            client_tls_ca_certificate: None,
         }
     }
 }
@@ -203,6 +207,10 @@ impl Config {
                 ClientTls::Optional => "optional",
                 _ => "required",
             }
+        );
+        anyhow::ensure!(
+            self.client_tls_ca_certificate.is_none() || self.client_tls != ClientTls::Off,
+            "client_tls_ca_certificate asks clients for certificates, which needs client_tls = \"optional\" or \"required\""
         );
         Ok(())
     }

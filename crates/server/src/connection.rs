@@ -19,6 +19,7 @@ use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use parking_lot::Mutex;
+use shoal_coordinator::traces::TracedRequest;
 use shoal_coordinator::{Coordinator, Session};
 use shoal_cql::frame::{self, opcode, FrameHeader, HEADER_LENGTH};
 use shoal_cql::request::Request;
@@ -45,6 +46,8 @@ struct ConnectionState {
     /// The client has logged in (or needs not: authentication is off).
     authenticated: AtomicBool,
     compression: AtomicBool,
+    /// The client's address (`None` when the transport has none, as in tests).
+    peer: Option<std::net::SocketAddr>,
 }
 
 /// Event frames (SCHEMA_CHANGE, STATUS_CHANGE...) queued for the connection.
@@ -55,6 +58,14 @@ const READ_CHUNK_BYTES: usize = 64 * 1024;
 fn encode_frame(out: &mut Vec<u8>, stream: i16, response: &Response, compress: bool) {
     let (op, body) = response.encode();
     frame::write_frame(out, stream, op, &body, compress);
+}
+
+/// The requests that can be traced: the ones that run statements.
+fn traceable(opcode: u8) -> bool {
+    matches!(
+        opcode,
+        opcode::QUERY | opcode::PREPARE | opcode::EXECUTE | opcode::BATCH
+    )
 }
 
 fn error_frame(stream: i16, error: CqlError, compress: bool) -> Vec<u8> {
@@ -104,6 +115,7 @@ async fn serve_halves(
         authenticated: AtomicBool::new(false),
         started: AtomicBool::new(false),
         compression: AtomicBool::new(false),
+        peer,
     });
     let mut input = BytesMut::with_capacity(READ_CHUNK_BYTES);
     let mut in_flight: FuturesUnordered<BoxFuture<'static, Vec<u8>>> = FuturesUnordered::new();
@@ -217,7 +229,13 @@ async fn handle_frame(
     limits: ConnectionLimits,
 ) -> Vec<u8> {
     let compressed_connection = state.compression.load(Ordering::Relaxed);
-    let outcome = std::panic::AssertUnwindSafe(respond(
+    // Traced: when the client asks (the frame's flag) or the node samples the request.
+    let trace_requested = traceable(header.opcode) && header.flags & frame::flags::TRACING != 0;
+    let trace = (trace_requested
+        || (traceable(header.opcode) && coordinator.trace_sampler().sample()))
+    .then(shoal_trace::Trace::start);
+    let traced_body = trace.as_ref().map(|_| body.clone());
+    let responding = std::panic::AssertUnwindSafe(respond(
         header,
         body,
         &state,
@@ -226,8 +244,16 @@ async fn handle_frame(
         &output,
         limits,
     ))
-    .catch_unwind()
-    .await;
+    .catch_unwind();
+    let outcome = match &trace {
+        None => responding.await,
+        Some(trace) => Box::pin(Arc::clone(trace).scope(responding)).await,
+    };
+    if let (Some(trace), Some(body)) = (trace.as_ref(), traced_body) {
+        trace.record("Request complete".into());
+        let request = traced_request(header, &body, &state, &coordinator, limits);
+        coordinator.record_trace(Arc::clone(trace), request);
+    }
     let response = match outcome {
         Ok(Ok(response)) => response,
         Ok(Err(error)) => {
@@ -244,8 +270,77 @@ async fn handle_frame(
     // The answer to STARTUP is never compressed; everything after it is, if agreed.
     let compress = compressed_connection && header.opcode != opcode::STARTUP;
     let mut out = Vec::new();
-    encode_frame(&mut out, header.stream, &response, compress);
+    match trace.filter(|_| trace_requested) {
+        Some(trace) => {
+            let (op, body) = response.encode();
+            frame::write_traced_frame(
+                &mut out,
+                header.stream,
+                op,
+                &body,
+                compress,
+                Some(trace.id()),
+            );
+        }
+        None => encode_frame(&mut out, header.stream, &response, compress),
+    }
     out
+}
+
+/// What `system_traces.sessions` says of a traced request: its message, the query and
+/// the consistency level (decoded again: tracing is rare, and the request's own decoding
+/// stays where it is).
+fn traced_request(
+    header: FrameHeader,
+    body: &[u8],
+    state: &ConnectionState,
+    coordinator: &Coordinator,
+    limits: ConnectionLimits,
+) -> TracedRequest {
+    let client = state
+        .peer
+        .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |peer| peer.ip());
+    let command = match header.opcode {
+        opcode::QUERY => "QUERY",
+        opcode::PREPARE => "PREPARE",
+        opcode::EXECUTE => "EXECUTE",
+        _ => "BATCH",
+    };
+    let mut traced = TracedRequest::new(client, command);
+    let body = if header.flags & frame::flags::COMPRESSION != 0 {
+        frame::decompress_body(body, limits.max_frame_bytes).ok()
+    } else {
+        Some(body.to_vec())
+    };
+    let Some(Ok(request)) = body.map(|body| Request::decode(header.opcode, &body)) else {
+        return traced;
+    };
+    let mut parameter = |name: &str, value: String| traced.parameters.push((name.into(), value));
+    match request {
+        Request::Query { query, parameters } => {
+            parameter("query", query);
+            parameter("consistency_level", parameters.consistency.name().into());
+            if let Some(page_size) = parameters.page_size {
+                parameter("page_size", page_size.to_string());
+            }
+        }
+        Request::Execute { id, parameters } => {
+            if let Some(text) = coordinator.prepared_text(&id) {
+                parameter("query", text);
+            }
+            parameter("consistency_level", parameters.consistency.name().into());
+            if let Some(page_size) = parameters.page_size {
+                parameter("page_size", page_size.to_string());
+            }
+        }
+        Request::Prepare { query } => parameter("query", query),
+        Request::Batch(batch) => {
+            parameter("consistency_level", batch.consistency.name().into());
+            parameter("batch_size", batch.statements.len().to_string());
+        }
+        _ => {}
+    }
+    traced
 }
 
 async fn respond(

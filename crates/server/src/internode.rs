@@ -190,6 +190,21 @@ struct PeerConnection {
     frames: mpsc::Sender<Vec<u8>>,
     pending: Pending,
     closed: Arc<AtomicBool>,
+    /// Messages answered, and messages that got no answer in time or whose connection
+    /// closed first (`shoal admin netstats`).
+    completed: AtomicU64,
+    dropped: AtomicU64,
+}
+
+/// The messages exchanged with one peer over this node's connection to it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PeerStatistics {
+    pub address: SocketAddr,
+    pub connected: bool,
+    /// Waiting for an answer now.
+    pub pending: usize,
+    pub completed: u64,
+    pub dropped: u64,
 }
 
 /// Outgoing connections to peers.
@@ -204,7 +219,7 @@ pub struct Peers {
     /// Set on shutdown: no new connections.
     stopped: AtomicBool,
     /// Mutual TLS with every peer, when the cluster uses it.
-    tls: Option<tokio_rustls::TlsConnector>,
+    tls: Option<Arc<crate::tls::InternodeTls>>,
 }
 
 /// Connects to `to` from `source` (any port), or from wherever the system picks.
@@ -236,6 +251,8 @@ fn start_connection(
         frames,
         pending: Arc::clone(&pending),
         closed: Arc::clone(&closed),
+        completed: AtomicU64::new(0),
+        dropped: AtomicU64::new(0),
     });
     let writer_closed = Arc::clone(&closed);
     tokio::spawn(async move {
@@ -268,8 +285,8 @@ impl Peers {
     }
 
     /// Every connection made from now on is mutual TLS.
-    pub fn with_tls(mut self, connector: tokio_rustls::TlsConnector) -> Peers {
-        self.tls = Some(connector);
+    pub fn with_tls(mut self, tls: Arc<crate::tls::InternodeTls>) -> Peers {
+        self.tls = Some(tls);
         self
     }
 
@@ -306,7 +323,8 @@ impl Peers {
                 let (reader, writer) = socket.into_split();
                 start_connection(reader, writer)
             }
-            Some(connector) => {
+            Some(tls) => {
+                let connector = tls.connector();
                 let name = rustls::pki_types::ServerName::IpAddress(to.ip().into());
                 let handshake = connector.connect(name, socket);
                 let stream = match tokio::time::timeout(CONNECT_TIMEOUT, handshake).await {
@@ -354,13 +372,35 @@ impl Peers {
                 .map_err(|_| format!("the connection to {to} closed"))
         })
         .await;
-        match outcome {
-            Ok(result) => result,
+        let (counter, result) = match outcome {
+            Ok(Ok(reply)) => (&connection.completed, Ok(reply)),
+            Ok(Err(error)) => (&connection.dropped, Err(error)),
             Err(_) => {
                 connection.pending.lock().remove(&id);
-                Err(format!("{to} did not answer within {timeout:?}"))
+                let error = format!("{to} did not answer within {timeout:?}");
+                (&connection.dropped, Err(error))
             }
-        }
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        result
+    }
+
+    /// The messages exchanged with each peer over the current connections, by address.
+    pub fn statistics(&self) -> Vec<PeerStatistics> {
+        let mut statistics: Vec<PeerStatistics> = self
+            .connections
+            .lock()
+            .iter()
+            .map(|(address, connection)| PeerStatistics {
+                address: *address,
+                connected: !connection.closed.load(Ordering::Acquire),
+                pending: connection.pending.lock().len(),
+                completed: connection.completed.load(Ordering::Relaxed),
+                dropped: connection.dropped.load(Ordering::Relaxed),
+            })
+            .collect();
+        statistics.sort_by_key(|s| s.address);
+        statistics
     }
 
     /// Closes every connection and refuses new ones.
@@ -376,7 +416,7 @@ pub async fn serve(
     listener: TcpListener,
     handler: Arc<dyn Handler>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
-    tls: Option<tokio_rustls::TlsAcceptor>,
+    tls: Option<Arc<crate::tls::InternodeTls>>,
 ) {
     loop {
         tokio::select! {
@@ -385,7 +425,7 @@ pub async fn serve(
                 let Ok((socket, peer)) = accepted else { continue };
                 let _ = socket.set_nodelay(true);
                 let handler = Arc::clone(&handler);
-                let tls = tls.clone();
+                let tls = tls.as_ref().map(|tls| tls.acceptor());
                 let mut connection_shutdown = shutdown.clone();
                 tokio::spawn(async move {
                     tokio::select! {

@@ -67,20 +67,29 @@ struct EngineData(Arc<dyn Engine>);
 
 impl shoal_cluster::LocalData for EngineData {
     fn holds_user_data(&self) -> bool {
-        // Every key below the hints, except the batchlog's (internal, like the hints).
-        let batchlog = shoal_model::keys::table_prefix(&BATCHLOG_TABLE_ID);
-        let after_batchlog = shoal_model::keys::table_end(&BATCHLOG_TABLE_ID);
-        [
-            (&[][..], batchlog.as_slice()),
-            (after_batchlog.as_slice(), &HINTS_TABLE_ID.0[..]),
-        ]
-        .iter()
-        .any(|(lower, upper)| {
-            self.0
-                .scan(lower, upper, false)
-                .map(|cursor| cursor.current().is_some())
-                .unwrap_or(true)
-        })
+        // Every key below the hints, except the internal tables': the batchlog (internal,
+        // like the hints) and the query traces (expiring diagnostics, not user data).
+        let mut internal: Vec<shoal_model::TableId> = shoal_schema::system::stored_system_tables()
+            .into_iter()
+            .map(|(_, table)| table.id)
+            .chain([BATCHLOG_TABLE_ID])
+            .collect();
+        internal.sort();
+        let mut lower = Vec::new();
+        let mut gaps = Vec::new();
+        for table in &internal {
+            gaps.push((lower, shoal_model::keys::table_prefix(table)));
+            lower = shoal_model::keys::table_end(table);
+        }
+        gaps.push((lower, HINTS_TABLE_ID.0.to_vec()));
+        gaps.iter()
+            .filter(|(lower, upper)| lower < upper)
+            .any(|(lower, upper)| {
+                self.0
+                    .scan(lower, upper, false)
+                    .map(|cursor| cursor.current().is_some())
+                    .unwrap_or(true)
+            })
     }
 }
 
@@ -112,10 +121,10 @@ impl Node {
 
         // Internode messaging first: joining a cluster needs it.
         let detector = Arc::new(membership::FailureDetector::new(host_id));
-        let internode_tls = config.internode_tls()?;
+        let internode_tls = config.internode_tls()?.map(Arc::new);
         let mut peers = internode::Peers::from_address(config.listen_address);
         if let Some(tls) = &internode_tls {
-            peers = peers.with_tls(tls.connector.clone());
+            peers = peers.with_tls(Arc::clone(tls));
         }
         let peers = Arc::new(peers);
         let transport = Arc::new(membership::Transport {
@@ -137,7 +146,7 @@ impl Node {
             internode_listener,
             Arc::clone(&handler) as Arc<dyn internode::Handler>,
             shutdown_rx.clone(),
-            internode_tls.map(|tls| tls.acceptor),
+            internode_tls,
         ))];
 
         let me = shoal_cluster::Member {
@@ -235,7 +244,10 @@ impl Node {
             }
             background.push(create);
         }
-        let metrics = metrics::Metrics::new(&coordinator, Some(Arc::clone(proxy.hints())));
+        background.push(tokio::spawn(maintenance::place_system_tables(Arc::clone(
+            &coordinator,
+        ))));
+        let metrics = metrics::Metrics::new(&coordinator, Some(Arc::clone(&proxy)));
         coordinator.set_observer(
             Arc::clone(&metrics) as Arc<dyn shoal_coordinator::observe::StatementObserver>
         );
@@ -259,6 +271,8 @@ impl Node {
         let _ = handler.operations.set(Arc::new(operations::NodeOperations {
             coordinator: Arc::clone(&coordinator),
             metrics: Arc::clone(&metrics),
+            peers: Arc::clone(&peers),
+            hints: Arc::clone(proxy.hints()),
             data_dir: config.data_dir.clone(),
             started: std::time::Instant::now(),
             close_clients,
@@ -406,7 +420,11 @@ async fn serve_clients(
         (config::ClientTls::Off, _, _) => None,
         (mode, Some(certificate), Some(key)) => Some((
             mode,
-            Arc::new(tls::ServerCertificates::load(certificate, key)?),
+            Arc::new(tls::ServerCertificates::load(
+                certificate,
+                key,
+                config.client_tls_ca_certificate.as_deref(),
+            )?),
         )),
         _ => anyhow::bail!("client_tls needs tls_certificate and tls_private_key"),
     };

@@ -12,7 +12,8 @@
 //! their table's gc_grace_seconds, even for a replica that never returns.
 //!
 //! The default superuser ([`create_default_superuser`]) is created on a new cluster with
-//! authentication on, retried until the cluster's metadata accepts it.
+//! authentication on, and the `system_traces` tables are placed ([`place_system_tables`]),
+//! each retried until the cluster's metadata accepts it.
 //!
 //! Batchlog replay ([`shoal_replication::StorageProxy::replay_batches`]) writes again the
 //! logged batches whose coordinator did not finish them, every [`BATCHLOG_REPLAY_INTERVAL`].
@@ -86,12 +87,32 @@ pub async fn sweep_hints_regularly(proxy: Arc<StorageProxy>) {
 /// Creates the default superuser if the cluster has no roles yet, retrying (the cluster
 /// may still be electing a leader) until it is done.
 pub async fn create_default_superuser(coordinator: Arc<shoal_coordinator::Coordinator>) {
+    retry_until_done("create the default superuser", || {
+        coordinator.roles().ensure_default_superuser()
+    })
+    .await
+}
+
+/// Places the stored system tables (`system_traces`) on a new cluster, retrying until the
+/// cluster's metadata takes the change.
+pub async fn place_system_tables(coordinator: Arc<shoal_coordinator::Coordinator>) {
+    retry_until_done("place the system_traces tables", || {
+        coordinator.schema_store().place_system_tables()
+    })
+    .await
+}
+
+/// Runs `attempt` until it succeeds, backing off from 100 ms to 5 s between attempts.
+async fn retry_until_done<F>(what: &str, mut attempt: impl FnMut() -> F)
+where
+    F: std::future::Future<Output = Result<(), shoal_cql::CqlError>>,
+{
     let mut delay = Duration::from_millis(100);
     loop {
-        match coordinator.roles().ensure_default_superuser().await {
+        match attempt().await {
             Ok(()) => return,
             Err(error) => {
-                tracing::warn!(message = %error.message, "cannot create the default superuser yet; retrying");
+                tracing::warn!(message = %error.message, "cannot {what} yet; retrying");
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(5));
             }

@@ -4,13 +4,13 @@
 //! - **Kept as requests run** ([`Metrics`] is the coordinator's
 //!   [`StatementObserver`]): a latency histogram per statement class and consistency
 //!   level (its count is the request rate), errors by CQL error code (every error answer,
-//!   parse errors included), reads, writes and their latencies per table, and
-//!   connections. Each handle is resolved on its first use (a class × level, a table, an
+//!   parse errors included), reads, writes, their latencies and the tombstones reads went
+//!   over per table, and connections. Each handle is resolved on its first use (a class × level, a table, an
 //!   error code), and histograms are [`Latency`] (atomic buckets), so a request costs a
 //!   few atomic additions: no lock taken for writing, no allocation.
 //! - **Read when scraped** ([`NodeCollector`]): storage (RocksDB's live bytes, memtables,
 //!   running and pending compactions, level-0 files), each table's size, hints kept and
-//!   dropped, the cluster metadata's Raft state, scans in progress, roles.
+//!   dropped, read repairs and anti-entropy repairs, data streams, the cluster metadata's Raft state, scans in progress, roles.
 //!
 //! Every name starts with `shoal_`; `docs/grafana/shoal.json` is a dashboard over them.
 
@@ -26,7 +26,7 @@ use shoal_coordinator::class::StatementClass;
 use shoal_coordinator::observe::{Observed, StatementObserver};
 use shoal_coordinator::Coordinator;
 use shoal_model::TableId;
-use shoal_replication::Hints;
+use shoal_replication::StorageProxy;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -58,6 +58,7 @@ struct TableLabels {
 struct TableCounters {
     reads: Counter,
     writes: Counter,
+    tombstones: Counter,
     read_latency: Latency,
     write_latency: Latency,
 }
@@ -155,6 +156,7 @@ pub struct Metrics {
     error_by_code: parking_lot::RwLock<HashMap<i32, Counter>>,
     table_reads: Family<TableLabels, Counter>,
     table_writes: Family<TableLabels, Counter>,
+    table_tombstones: Family<TableLabels, Counter>,
     table_read_latency: Family<TableLabels, Latency>,
     table_write_latency: Family<TableLabels, Latency>,
     tables: parking_lot::RwLock<HashMap<TableId, TableCounters>>,
@@ -171,7 +173,7 @@ fn consistency_name(code: usize) -> &'static str {
 impl Metrics {
     /// The metrics of a node whose coordinator is `coordinator` (read when scraped; a
     /// weak reference, so the metrics do not keep the node alive).
-    pub fn new(coordinator: &Arc<Coordinator>, hints: Option<Arc<Hints>>) -> Arc<Metrics> {
+    pub fn new(coordinator: &Arc<Coordinator>, proxy: Option<Arc<StorageProxy>>) -> Arc<Metrics> {
         let mut registry = Registry::with_prefix("shoal");
         let requests = Family::<RequestLabels, Latency>::default();
         registry.register(
@@ -205,6 +207,12 @@ impl Metrics {
             "Writes (statements, each of a batch) to each table coordinated here",
             table_writes.clone(),
         );
+        let table_tombstones = Family::<TableLabels, Counter>::default();
+        registry.register(
+            "table_tombstones_read",
+            "Tombstones (deletions, expired cells) the reads of each table coordinated here went over",
+            table_tombstones.clone(),
+        );
         let table_read_latency = Family::<TableLabels, Latency>::default();
         registry.register(
             "table_read_latency_seconds",
@@ -231,7 +239,7 @@ impl Metrics {
         );
         registry.register_collector(Box::new(NodeCollector {
             coordinator: Arc::downgrade(coordinator),
-            hints,
+            proxy,
         }));
         Arc::new(Metrics {
             registry,
@@ -241,6 +249,7 @@ impl Metrics {
             error_by_code: Default::default(),
             table_reads,
             table_writes,
+            table_tombstones,
             table_read_latency,
             table_write_latency,
             tables: Default::default(),
@@ -270,6 +279,7 @@ impl Metrics {
         let counters = TableCounters {
             reads: self.table_reads.get_or_create(&labels).clone(),
             writes: self.table_writes.get_or_create(&labels).clone(),
+            tombstones: self.table_tombstones.get_or_create(&labels).clone(),
             read_latency: self.table_read_latency.get_or_create(&labels).clone(),
             write_latency: self.table_write_latency.get_or_create(&labels).clone(),
         };
@@ -325,6 +335,12 @@ impl StatementObserver for Metrics {
         self.count_error(error.code.code());
     }
 
+    fn tombstones(&self, table: &shoal_schema::TableMetadata, count: u64) {
+        self.with_table(table, |counters| {
+            counters.tombstones.inc_by(count);
+        });
+    }
+
     fn observe(&self, statement: &Observed<'_>) {
         let class = StatementClass::ALL
             .iter()
@@ -355,7 +371,7 @@ impl StatementObserver for Metrics {
 /// Figures read when Prometheus scrapes.
 struct NodeCollector {
     coordinator: Weak<Coordinator>,
-    hints: Option<Arc<Hints>>,
+    proxy: Option<Arc<StorageProxy>>,
 }
 
 impl std::fmt::Debug for NodeCollector {
@@ -460,8 +476,8 @@ impl Collector for NodeCollector {
                 cluster.metadata.state().members.len() as i64,
             )?;
         }
-        if let Some(hints) = &self.hints {
-            let (stored_bytes, dropped) = hints.stats();
+        if let Some(proxy) = &self.proxy {
+            let (stored_bytes, dropped) = proxy.hints().stats();
             gauge(
                 &mut encoder,
                 "hints_stored_bytes",
@@ -474,7 +490,24 @@ impl Collector for NodeCollector {
                 "Hints not kept (window passed or the hints full)",
                 dropped,
             )?;
+            let repairs = proxy.repair_counters();
+            let count = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+            for (name, help, value) in [
+                ("read_repairs", "Replicas sent the cells they lacked while being read (reads, background checks, repairs)", count(&repairs.read_repairs)),
+                ("read_repair_cells", "Cells sent to replicas that lacked them while being read", count(&repairs.read_repair_cells)),
+                ("repairs_finished", "Anti-entropy repairs (shoal admin repair) coordinated here and finished", count(&repairs.repairs_finished)),
+                ("repair_cells", "Cells anti-entropy repairs sent to replicas that lacked them", count(&repairs.repair_cells)),
+            ] {
+                counter(&mut encoder, name, help, value)?;
+            }
         }
+        // Tablets do not move between nodes yet: no data streams (netstats).
+        gauge(
+            &mut encoder,
+            "streams_active",
+            "Data streams to or from other nodes running now (tablet moves)",
+            0,
+        )?;
         Ok(())
     }
 }

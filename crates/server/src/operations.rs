@@ -56,12 +56,23 @@ pub enum Operation {
         keyspace: String,
         table: String,
     },
+    /// Trace this share of requests (0 to 1) on the node (`system_traces`).
+    SetTraceProbability {
+        probability: f64,
+    },
+    TraceProbability,
+    /// The node's mode, data streams, and the messages exchanged with each peer.
+    NetStats,
 }
 
 /// What a node needs to carry out operations.
 pub struct NodeOperations {
     pub coordinator: Arc<Coordinator>,
     pub metrics: Arc<Metrics>,
+    /// Connections to the other nodes (netstats).
+    pub peers: Arc<crate::internode::Peers>,
+    /// Hints kept for replicas that were down (netstats).
+    pub hints: Arc<shoal_replication::Hints>,
     pub data_dir: PathBuf,
     pub started: Instant,
     /// Stops the CQL listener and closes client connections (drain).
@@ -201,7 +212,37 @@ impl NodeOperations {
             Operation::Cleanup { keyspace } => self.cleanup(keyspace.as_deref()),
             Operation::Info => Ok(self.info()),
             Operation::Ring { keyspace, table } => self.ring(&keyspace, &table),
+            Operation::SetTraceProbability { probability } => {
+                self.coordinator
+                    .trace_sampler()
+                    .set_probability(probability)?;
+                tracing::info!(probability, "trace probability set");
+                Ok(json!({ "trace_probability": probability }))
+            }
+            Operation::TraceProbability => {
+                Ok(json!({ "trace_probability": self.coordinator.trace_sampler().probability() }))
+            }
+            Operation::NetStats => Ok(self.net_stats()),
         }
+    }
+
+    /// As `nodetool netstats`: the node's mode, the data it streams (none yet: tablets
+    /// do not move between nodes; hints are the data waiting to reach other nodes), and
+    /// the messages exchanged with each peer.
+    fn net_stats(&self) -> Value {
+        let mode = if *self.close_clients.borrow() {
+            "DRAINED"
+        } else {
+            "NORMAL"
+        };
+        let (hint_bytes, hints_dropped) = self.hints.stats();
+        json!({
+            "mode": mode,
+            "streams": [],
+            "hints_pending_bytes": hint_bytes,
+            "hints_dropped": hints_dropped,
+            "peers": self.peers.statistics(),
+        })
     }
 
     fn table_stats(&self, keyspace: Option<&str>) -> Result<Value, String> {

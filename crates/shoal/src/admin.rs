@@ -37,6 +37,21 @@ pub enum AdminCommand {
     Info(OperateArgs),
     /// The tablets of a table and the nodes holding each.
     Ring(RingArgs),
+    /// Trace this share of the requests the node coordinates (0 to 1; 0 turns it off),
+    /// into system_traces.sessions and system_traces.events.
+    Settraceprobability(TraceProbabilityArgs),
+    /// The share of requests the node traces.
+    Gettraceprobability(OperateArgs),
+    /// The node's mode, the data it streams to others, and its messages to each peer.
+    Netstats(OperateArgs),
+}
+
+#[derive(clap::Args)]
+pub struct TraceProbabilityArgs {
+    /// A number from 0 (trace nothing, the default) to 1 (trace every request).
+    pub probability: f64,
+    #[command(flatten)]
+    pub operate: OperateArgs,
 }
 
 #[derive(clap::Args)]
@@ -151,6 +166,14 @@ pub fn run(command: AdminCommand) -> anyhow::Result<()> {
             args.operate,
         ),
         AdminCommand::Info(args) => (Operation::Info, args),
+        AdminCommand::Settraceprobability(args) => (
+            Operation::SetTraceProbability {
+                probability: args.probability,
+            },
+            args.operate,
+        ),
+        AdminCommand::Gettraceprobability(args) => (Operation::TraceProbability, args),
+        AdminCommand::Netstats(args) => (Operation::NetStats, args),
         AdminCommand::Ring(args) => (
             Operation::Ring {
                 keyspace: args.keyspace,
@@ -221,6 +244,7 @@ fn scalar(value: &serde_json::Value) -> String {
     match value {
         serde_json::Value::String(text) => text.clone(),
         serde_json::Value::Null => "-".into(),
+        serde_json::Value::Array(items) if items.is_empty() => "none".into(),
         serde_json::Value::Array(items) => items.iter().map(scalar).collect::<Vec<_>>().join(","),
         other => other.to_string(),
     }
@@ -282,7 +306,7 @@ async fn ask(
     let mut peers = Peers::default();
     if let Some(path) = &target.config {
         if let Some(tls) = shoal_server::config::Config::load(path)?.internode_tls()? {
-            peers = peers.with_tls(tls.connector);
+            peers = peers.with_tls(std::sync::Arc::new(tls));
         }
     }
     let address = SocketAddr::new(target.host, target.port);

@@ -158,11 +158,33 @@ fn decode_cell(bytes: &[u8]) -> Result<Cell> {
     Cell::decode(bytes).map_err(|e| StorageError::Corrupt(e.0))
 }
 
+thread_local! {
+    static TOMBSTONES_READ: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Tombstones (deletions of any kind, and cells whose TTL has passed) the reads on this
+/// thread have gone over since it started. A caller that reads a table on a thread takes
+/// the difference around its read (the per-table `tombstones` metric): no lock, no
+/// shared counter on the read path.
+pub fn tombstones_read_on_this_thread() -> u64 {
+    TOMBSTONES_READ.with(std::cell::Cell::get)
+}
+
+fn count_tombstones(count: u64) {
+    if count > 0 {
+        TOMBSTONES_READ.with(|read| read.set(read.get() + count));
+    }
+}
+
 /// Applies deletions and expiry to a raw row; `None` when nothing in it is live.
 fn assemble_row(raw: RawRow, floor: Option<WriteTimestamp>, now_seconds: i64) -> Option<Row> {
     let mut row_floor = floor;
     let mut collection_deletions: Vec<(Vec<u8>, WriteTimestamp)> = Vec::new();
+    let mut dead = 0;
     for (part, cell) in &raw.parts {
+        if !cell.is_live(now_seconds) {
+            dead += 1;
+        }
         match keys::parse_column_part(part) {
             Some(ColumnPart::RowDeletion) if cell.is_tombstone() => {
                 row_floor = row_floor.max(Some(cell.timestamp));
@@ -173,6 +195,7 @@ fn assemble_row(raw: RawRow, floor: Option<WriteTimestamp>, now_seconds: i64) ->
             _ => {}
         }
     }
+    count_tombstones(dead);
     let shadowed = |cell: &Cell, floor: Option<WriteTimestamp>| match floor {
         Some(deleted) => cell.timestamp <= deleted,
         None => false,
@@ -292,6 +315,7 @@ fn read_header(
             Some(&keys::SECTION_PARTITION_DELETION) => {
                 let cell = decode_cell(value)?;
                 if cell.is_tombstone() {
+                    count_tombstones(1);
                     header.deletion = header.deletion.max(Some(cell.timestamp));
                 }
             }
@@ -302,6 +326,7 @@ fn read_header(
                     })?;
                 let cell = decode_cell(value)?;
                 if cell.is_tombstone() {
+                    count_tombstones(1);
                     header.range_tombstones.push(RangeTombstone {
                         start: start.to_vec(),
                         start_inclusive,

@@ -221,6 +221,24 @@ impl SelectPlan {
         bindings: Bindings<'_>,
         restrictions: Option<&Restrictions>,
     ) -> Result<ResultBody, CqlError> {
+        // The read runs on this thread: the tombstones it went over are the difference.
+        let before = shoal_storage::reader::tombstones_read_on_this_thread();
+        let result = self.read(coordinator, engine, parameters, bindings, restrictions);
+        let tombstones = shoal_storage::reader::tombstones_read_on_this_thread() - before;
+        if tombstones > 0 {
+            coordinator.observe_tombstones(&self.table, tombstones);
+        }
+        result
+    }
+
+    fn read(
+        &self,
+        coordinator: &Coordinator,
+        engine: &dyn shoal_storage::Engine,
+        parameters: &QueryParameters,
+        bindings: Bindings<'_>,
+        restrictions: Option<&Restrictions>,
+    ) -> Result<ResultBody, CqlError> {
         let table = &self.table;
         coordinator.check_consistency(&self.keyspace, parameters.consistency, false)?;
         let selection = self.selection.bind(bindings)?;

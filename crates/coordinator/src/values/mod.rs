@@ -396,11 +396,17 @@ fn value_type_name(value: &Value) -> &'static str {
 
 /// A version-1 UUID for now, unique within this process.
 pub fn new_timeuuid() -> [u8; 16] {
+    timeuuid_at(shoal_model::timestamp::now_micros())
+}
+
+/// A version-1 UUID for `micros` since the epoch (or just after, if this process already
+/// made one for a later time), unique within this process.
+pub fn timeuuid_at(micros: i64) -> [u8; 16] {
     use std::sync::atomic::{AtomicU64, Ordering};
     static LAST_TICKS: AtomicU64 = AtomicU64::new(0);
     static NODE: std::sync::OnceLock<[u8; 8]> = std::sync::OnceLock::new();
     // 100 ns ticks since 1582-10-15.
-    let now = (shoal_model::timestamp::now_micros() as u64) * 10 + 0x01B2_1DD2_1381_4000;
+    let now = (micros.max(0) as u64) * 10 + 0x01B2_1DD2_1381_4000;
     let mut last = LAST_TICKS.load(Ordering::Relaxed);
     let ticks = loop {
         let next = now.max(last + 1);
