@@ -529,6 +529,33 @@ pub(crate) fn integral(value: &Value) -> i128 {
     }
 }
 
+/// `similarity_<name>(left, right)` of two serialized `vector<float, n>` values (checked
+/// to be of one type when the selection was compiled).
+pub(crate) fn similarity(
+    similarity: shoal_model::vector::Similarity,
+    left: &[u8],
+    right: &[u8],
+) -> Result<f32, CqlError> {
+    use shoal_model::vector::SimilarityError;
+    let floats = |bytes: &[u8]| -> Vec<f32> {
+        bytes
+            .chunks_exact(4)
+            .map(|chunk| f32::from_be_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]))
+            .collect()
+    };
+    let function = format!("system.similarity_{}", similarity.name());
+    similarity
+        .score(&floats(left), &floats(right))
+        .map_err(|error| match error {
+            SimilarityError::ZeroVector => CqlError::invalid(format!(
+                "Function {function} doesn't support all-zero vectors."
+            )),
+            SimilarityError::Dimensions { left, right } => CqlError::invalid(format!(
+                "All arguments of {function} must have the same dimensions, got {left} and {right}"
+            )),
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -151,9 +151,9 @@ impl MarkerTypes<'_> {
             }
             Term::List(elements) | Term::Set(elements) => {
                 let element = match cql_type {
-                    CqlType::List { element, .. } | CqlType::Set { element, .. } => {
-                        element.as_ref().clone()
-                    }
+                    CqlType::List { element, .. }
+                    | CqlType::Set { element, .. }
+                    | CqlType::Vector { element, .. } => element.as_ref().clone(),
                     other => other.clone(),
                 };
                 for e in elements {

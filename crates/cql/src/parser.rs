@@ -337,13 +337,15 @@ impl Parser {
                     Some(Token::Symbol(",")) => text.push_str(", "),
                     Some(Token::Word(w)) => text.push_str(&w),
                     Some(Token::QuotedName(n)) => text.push_str(&n),
+                    // A vector's dimension.
+                    Some(Token::Integer(digits)) => text.push_str(&digits),
                     _ => return Err(parser.error_here("a type")),
                 }
             }
             Ok(text)
         };
         match name.as_str() {
-            "frozen" | "list" | "set" | "map" | "tuple" => {
+            "frozen" | "list" | "set" | "map" | "tuple" | "vector" => {
                 let inner = parse_inner(self)?;
                 CqlType::parse(&format!("{name}<{inner}>")).map_err(CqlError::invalid)
             }
@@ -1207,7 +1209,7 @@ fn is_reserved(word: &str) -> bool {
 
 fn is_type_name(word: &str) -> bool {
     CqlType::native_from_name(word).is_some()
-        || matches!(word, "frozen" | "list" | "set" | "map" | "tuple")
+        || matches!(word, "frozen" | "list" | "set" | "map" | "tuple" | "vector")
 }
 
 mod roles;

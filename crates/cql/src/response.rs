@@ -285,6 +285,12 @@ pub fn encode_type(out: &mut Vec<u8>, cql_type: &CqlType) {
             encode_type(out, element);
             return;
         }
+        CqlType::Vector { .. } => {
+            // A custom type in v4 and v5 alike, named as Cassandra names it.
+            put_short(out, 0x0000);
+            put_string(out, &cql_type.marshal_class());
+            return;
+        }
         CqlType::Tuple(elements) => {
             put_short(out, 0x31);
             put_short(out, elements.len() as u16);

@@ -99,7 +99,7 @@ fn encode_ascending(out: &mut Vec<u8>, value: &Value) {
             escape_bytes(out, &value.serialize());
         }
         Value::Duration { .. } => escape_bytes(out, &value.serialize()),
-        Value::List(elements) | Value::Set(elements) => {
+        Value::List(elements) | Value::Set(elements) | Value::Vector(elements) => {
             for element in elements {
                 out.push(1);
                 encode_ascending(out, element);
@@ -298,6 +298,13 @@ fn decode_ascending(reader: &mut Reader<'_>, cql_type: &CqlType) -> Result<Value
                 entries.push((k, v));
             }
             Value::Map(entries)
+        }
+        CqlType::Vector { element, .. } => {
+            let mut elements = Vec::new();
+            while reader.byte()? == 1 {
+                elements.push(decode_ascending(reader, element)?);
+            }
+            Value::Vector(elements)
         }
         CqlType::Tuple(types) => {
             let mut elements = Vec::new();

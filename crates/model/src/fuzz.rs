@@ -59,12 +59,20 @@ fn types() -> Vec<CqlType> {
         CqlType::Varint,
         CqlType::Uuid,
     ]));
+    all.push(CqlType::Vector {
+        element: Box::new(CqlType::Float),
+        dimension: 3,
+    });
+    all.push(CqlType::Vector {
+        element: Box::new(CqlType::Text),
+        dimension: 2,
+    });
     all
 }
 
 #[test]
 fn every_type_is_fuzzed() {
-    assert_eq!(types().len(), 23, "a native type name was not recognised");
+    assert_eq!(types().len(), 25, "a native type name was not recognised");
 }
 
 proptest! {
@@ -90,7 +98,7 @@ proptest! {
     }
 
     #[test]
-    fn values_of_every_type_deserialize_or_are_refused(which in 0usize..23, bytes in vec(any::<u8>(), 0..64)) {
+    fn values_of_every_type_deserialize_or_are_refused(which in 0usize..25, bytes in vec(any::<u8>(), 0..64)) {
         let cql_type = &types()[which];
         let _ = Value::deserialize(cql_type, &bytes);
         let _ = decode_component(&bytes, cql_type, false);

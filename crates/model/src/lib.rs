@@ -17,6 +17,8 @@
 //! - [`keys`] — the storage key layout `(table id, token, partition key, section,
 //!   clustering, column)` that keeps a token range one contiguous key range.
 //! - [`WriteTimestamp`] — microseconds since the epoch, the clock of last-write-wins.
+//! - [`vector`] — how close two `vector<float, n>` values are (cosine, euclidean, dot
+//!   product), for the similarity functions and vector search.
 //! - [`HostId`], [`TableId`], [`TabletId`] — identifiers as types.
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
@@ -29,6 +31,7 @@ pub mod timestamp;
 pub mod token;
 pub mod types;
 pub mod value;
+pub mod vector;
 
 #[cfg(test)]
 mod fuzz;

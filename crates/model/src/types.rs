@@ -44,6 +44,13 @@ pub enum CqlType {
     },
     /// Tuples are always frozen.
     Tuple(Vec<CqlType>),
+    /// `vector<T, n>` (Cassandra 5.0): exactly `dimension` non-null elements, always one
+    /// cell. Elements of a fixed width (float, int, uuid…) are stored back to back;
+    /// others each with an unsigned vint length ([`crate::Value::serialize`]).
+    Vector {
+        element: Box<CqlType>,
+        dimension: u32,
+    },
 }
 
 impl CqlType {
@@ -109,6 +116,83 @@ impl CqlType {
             },
             other => other,
         }
+    }
+
+    /// The width of every serialized value of this type, for the types Cassandra treats
+    /// as fixed-width (which decides how a vector of them is laid out); `None` otherwise.
+    pub fn fixed_width(&self) -> Option<usize> {
+        match self {
+            CqlType::Boolean => Some(1),
+            CqlType::Int | CqlType::Float => Some(4),
+            CqlType::Bigint | CqlType::Double | CqlType::Timestamp | CqlType::Time => Some(8),
+            CqlType::Uuid | CqlType::Timeuuid => Some(16),
+            CqlType::Vector { element, dimension } => element
+                .fixed_width()
+                .and_then(|width| width.checked_mul(*dimension as usize)),
+            _ => None,
+        }
+    }
+
+    /// Cassandra's internal name of this type (`org.apache.cassandra.db.marshal.…`), as
+    /// the protocol carries a custom type and as the drivers parse it.
+    pub fn marshal_class(&self) -> String {
+        const PACKAGE: &str = "org.apache.cassandra.db.marshal.";
+        let simple = match self {
+            CqlType::Ascii => "AsciiType",
+            CqlType::Bigint => "LongType",
+            CqlType::Blob => "BytesType",
+            CqlType::Boolean => "BooleanType",
+            CqlType::Counter => "CounterColumnType",
+            CqlType::Decimal => "DecimalType",
+            CqlType::Double => "DoubleType",
+            CqlType::Duration => "DurationType",
+            CqlType::Float => "FloatType",
+            CqlType::Inet => "InetAddressType",
+            CqlType::Int => "Int32Type",
+            CqlType::Smallint => "ShortType",
+            CqlType::Text => "UTF8Type",
+            CqlType::Time => "TimeType",
+            CqlType::Timestamp => "TimestampType",
+            CqlType::Timeuuid => "TimeUUIDType",
+            CqlType::Tinyint => "ByteType",
+            CqlType::Uuid => "UUIDType",
+            CqlType::Varint => "IntegerType",
+            CqlType::Date => "SimpleDateType",
+            CqlType::List { element, frozen } => {
+                return frozen_marshal(
+                    *frozen,
+                    format!("{PACKAGE}ListType({})", element.marshal_class()),
+                );
+            }
+            CqlType::Set { element, frozen } => {
+                return frozen_marshal(
+                    *frozen,
+                    format!("{PACKAGE}SetType({})", element.marshal_class()),
+                );
+            }
+            CqlType::Map { key, value, frozen } => {
+                return frozen_marshal(
+                    *frozen,
+                    format!(
+                        "{PACKAGE}MapType({},{})",
+                        key.marshal_class(),
+                        value.marshal_class()
+                    ),
+                );
+            }
+            CqlType::Tuple(elements) => {
+                let elements: Vec<String> = elements.iter().map(CqlType::marshal_class).collect();
+                return format!("{PACKAGE}TupleType({})", elements.join(","));
+            }
+            CqlType::Vector { element, dimension } => {
+                // Cassandra's own spelling, spaces around the comma included.
+                return format!(
+                    "{PACKAGE}VectorType({} , {dimension})",
+                    element.marshal_class()
+                );
+            }
+        };
+        format!("{PACKAGE}{simple}")
     }
 
     /// Integer-like and floating types accept numeric literals.
@@ -235,6 +319,42 @@ impl TypeTextParser<'_> {
                 self.expect(b'>')?;
                 Ok(CqlType::Tuple(elements))
             }
+            "vector" => {
+                self.expect(b'<')?;
+                let element = self.parse_type()?.frozen();
+                self.expect(b',')?;
+                self.skip_spaces();
+                let start = self.position;
+                if self.text.get(self.position) == Some(&b'-') {
+                    self.position += 1;
+                }
+                while self.text.get(self.position).is_some_and(u8::is_ascii_digit) {
+                    self.position += 1;
+                }
+                let digits = String::from_utf8_lossy(&self.text[start..self.position]).into_owned();
+                let dimension: i64 = digits
+                    .parse()
+                    .map_err(|_| format!("Expected the dimension of a vector, got '{digits}'"))?;
+                self.expect(b'>')?;
+                if dimension <= 0 {
+                    return Err(format!(
+                        "vectors may only have positive dimensions; given {dimension}"
+                    ));
+                }
+                let dimension = u32::try_from(dimension)
+                    .ok()
+                    .filter(|d| *d <= i32::MAX as u32)
+                    .ok_or_else(|| {
+                        format!("The dimension of a vector is too large: {dimension}")
+                    })?;
+                if element == CqlType::Counter {
+                    return Err("vectors may not contain counters".into());
+                }
+                Ok(CqlType::Vector {
+                    element: Box::new(element),
+                    dimension,
+                })
+            }
             "" => Err("Expected a type name".into()),
             other => {
                 CqlType::native_from_name(other).ok_or_else(|| format!("Unknown type {other}"))
@@ -285,8 +405,19 @@ impl fmt::Display for CqlType {
                 }
                 return write!(f, ">>");
             }
+            CqlType::Vector { element, dimension } => {
+                return write!(f, "vector<{element}, {dimension}>");
+            }
         };
         f.write_str(native)
+    }
+}
+
+fn frozen_marshal(frozen: bool, class: String) -> String {
+    if frozen {
+        format!("org.apache.cassandra.db.marshal.FrozenType({class})")
+    } else {
+        class
     }
 }
 
@@ -317,11 +448,33 @@ mod tests {
             "frozen<set<text>>",
             "map<text, frozen<list<int>>>",
             "frozen<tuple<int, text>>",
+            "vector<float, 3>",
+            "vector<frozen<list<int>>, 2>",
         ] {
             assert_eq!(CqlType::parse(text).unwrap().to_string(), text);
         }
         assert_eq!(CqlType::parse("varchar").unwrap(), CqlType::Text);
         assert!(CqlType::parse("list<list<int>>").is_err());
         assert!(CqlType::parse("nosuchtype").is_err());
+        assert_eq!(
+            CqlType::parse("vector<float, 0>").unwrap_err(),
+            "vectors may only have positive dimensions; given 0"
+        );
+        assert!(CqlType::parse("vector<float>").is_err());
+        assert!(CqlType::parse("vector<counter, 2>").is_err());
+    }
+
+    #[test]
+    fn vectors_of_fixed_width_elements_have_a_fixed_width() {
+        let floats = CqlType::parse("vector<float, 3>").unwrap();
+        assert_eq!(floats.fixed_width(), Some(12));
+        assert_eq!(
+            CqlType::parse("vector<text, 3>").unwrap().fixed_width(),
+            None
+        );
+        assert_eq!(
+            floats.marshal_class(),
+            "org.apache.cassandra.db.marshal.VectorType(org.apache.cassandra.db.marshal.FloatType , 3)"
+        );
     }
 }

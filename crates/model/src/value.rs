@@ -48,6 +48,8 @@ pub enum Value {
     Set(Vec<Value>),
     Map(Vec<(Value, Value)>),
     Tuple(Vec<Option<Value>>),
+    /// A `vector<T, n>`'s elements (exactly `n`, none null).
+    Vector(Vec<Value>),
 }
 
 /// The epoch day in [`Value::Date`]'s unsigned representation.
@@ -65,9 +67,15 @@ fn need(bytes: &[u8], length: usize, what: &str) -> Result<(), DecodeError> {
 
 /// Reads a signed variable-length integer (zig-zag vint, as Cassandra's duration uses).
 fn read_signed_vint(bytes: &[u8], position: &mut usize) -> Result<i64, DecodeError> {
-    let first = *bytes
-        .get(*position)
-        .ok_or_else(|| DecodeError::new("Truncated duration"))?;
+    let value = read_unsigned_vint(bytes, position, "duration")?;
+    Ok(((value >> 1) as i64) ^ -((value & 1) as i64))
+}
+
+/// Reads Cassandra's unsigned vint: the first byte's leading one bits count the bytes
+/// that follow, big-endian.
+fn read_unsigned_vint(bytes: &[u8], position: &mut usize, what: &str) -> Result<u64, DecodeError> {
+    let truncated = || DecodeError(format!("Truncated {what}"));
+    let first = *bytes.get(*position).ok_or_else(truncated)?;
     *position += 1;
     let extra = first.leading_ones() as usize;
     let mut value: u64 = if extra >= 8 {
@@ -76,17 +84,18 @@ fn read_signed_vint(bytes: &[u8], position: &mut usize) -> Result<i64, DecodeErr
         (first & (0xff >> extra)) as u64
     };
     for _ in 0..extra {
-        let byte = *bytes
-            .get(*position)
-            .ok_or_else(|| DecodeError::new("Truncated duration"))?;
+        let byte = *bytes.get(*position).ok_or_else(truncated)?;
         *position += 1;
         value = (value << 8) | byte as u64;
     }
-    Ok(((value >> 1) as i64) ^ -((value & 1) as i64))
+    Ok(value)
 }
 
 fn write_signed_vint(out: &mut Vec<u8>, value: i64) {
-    let zigzag = ((value << 1) ^ (value >> 63)) as u64;
+    write_unsigned_vint(out, ((value << 1) ^ (value >> 63)) as u64);
+}
+
+fn write_unsigned_vint(out: &mut Vec<u8>, zigzag: u64) {
     let significant_bits = 64 - zigzag.leading_zeros() as usize;
     let mut extra = if significant_bits <= 7 {
         0
@@ -209,6 +218,35 @@ impl Value {
                     }
                 }
             }
+            Value::Vector(elements) => {
+                for element in elements {
+                    if element.has_fixed_width() {
+                        element.serialize_into(out);
+                    } else {
+                        let bytes = element.serialize();
+                        write_unsigned_vint(out, bytes.len() as u64);
+                        out.extend_from_slice(&bytes);
+                    }
+                }
+            }
+        }
+    }
+
+    /// True when this value's type is one Cassandra serializes at a fixed width
+    /// ([`CqlType::fixed_width`]): how a vector of such values is laid out.
+    fn has_fixed_width(&self) -> bool {
+        match self {
+            Value::Boolean(_)
+            | Value::Int(_)
+            | Value::Float(_)
+            | Value::Bigint(_)
+            | Value::Double(_)
+            | Value::Timestamp(_)
+            | Value::Time(_)
+            | Value::Uuid(_)
+            | Value::Timeuuid(_) => true,
+            Value::Vector(elements) => elements.iter().all(Value::has_fixed_width),
+            _ => false,
         }
     }
 
@@ -390,6 +428,40 @@ impl Value {
                 }
                 Value::Tuple(elements)
             }
+            CqlType::Vector { element, dimension } => {
+                let dimension = *dimension as usize;
+                let mut elements = Vec::with_capacity(dimension.min(bytes.len()));
+                if let Some(width) = element.fixed_width() {
+                    if bytes.len() != width * dimension {
+                        return Err(DecodeError(format!(
+                            "Expected {} bytes for a {cql_type} value ({dimension} elements of {width} bytes), got {}",
+                            width * dimension,
+                            bytes.len()
+                        )));
+                    }
+                    for chunk in bytes.chunks_exact(width) {
+                        elements.push(Value::deserialize(element, chunk)?);
+                    }
+                } else {
+                    let mut position = 0;
+                    for _ in 0..dimension {
+                        let length = read_unsigned_vint(bytes, &mut position, "vector element")?;
+                        let end = usize::try_from(length)
+                            .ok()
+                            .and_then(|length| position.checked_add(length))
+                            .filter(|end| *end <= bytes.len())
+                            .ok_or_else(|| DecodeError::new("Truncated vector element"))?;
+                        elements.push(Value::deserialize(element, &bytes[position..end])?);
+                        position = end;
+                    }
+                    if position != bytes.len() {
+                        return Err(DecodeError(format!(
+                            "Trailing bytes in a {cql_type} value: more than {dimension} elements"
+                        )));
+                    }
+                }
+                Value::Vector(elements)
+            }
         })
     }
 
@@ -430,7 +502,9 @@ impl Value {
             (Uuid(a), Uuid(b)) => uuid_order_key(a).cmp(&uuid_order_key(b)),
             (Varint(a), Varint(b)) => a.cmp(b),
             (Date(a), Date(b)) => a.cmp(b),
-            (List(a), List(b)) | (Set(a), Set(b)) => compare_sequences(a, b),
+            (List(a), List(b)) | (Set(a), Set(b)) | (Vector(a), Vector(b)) => {
+                compare_sequences(a, b)
+            }
             (Map(a), Map(b)) => {
                 for ((ka, va), (kb, vb)) in a.iter().zip(b.iter()) {
                     let order = ka.compare(kb).then_with(|| va.compare(vb));
@@ -478,7 +552,7 @@ impl Value {
                     .collect();
                 format!("{{{}}}", inner.join(", "))
             }
-            Value::List(elements) => format!(
+            Value::List(elements) | Value::Vector(elements) => format!(
                 "[{}]",
                 elements
                     .iter()
@@ -620,6 +694,41 @@ mod tests {
         assert!(Value::deserialize(&CqlType::Text, &[0xff, 0xfe]).is_err());
         assert!(Value::deserialize(&CqlType::parse("list<int>").unwrap(), &[0, 0, 0, 9]).is_err());
         assert!(Value::deserialize(&CqlType::Duration, &[0xff]).is_err());
+    }
+
+    #[test]
+    fn vectors_of_fixed_width_elements_are_their_elements_back_to_back() {
+        let floats = Value::Vector(vec![Value::Float(1.0), Value::Float(-2.5)]);
+        let bytes = floats.serialize();
+        assert_eq!(
+            bytes,
+            [1.0f32.to_be_bytes(), (-2.5f32).to_be_bytes()].concat()
+        );
+        round_trip("vector<float, 2>", floats);
+        let short = Value::deserialize(&CqlType::parse("vector<float, 3>").unwrap(), &bytes);
+        assert!(short.unwrap_err().0.contains("Expected 12 bytes"));
+    }
+
+    #[test]
+    fn vectors_of_variable_width_elements_carry_a_vint_length_each() {
+        let long_text = "x".repeat(200);
+        let texts = Value::Vector(vec![
+            Value::Text("ab".into()),
+            Value::Text(long_text.clone()),
+        ]);
+        let bytes = texts.serialize();
+        // 2 fits one byte; 200 needs the two-byte form (0b10 prefix).
+        assert_eq!(&bytes[..3], &[2, b'a', b'b']);
+        assert_eq!(&bytes[3..5], &[0x80, 200]);
+        round_trip("vector<text, 2>", texts);
+        let vector_type = CqlType::parse("vector<text, 3>").unwrap();
+        assert!(Value::deserialize(&vector_type, &bytes).is_err());
+        let one = CqlType::parse("vector<text, 1>").unwrap();
+        assert!(Value::deserialize(&one, &bytes).is_err());
+        round_trip(
+            "vector<frozen<list<int>>, 1>",
+            Value::Vector(vec![Value::List(vec![Value::Int(4)])]),
+        );
     }
 
     #[test]

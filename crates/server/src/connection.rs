@@ -235,19 +235,38 @@ async fn handle_frame(
         || (traceable(header.opcode) && coordinator.trace_sampler().sample()))
     .then(shoal_trace::Trace::start);
     let traced_body = trace.as_ref().map(|_| body.clone());
-    let responding = std::panic::AssertUnwindSafe(respond(
-        header,
-        body,
-        &state,
-        &coordinator,
-        &events,
-        &output,
-        limits,
-    ))
-    .catch_unwind();
+    // The untraced path awaits the response in place, as it did before tracing existed:
+    // no future is held beside it, so the request's future stays as small as it was.
     let outcome = match &trace {
-        None => responding.await,
-        Some(trace) => Box::pin(Arc::clone(trace).scope(responding)).await,
+        None => {
+            std::panic::AssertUnwindSafe(respond(
+                header,
+                body,
+                &state,
+                &coordinator,
+                &events,
+                &output,
+                limits,
+            ))
+            .catch_unwind()
+            .await
+        }
+        Some(trace) => {
+            let traced = boxed_in_trace(
+                trace,
+                std::panic::AssertUnwindSafe(respond(
+                    header,
+                    body,
+                    &state,
+                    &coordinator,
+                    &events,
+                    &output,
+                    limits,
+                ))
+                .catch_unwind(),
+            );
+            traced.await
+        }
     };
     if let (Some(trace), Some(body)) = (trace.as_ref(), traced_body) {
         trace.record("Request complete".into());
@@ -285,6 +304,15 @@ async fn handle_frame(
         None => encode_frame(&mut out, header.stream, &response, compress),
     }
     out
+}
+
+/// `responding` run inside `trace`'s scope, boxed (tracing is rare; the box keeps the
+/// traced future out of every request's future).
+fn boxed_in_trace<'a, F: std::future::Future + Send + 'a>(
+    trace: &Arc<shoal_trace::Trace>,
+    responding: F,
+) -> BoxFuture<'a, F::Output> {
+    Box::pin(Arc::clone(trace).scope(responding))
 }
 
 /// What `system_traces.sessions` says of a traced request: its message, the query and

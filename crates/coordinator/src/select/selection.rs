@@ -9,6 +9,7 @@ use crate::values::{json, Bindings, Bound, TypedTerm};
 use crate::{ensure, CqlError};
 use shoal_cql::ast::{Select, Selector};
 use shoal_cql::response::ColumnSpec;
+use shoal_model::vector::Similarity;
 use shoal_model::CqlType;
 use shoal_schema::{ColumnKind, TableMetadata};
 
@@ -29,6 +30,11 @@ pub(crate) enum Output {
         call: functions::Call,
         argument: Box<Output>,
     },
+    /// `similarity_cosine|euclidean|dot_product(a, b)` of two `vector<float, n>`.
+    Similarity {
+        similarity: Similarity,
+        arguments: Box<[Output; 2]>,
+    },
     /// `toJson(argument)`: the argument's value as JSON text.
     ToJson {
         argument: Box<Output>,
@@ -45,6 +51,7 @@ impl Output {
         match self {
             Output::Term(_) => true,
             Output::Call { argument, .. } | Output::ToJson { argument, .. } => argument.has_terms(),
+            Output::Similarity { arguments, .. } => arguments.iter().any(Output::has_terms),
             _ => false,
         }
     }
@@ -61,6 +68,11 @@ impl Output {
             }
             Output::Call { argument, .. } | Output::ToJson { argument, .. } => {
                 argument.bind_terms(bindings)?
+            }
+            Output::Similarity { arguments, .. } => {
+                for argument in arguments.iter_mut() {
+                    argument.bind_terms(bindings)?;
+                }
             }
             _ => {}
         }
@@ -347,6 +359,9 @@ fn compile_selector(
                 },
             )
         }
+        Selector::Function { name, arguments } if similarity_function(name).is_some() => {
+            compile_similarity(table, select, name, arguments)?
+        }
         Selector::Function { name, arguments } => compile_function(table, name, arguments)?,
         Selector::Cast { selector, cql_type } => {
             let (shown, argument_type, argument) = compile_argument(table, select, selector)?;
@@ -397,6 +412,101 @@ fn compile_argument(
         ))
     })?;
     Ok((shown, cql_type, output))
+}
+
+/// The similarity `similarity_<name>` computes, for a function of that name.
+fn similarity_function(name: &str) -> Option<Similarity> {
+    let lower = name.to_ascii_lowercase();
+    Similarity::named(lower.strip_prefix("similarity_")?)
+}
+
+/// `similarity_<name>(a, b)`: both arguments `vector<float, n>` of one dimension; a
+/// literal argument (`[0.1, 0.2, 0.3]`) takes the other argument's type.
+fn compile_similarity(
+    table: &TableMetadata,
+    select: &Select,
+    name: &str,
+    arguments: &[Selector],
+) -> Result<(String, CqlType, Output), CqlError> {
+    let function = format!("system.{}", name.to_ascii_lowercase());
+    let similarity = similarity_function(name)
+        .ok_or_else(|| CqlError::invalid(format!("Unknown function {function}")))?;
+    let [left, right] = arguments else {
+        return Err(CqlError::invalid(format!(
+            "Invalid number of arguments in call to function {function}: 2 required but {} provided",
+            arguments.len()
+        )));
+    };
+    let is_literal = |selector: &Selector| matches!(selector, Selector::Literal(_));
+    let typed = match (is_literal(left), is_literal(right)) {
+        (true, true) => {
+            return Err(CqlError::invalid(format!(
+                "Cannot infer type of argument in call to function {function}: use type casts to disambiguate"
+            )))
+        }
+        (true, false) => right,
+        _ => left,
+    };
+    let (_, vector_type, _) = compile_argument(table, select, typed)?;
+    ensure(
+        matches!(&vector_type, CqlType::Vector { element, .. } if **element == CqlType::Float),
+        || {
+            CqlError::invalid(format!(
+                "Function {function} requires a float vector argument, but found argument of type {vector_type}"
+            ))
+        },
+    )?;
+    let mut compiled = Vec::with_capacity(2);
+    let mut shown = Vec::with_capacity(2);
+    for argument in [left, right] {
+        let (text, output) = match argument {
+            Selector::Literal(term) => (
+                literal_text(term),
+                Output::Term(TypedTerm::new(term, &vector_type, &function)?),
+            ),
+            other => {
+                let (text, argument_type, output) = compile_argument(table, select, other)?;
+                ensure(argument_type == vector_type, || {
+                    CqlError::invalid(format!(
+                        "All arguments of {function} must be of one vector type, got {vector_type} and {argument_type}"
+                    ))
+                })?;
+                (text, output)
+            }
+        };
+        shown.push(text);
+        compiled.push(output);
+    }
+    let arguments: [Output; 2] = compiled
+        .try_into()
+        .map_err(|_| CqlError::server("a similarity has two arguments"))?;
+    Ok((
+        format!("{function}({})", shown.join(", ")),
+        CqlType::Float,
+        Output::Similarity {
+            similarity,
+            arguments: Box::new(arguments),
+        },
+    ))
+}
+
+/// A literal as the query wrote it, for a result column's name.
+fn literal_text(term: &shoal_cql::ast::Term) -> String {
+    use shoal_cql::ast::{Literal, Term};
+    match term {
+        Term::Literal(Literal::Integer(text) | Literal::Float(text)) => text.clone(),
+        Term::Negative(inner) => format!("-{}", literal_text(inner)),
+        Term::List(elements) => format!(
+            "[{}]",
+            elements
+                .iter()
+                .map(literal_text)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Term::Bind(_) => "?".to_string(),
+        _ => "literal".to_string(),
+    }
 }
 
 /// `function(column)` or a function without arguments.

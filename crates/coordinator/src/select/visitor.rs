@@ -4,7 +4,7 @@
 //! response buffer. A full page stops the walk and remembers the last row returned, which
 //! the paging state names.
 
-use crate::functions::{integral, numeric_as_f64, numeric_from_f64};
+use crate::functions::{self, integral, numeric_as_f64, numeric_from_f64};
 use crate::paging::PagingState;
 use crate::restrictions::Filter;
 use crate::select::selection::{Grouping, Output, Selection};
@@ -296,6 +296,22 @@ impl<'a> SelectVisitor<'a> {
                     .map(|bytes| Value::deserialize(&call.argument_type, &bytes))
                     .transpose()?;
                 call.apply(value)?.map(|result| result.serialize())
+            }
+            Output::Similarity {
+                similarity,
+                arguments,
+            } => {
+                let [left, right] = arguments.as_ref();
+                let left = self.output_cell(left, values, token)?;
+                let right = self.output_cell(right, values, token)?;
+                match (left, right) {
+                    (Some(left), Some(right)) => Some(
+                        functions::similarity(*similarity, &left, &right)?
+                            .to_be_bytes()
+                            .to_vec(),
+                    ),
+                    _ => None,
+                }
             }
             Output::Count(_)
             | Output::Min(_)

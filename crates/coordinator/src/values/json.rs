@@ -95,7 +95,7 @@ fn write_json(out: &mut String, value: &Value) {
         } => {
             let _ = write!(out, "\"{}\"", duration_text(*months, *days, *nanoseconds));
         }
-        Value::List(elements) | Value::Set(elements) => {
+        Value::List(elements) | Value::Set(elements) | Value::Vector(elements) => {
             out.push('[');
             for (i, element) in elements.iter().enumerate() {
                 if i > 0 {
@@ -390,6 +390,21 @@ pub fn from_json(
             }
             sort_dedup_keys(&mut pairs);
             Value::Map(pairs)
+        }
+        CqlType::Vector { element, dimension } => {
+            let Json::Array(items) = json else {
+                return Err(wrong("a list"));
+            };
+            let mut values = Vec::with_capacity(items.len());
+            for item in items {
+                values.push(from_json(item, element, receiver)?.ok_or_else(|| {
+                    CqlError::invalid(format!(
+                        "Invalid null value in JSON for {receiver}: vectors cannot hold null"
+                    ))
+                })?);
+            }
+            super::check_dimension(&values, *dimension, cql_type, receiver)?;
+            Value::Vector(values)
         }
         CqlType::Tuple(types) => {
             let Json::Array(items) = json else {

@@ -205,6 +205,11 @@ pub fn evaluate(
             CqlType::List { element, .. } => Ok(Bound::Value(Value::List(evaluate_elements(
                 elements, element, bindings, receiver,
             )?))),
+            CqlType::Vector { element, dimension } => {
+                let values = evaluate_elements(elements, element, bindings, receiver)?;
+                check_dimension(&values, *dimension, cql_type, receiver)?;
+                Ok(Bound::Value(Value::Vector(values)))
+            }
             CqlType::Set { element, .. } => {
                 let mut values = evaluate_elements(elements, element, bindings, receiver)?;
                 sort_dedup(&mut values);
@@ -260,6 +265,22 @@ pub fn evaluate(
             evaluate_function(name, arguments, cql_type, bindings, receiver)
         }
     }
+}
+
+/// A vector literal must have exactly the type's dimension.
+pub(crate) fn check_dimension(
+    values: &[Value],
+    dimension: u32,
+    cql_type: &CqlType,
+    receiver: &str,
+) -> Result<(), CqlError> {
+    if values.len() != dimension as usize {
+        return Err(CqlError::invalid(format!(
+            "Invalid vector literal for {receiver} of type {cql_type}; expected {dimension} elements, but given {}",
+            values.len()
+        )));
+    }
+    Ok(())
 }
 
 /// A set's elements in order, each once (the first of equal ones is kept).

@@ -2,6 +2,7 @@ package shoal;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -13,7 +14,11 @@ import com.datastax.oss.driver.api.core.cql.PreparedStatement;
 import com.datastax.oss.driver.api.core.cql.ResultSet;
 import com.datastax.oss.driver.api.core.cql.Row;
 import com.datastax.oss.driver.api.core.cql.SimpleStatement;
+import com.datastax.oss.driver.api.core.data.CqlVector;
 import com.datastax.oss.driver.api.core.servererrors.InvalidQueryException;
+import com.datastax.oss.driver.api.core.type.DataType;
+import com.datastax.oss.driver.api.core.type.DataTypes;
+import com.datastax.oss.driver.api.core.type.VectorType;
 import java.net.InetSocketAddress;
 import java.util.ArrayList;
 import java.util.List;
@@ -95,6 +100,31 @@ class JavaDriverTest {
       assertEquals(122, seen.size());
       // c runs 0..119; the batch added c = 1 and 2 again under k = 9.
       assertEquals(120, seen.stream().distinct().count());
+    }
+  }
+
+  @Test
+  void vectorsRoundTripAndTheSchemaMetadataNamesTheirType() {
+    try (CqlSession session = connect()) {
+      session.execute("CREATE KEYSPACE IF NOT EXISTS java_vectors WITH replication = "
+          + "{'class': 'SimpleStrategy', 'replication_factor': 1}");
+      session.execute("CREATE TABLE IF NOT EXISTS java_vectors.items "
+          + "(k int PRIMARY KEY, embedding vector<float, 3>, counts vector<bigint, 2>)");
+      assertTrue(session.checkSchemaAgreement());
+      PreparedStatement insert =
+          session.prepare("INSERT INTO java_vectors.items (k, embedding, counts) VALUES (?, ?, ?)");
+      session.execute(insert.bind(1, CqlVector.newInstance(0.5f, 1.5f, -2f), CqlVector.newInstance(7L, -9L)));
+      Row row = session.execute("SELECT embedding, counts FROM java_vectors.items WHERE k = 1").one();
+      assertEquals(CqlVector.newInstance(0.5f, 1.5f, -2f), row.getVector("embedding", Float.class));
+      assertEquals(CqlVector.newInstance(7L, -9L), row.getVector("counts", Long.class));
+      DataType declared = session.getMetadata().getKeyspace("java_vectors")
+          .flatMap(k -> k.getTable("items"))
+          .flatMap(t -> t.getColumn("embedding"))
+          .map(c -> c.getType())
+          .orElseThrow();
+      VectorType vector = assertInstanceOf(VectorType.class, declared);
+      assertEquals(3, vector.getDimensions());
+      assertEquals(DataTypes.FLOAT, vector.getElementType());
     }
   }
 
