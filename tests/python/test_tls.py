@@ -155,3 +155,50 @@ def test_clients_without_a_certificate_of_the_clients_ca_are_refused(tmp_path):
             with pytest.raises(NoHostAvailable):
                 refused.connect()
             refused.shutdown()
+
+
+
+def test_large_answers_to_a_slow_reader_over_tls_all_arrive(required_node, certificate):
+    """Answers bigger than the socket can take, to a client that reads slowly: every byte of
+    them arrives (over TLS, a write can leave its last records in the session's buffer
+    when the socket is full; the server flushes them after every write)."""
+    from test_protocol import QUERY, RESULT, STARTUP, frame, query_body, read_frame, string_map
+
+    cluster = Cluster([required_node.address], port=required_node.port, ssl_context=trusting(certificate[0]),
+                      auth_provider=PlainTextAuthProvider("cassandra", "cassandra"))
+    session = cluster.connect()
+    session.execute("CREATE KEYSPACE IF NOT EXISTS big_answers WITH replication = "
+                    "{'class': 'SimpleStrategy', 'replication_factor': 1}")
+    session.execute("CREATE TABLE IF NOT EXISTS big_answers.blobs (k int PRIMARY KEY, v blob)")
+    value = os.urandom(1 << 20)
+    session.execute("INSERT INTO big_answers.blobs (k, v) VALUES (1, %s)", (value,))
+    cluster.shutdown()
+
+    class SlowReader:
+        """Hands `read_frame` at most 16 KiB per call, pausing first, so the server's socket
+        stays full while it writes."""
+
+        def __init__(self, sock):
+            self.sock = sock
+
+        def recv(self, count):
+            time.sleep(0.0005)
+            return self.sock.recv(min(count, 16 << 10))
+
+    plain = socket.create_connection((required_node.address, required_node.port), timeout=10)
+    with trusting(certificate[0]).wrap_socket(plain) as sock:
+        sock.sendall(frame(4, 0, STARTUP, string_map({"CQL_VERSION": "3.0.0"})))
+        assert read_frame(sock)[3] == 0x03  # AUTHENTICATE
+        token = b"\0cassandra\0cassandra"
+        sock.sendall(frame(4, 0, 0x0F, len(token).to_bytes(4, "big") + token))
+        assert read_frame(sock)[3] == 0x10  # AUTH_SUCCESS
+        requests = 32
+        sock.sendall(b"".join(frame(4, stream, QUERY, query_body("SELECT v FROM big_answers.blobs WHERE k = 1"))
+                              for stream in range(requests)))
+        time.sleep(0.5)
+        answered = set()
+        for _ in range(requests):
+            _, _, stream, opcode, body = read_frame(SlowReader(sock))
+            assert opcode == RESULT and value in body
+            answered.add(stream)
+        assert answered == set(range(requests))

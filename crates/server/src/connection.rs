@@ -205,7 +205,10 @@ async fn serve_halves(
             }
         }
         if !output.is_empty() {
-            if write_half.write_all(&output).await.is_err() {
+            // Flush too: over TLS, `write_all` can return with the last records still in
+            // rustls' buffer (the socket was full), and nothing would send them until the
+            // next answer — a client waiting for them would wait for ever.
+            if write_half.write_all(&output).await.is_err() || write_half.flush().await.is_err() {
                 break;
             }
             output.clear();

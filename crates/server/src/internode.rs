@@ -179,6 +179,8 @@ async fn write_frames(
             }
         }
         writer.write_all(&buffer).await?;
+        // Over TLS the last records may still be in rustls' buffer: send them now.
+        writer.flush().await?;
         buffer.clear();
     }
     Ok(())
