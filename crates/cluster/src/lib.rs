@@ -9,8 +9,14 @@
 //!
 //! The Raft group has at most [`MAX_VOTERS`] voters (the first nodes to join); later nodes
 //! are learners that receive every change but do not vote, so metadata changes stay cheap
-//! as the cluster grows. Data in ordinary keyspaces does not go through Raft: it is
-//! replicated leaderlessly by the coordinator, which reads the tablet map from here.
+//! as the cluster grows. A voter that leaves is replaced by a learner
+//! ([`ClusterMetadata::retire`], [`ClusterMetadata::fill_voters`]). Data in ordinary
+//! keyspaces does not go through Raft: it is replicated leaderlessly by the coordinator,
+//! which reads the tablet map from here.
+//!
+//! A node joins a cluster whatever it holds: it is admitted as `Joining` and the migration
+//! driver (the server's) moves tablets to it; a node started to replace a dead one names
+//! it, and takes over its Raft membership and, first, its replicas.
 //!
 //! The crate owns no sockets: messages travel through a [`ClusterTransport`] the server
 //! implements over its internode connections.
@@ -22,7 +28,7 @@ pub mod store;
 
 pub use state::{
     node_id_of, ClusterState, Command, CommandOutcome, Member, MemberState, NodeId, TablePlacement,
-    VersionedRecord,
+    VersionedRecord, TABLETS_PER_NODE,
 };
 
 use futures::future::BoxFuture;
@@ -34,6 +40,7 @@ use openraft::raft::{
 };
 use openraft::{BasicNode, ChangeMembers, Raft};
 use serde::{Deserialize, Serialize};
+use shoal_model::HostId;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Cursor;
 use std::net::SocketAddr;
@@ -54,18 +61,31 @@ pub const MAX_VOTERS: usize = 3;
 /// How long a node keeps trying to join through its seeds before giving up.
 const JOIN_DEADLINE: Duration = Duration::from_secs(120);
 
-/// Messages between the cluster metadata of two nodes.
+/// Messages between the cluster metadata of two nodes. Raft's messages name the node they
+/// are for: a node started at the address of another (replacing it) must not answer for
+/// it.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum ClusterRequest {
-    AppendEntries(AppendEntriesRequest<TypeConfig>),
-    Vote(VoteRequest<NodeId>),
-    InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
-    /// A new node asks to join.
-    Join(Member),
+    AppendEntries {
+        to: NodeId,
+        rpc: AppendEntriesRequest<TypeConfig>,
+    },
+    Vote {
+        to: NodeId,
+        rpc: VoteRequest<NodeId>,
+    },
+    InstallSnapshot {
+        to: NodeId,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+    },
+    /// A new node asks to join; `replacing` names the address of the dead member it
+    /// replaces.
+    Join {
+        member: Member,
+        replacing: Option<std::net::IpAddr>,
+    },
     /// A command for the leader to propose.
     Propose(Command),
-    /// Does the receiving node hold any user data?
-    HoldsData,
     /// Is the receiving node a member of a cluster (bootstrapped or joined)?
     Membership,
 }
@@ -78,7 +98,6 @@ pub enum ClusterResponse {
     Joined,
     /// The outcome, and the log index at which the command was applied.
     Proposed(CommandOutcome, u64),
-    HoldsData(bool),
     /// Whether the node belongs to a cluster yet (a seed waiting to join does not).
     Membership(bool),
     /// The request failed; the message says why (for people).
@@ -108,11 +127,6 @@ pub enum ClusterError {
     NoLeader,
 }
 
-/// Tells the metadata layer about the node's data (used to refuse unsafe joins).
-pub trait LocalData: Send + Sync + 'static {
-    fn holds_user_data(&self) -> bool;
-}
-
 /// This node's view of the cluster metadata's Raft group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RaftStatus {
@@ -128,7 +142,6 @@ pub struct ClusterMetadata {
     me: Member,
     transport: Arc<dyn ClusterTransport>,
     state: watch::Receiver<Arc<ClusterState>>,
-    local_data: Arc<dyn LocalData>,
     /// This node had Raft state when it started.
     resuming: bool,
     /// Serializes admissions on the leader, so each decides whether there is room for one
@@ -161,7 +174,6 @@ impl ClusterMetadata {
         engine: Arc<dyn shoal_storage::Engine>,
         me: Member,
         transport: Arc<dyn ClusterTransport>,
-        local_data: Arc<dyn LocalData>,
     ) -> Result<Arc<ClusterMetadata>, ClusterError> {
         let log = store::LogStore::open(std::sync::Arc::clone(&engine))?;
         let (machine, state) = store::StateMachine::open(engine)?;
@@ -169,6 +181,8 @@ impl ClusterMetadata {
         let network = Network {
             transport: Arc::clone(&transport),
         };
+        let mut me = me;
+        me.state = MemberState::Joining;
         let raft = Raft::new(me.node_id(), raft_config()?, network, log, machine)
             .await
             .map_err(|e| ClusterError::Raft(e.to_string()))?;
@@ -177,7 +191,6 @@ impl ClusterMetadata {
             me,
             transport,
             state,
-            local_data,
             resuming,
             admissions: tokio::sync::Mutex::new(()),
         }))
@@ -186,7 +199,11 @@ impl ClusterMetadata {
     /// Takes this node into its cluster: resumes the one it already belongs to,
     /// bootstraps a new one (when it is the first seed and no other seed knows a
     /// cluster), or joins one through `seeds` (internode addresses).
-    pub async fn enter(&self, seeds: &[SocketAddr]) -> Result<(), ClusterError> {
+    pub async fn enter(
+        &self,
+        seeds: &[SocketAddr],
+        replacing: Option<std::net::IpAddr>,
+    ) -> Result<(), ClusterError> {
         if self.resuming {
             tracing::info!("resuming cluster membership from local metadata");
             self.reregister_if_moved().await;
@@ -200,10 +217,10 @@ impl ClusterMetadata {
         let first_seed = seeds
             .first()
             .is_none_or(|s| *s == self.me.internode_address);
-        if first_seed && !self.any_seed_has_cluster(&others).await {
+        if replacing.is_none() && first_seed && !self.any_seed_has_cluster(&others).await {
             self.bootstrap().await
         } else {
-            self.join(&others).await
+            self.join(&others, replacing).await
         }
     }
 
@@ -217,7 +234,10 @@ impl ClusterMetadata {
             .initialize(members)
             .await
             .map_err(|e| ClusterError::Raft(e.to_string()))?;
-        self.propose(Command::AddMember(self.me.clone())).await?;
+        // The first node owns everything there is: it is normal from the start.
+        let mut me = self.me.clone();
+        me.state = MemberState::Normal;
+        self.propose(Command::AddMember(me)).await?;
         Ok(())
     }
 
@@ -244,7 +264,11 @@ impl ClusterMetadata {
         self.state().members.contains_key(&self.me.node_id())
     }
 
-    async fn join(&self, seeds: &[SocketAddr]) -> Result<(), ClusterError> {
+    async fn join(
+        &self,
+        seeds: &[SocketAddr],
+        replacing: Option<std::net::IpAddr>,
+    ) -> Result<(), ClusterError> {
         let deadline = tokio::time::Instant::now() + JOIN_DEADLINE;
         let mut last_problem = String::from("no seed answered");
         loop {
@@ -253,7 +277,10 @@ impl ClusterMetadata {
                     .transport
                     .call(
                         *seed,
-                        ClusterRequest::Join(self.me.clone()),
+                        ClusterRequest::Join {
+                            member: self.me.clone(),
+                            replacing,
+                        },
                         Duration::from_secs(30),
                     )
                     .await;
@@ -284,7 +311,11 @@ impl ClusterMetadata {
     /// After a restart on a new address, tell the cluster where this node is now.
     async fn reregister_if_moved(&self) {
         let known = self.state().members.get(&self.me.node_id()).cloned();
-        if known.as_ref() != Some(&self.me) {
+        let moved = known.as_ref().is_none_or(|known| {
+            known.internode_address != self.me.internode_address
+                || known.cql_address != self.me.cql_address
+        });
+        if moved {
             if let Err(error) = self.propose(Command::AddMember(self.me.clone())).await {
                 tracing::warn!(%error, "could not update this node's address in the cluster");
             }
@@ -370,37 +401,54 @@ impl ClusterMetadata {
     pub async fn handle(&self, request: ClusterRequest) -> ClusterResponse {
         let error = |e: &dyn std::fmt::Display| ClusterResponse::Error(e.to_string());
         match request {
-            ClusterRequest::AppendEntries(rpc) => match self.raft.append_entries(rpc).await {
-                Ok(response) => ClusterResponse::AppendEntries(response),
-                Err(e) => error(&e),
-            },
-            ClusterRequest::Vote(rpc) => match self.raft.vote(rpc).await {
+            ClusterRequest::AppendEntries { to, .. }
+            | ClusterRequest::Vote { to, .. }
+            | ClusterRequest::InstallSnapshot { to, .. }
+                if to != self.me.node_id() =>
+            {
+                ClusterResponse::Error(format!(
+                    "this is node {:016x}, not {to:016x} (it replaced that node)",
+                    self.me.node_id()
+                ))
+            }
+            ClusterRequest::AppendEntries { rpc, .. } => {
+                match self.raft.append_entries(rpc).await {
+                    Ok(response) => ClusterResponse::AppendEntries(response),
+                    Err(e) => error(&e),
+                }
+            }
+            ClusterRequest::Vote { rpc, .. } => match self.raft.vote(rpc).await {
                 Ok(response) => ClusterResponse::Vote(response),
                 Err(e) => error(&e),
             },
-            ClusterRequest::InstallSnapshot(rpc) => match self.raft.install_snapshot(rpc).await {
-                Ok(response) => ClusterResponse::InstallSnapshot(response),
-                Err(e) => error(&e),
-            },
-            ClusterRequest::HoldsData => {
-                ClusterResponse::HoldsData(self.local_data.holds_user_data())
+            ClusterRequest::InstallSnapshot { rpc, .. } => {
+                match self.raft.install_snapshot(rpc).await {
+                    Ok(response) => ClusterResponse::InstallSnapshot(response),
+                    Err(e) => error(&e),
+                }
             }
             ClusterRequest::Membership => ClusterResponse::Membership(self.is_member()),
             ClusterRequest::Propose(command) => match self.raft.client_write(command).await {
                 Ok(response) => ClusterResponse::Proposed(response.data, response.log_id.index),
                 Err(e) => error(&e),
             },
-            ClusterRequest::Join(member) => match self.admit(member).await {
+            ClusterRequest::Join { member, replacing } => match self.admit(member, replacing).await
+            {
                 Ok(()) => ClusterResponse::Joined,
                 Err(e) => error(&e),
             },
         }
     }
 
-    /// Leader side of a join: refuse when the cluster holds data, else add the node to
-    /// Raft (as a voter while there are fewer than [`MAX_VOTERS`]) and to the members.
-    async fn admit(&self, member: Member) -> Result<(), ClusterError> {
-        if self.raft.current_leader().await != Some(self.me.node_id()) {
+    /// Leader side of a join: add the node to Raft (as a voter while there are fewer than
+    /// [`MAX_VOTERS`]) and to the members, as `Joining`. A node replacing a dead one first
+    /// takes that one out of Raft (it would otherwise answer for it at the same address).
+    async fn admit(
+        &self,
+        mut member: Member,
+        replacing: Option<std::net::IpAddr>,
+    ) -> Result<(), ClusterError> {
+        if !self.is_leader().await {
             let leader = self.leader_address().await.ok_or(ClusterError::NoLeader)?;
             if leader == self.me.internode_address {
                 return Err(ClusterError::NoLeader);
@@ -409,7 +457,7 @@ impl ClusterMetadata {
                 .transport
                 .call(
                     leader,
-                    ClusterRequest::Join(member),
+                    ClusterRequest::Join { member, replacing },
                     Duration::from_secs(30),
                 )
                 .await
@@ -422,12 +470,37 @@ impl ClusterMetadata {
         }
         let _admission = self.admissions.lock().await;
         let state = self.state();
-        let rejoining = state.members.contains_key(&member.node_id());
-        if !rejoining && self.cluster_holds_data(&state).await {
-            return Err(ClusterError::Refused(format!(
-                "refused: {} cannot join because the cluster already holds data, and moving data to a new node is not supported yet",
-                member.internode_address
-            )));
+        if let Some(address) = replacing {
+            let old = state
+                .members
+                .values()
+                .find(|m| m.internode_address.ip() == address && m.node_id() != member.node_id());
+            match old {
+                Some(old) => member.replaces = Some(old.host_id),
+                None if state.members.contains_key(&member.node_id()) => {}
+                None => {
+                    return Err(ClusterError::Refused(format!(
+                        "refused: there is no member at {address} to replace"
+                    )))
+                }
+            }
+        }
+        if let Some(replaced) = member
+            .replaces
+            .filter(|_| !state.members.contains_key(&member.node_id()))
+        {
+            let Some(old) = state.member_by_host(&replaced) else {
+                return Err(ClusterError::Refused(format!(
+                    "refused: {} replaces {replaced}, which is not a member",
+                    member.internode_address
+                )));
+            };
+            if old.node_id() == member.node_id() {
+                return Err(ClusterError::Refused(
+                    "refused: a node cannot replace itself".into(),
+                ));
+            }
+            self.remove_from_raft(old.node_id()).await?;
         }
         let id = member.node_id();
         let node = BasicNode::new(member.internode_address.to_string());
@@ -435,48 +508,129 @@ impl ClusterMetadata {
             .add_learner(id, node, true)
             .await
             .map_err(|e| ClusterError::Raft(e.to_string()))?;
-        let voters: BTreeSet<NodeId> = self
-            .raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .voter_ids()
-            .collect();
+        let voters = self.voters();
         if voters.len() < MAX_VOTERS && !voters.contains(&id) {
             self.raft
                 .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), true)
                 .await
                 .map_err(|e| ClusterError::Raft(e.to_string()))?;
         }
-        match self.propose(Command::AddMember(member)).await? {
+        let mut joining = member;
+        if !state.members.contains_key(&id) {
+            joining.state = MemberState::Joining;
+        }
+        match self.propose(Command::AddMember(joining)).await? {
             CommandOutcome::Applied => Ok(()),
+            CommandOutcome::Rejected(reason) => {
+                Err(ClusterError::Refused(format!("refused: {reason}")))
+            }
             other => Err(ClusterError::Raft(format!("{other:?}"))),
         }
     }
 
-    async fn cluster_holds_data(&self, state: &ClusterState) -> bool {
-        if self.local_data.holds_user_data() {
-            return true;
+    /// True when this node leads the metadata Raft group.
+    pub async fn is_leader(&self) -> bool {
+        self.raft.current_leader().await == Some(self.me.node_id())
+    }
+
+    /// Takes `node` out of the Raft group (as a voter and as a learner). Leader only.
+    async fn remove_from_raft(&self, node: NodeId) -> Result<(), ClusterError> {
+        let membership = self.raft.metrics().borrow().membership_config.clone();
+        let membership = membership.membership();
+        if membership.voter_ids().any(|v| v == node) {
+            self.raft
+                .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([node])), false)
+                .await
+                .map_err(|e| ClusterError::Raft(e.to_string()))?;
+        } else if membership.get_node(&node).is_some() {
+            self.raft
+                .change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([node])), false)
+                .await
+                .map_err(|e| ClusterError::Raft(e.to_string()))?;
         }
-        for member in state.members.values() {
-            if member.host_id == self.me.host_id {
+        Ok(())
+    }
+
+    /// Promotes learners among `candidates` (in order) until the group has
+    /// [`MAX_VOTERS`] voters or none is left. Leader only; the caller names live members.
+    pub async fn fill_voters(&self, candidates: &[NodeId]) -> Result<(), ClusterError> {
+        let _admission = self.admissions.lock().await;
+        for candidate in candidates {
+            let voters = self.voters();
+            if voters.len() >= MAX_VOTERS {
+                break;
+            }
+            let is_learner = self
+                .raft
+                .metrics()
+                .borrow()
+                .membership_config
+                .membership()
+                .get_node(candidate)
+                .is_some();
+            if voters.contains(candidate) || !is_learner {
                 continue;
             }
-            let answer = self
-                .transport
-                .call(
-                    member.internode_address,
-                    ClusterRequest::HoldsData,
-                    Duration::from_secs(2),
+            tracing::info!(
+                node = format!("{candidate:016x}"),
+                "promoting a learner to metadata voter"
+            );
+            self.raft
+                .change_membership(
+                    ChangeMembers::AddVoterIds(BTreeSet::from([*candidate])),
+                    true,
                 )
-                .await;
-            // A member that does not answer may hold data: refuse rather than guess.
-            if !matches!(answer, Ok(ClusterResponse::HoldsData(false))) {
-                return true;
-            }
+                .await
+                .map_err(|e| ClusterError::Raft(e.to_string()))?;
         }
-        false
+        Ok(())
+    }
+
+    /// Makes the learner `node` a voter even when the group is full: a voter about to
+    /// leave is replaced this way before it goes. Leader only.
+    pub async fn promote(&self, node: NodeId) -> Result<(), ClusterError> {
+        let _admission = self.admissions.lock().await;
+        if self.voters().contains(&node) {
+            return Ok(());
+        }
+        self.raft
+            .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([node])), true)
+            .await
+            .map_err(|e| ClusterError::Raft(e.to_string()))?;
+        Ok(())
+    }
+
+    /// Takes a member that holds nothing any more out of the cluster: out of the members
+    /// (so it learns it has left, if it is still listening), then out of Raft once it has
+    /// had a chance to apply that (bounded wait). Leader only; voters are replaced with
+    /// [`ClusterMetadata::fill_voters`] first.
+    pub async fn retire(&self, host: HostId) -> Result<CommandOutcome, ClusterError> {
+        let node = node_id_of(&host);
+        let outcome = self.propose(Command::RemoveMember(host)).await?;
+        if outcome != CommandOutcome::Applied {
+            return Ok(outcome);
+        }
+        let removed_at = self.raft.metrics().borrow().last_applied.map(|l| l.index);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while tokio::time::Instant::now() < deadline {
+            let caught_up = self
+                .raft
+                .metrics()
+                .borrow()
+                .replication
+                .as_ref()
+                .and_then(|r| r.get(&node).cloned())
+                .flatten()
+                .map(|l| l.index)
+                >= removed_at;
+            if caught_up {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let _admission = self.admissions.lock().await;
+        self.remove_from_raft(node).await?;
+        Ok(outcome)
     }
 
     async fn leader_address(&self) -> Option<SocketAddr> {
@@ -508,6 +662,7 @@ struct Network {
 }
 
 struct PeerChannel {
+    target: NodeId,
     address: Result<SocketAddr, String>,
     transport: Arc<dyn ClusterTransport>,
 }
@@ -515,8 +670,9 @@ struct PeerChannel {
 impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = PeerChannel;
 
-    async fn new_client(&mut self, _target: NodeId, node: &BasicNode) -> PeerChannel {
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerChannel {
         PeerChannel {
+            target,
             address: node
                 .addr
                 .parse()
@@ -576,7 +732,13 @@ impl RaftNetwork<TypeConfig> for PeerChannel {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
         match self
-            .call(ClusterRequest::AppendEntries(rpc), &option)
+            .call(
+                ClusterRequest::AppendEntries {
+                    to: self.target,
+                    rpc,
+                },
+                &option,
+            )
             .await?
         {
             ClusterResponse::AppendEntries(response) => Ok(response),
@@ -593,7 +755,13 @@ impl RaftNetwork<TypeConfig> for PeerChannel {
         RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
     > {
         match self
-            .call(ClusterRequest::InstallSnapshot(rpc), &option)
+            .call(
+                ClusterRequest::InstallSnapshot {
+                    to: self.target,
+                    rpc,
+                },
+                &option,
+            )
             .await?
         {
             ClusterResponse::InstallSnapshot(response) => Ok(response),
@@ -606,7 +774,11 @@ impl RaftNetwork<TypeConfig> for PeerChannel {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        match self.call(ClusterRequest::Vote(rpc), &option).await? {
+        let request = ClusterRequest::Vote {
+            to: self.target,
+            rpc,
+        };
+        match self.call(request, &option).await? {
             ClusterResponse::Vote(response) => Ok(response),
             other => Err(unexpected(other)),
         }

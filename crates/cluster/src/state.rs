@@ -3,8 +3,21 @@
 //!
 //! [`ClusterState`] changes only by [`ClusterState::apply`]ing a [`Command`] that Raft has
 //! committed, so every node computes the same state from the same log. Apply is pure and
-//! deterministic (no clocks, no randomness): tablet placement is a function of the members
-//! and the keyspace's replication.
+//! deterministic (no clocks, no randomness): a new table's tablets are placed by a function
+//! of the members and the keyspace's replication, and every later change to a tablet's
+//! replicas is a command of its own with a precondition checked here.
+//!
+//! **Members** go through [`MemberState`]s: a node joins as `Joining`, becomes `Normal`
+//! once the balancer has given it its share of tablets, and leaves as `Leaving`
+//! (decommission, streaming its replicas away) or `Removing` (removenode or replaced: its
+//! replicas are rebuilt from the others); [`Command::RemoveMember`] takes it out once it
+//! holds nothing.
+//!
+//! **Tablet migrations** ([`shoal_placement::Transition`]) start with
+//! [`Command::StartMigration`], move one stage at a time with [`Command::AdvanceMigration`]
+//! and end with [`Command::EndMigration`] (done, or aborted before the replica set
+//! switched). Each of them bumps [`ClusterState::topology_version`], the number replicas
+//! fence stale coordinators with.
 //!
 //! The schema is opaque here (bytes plus a version UUID): the coordinator owns what a
 //! keyspace or table is. Schema changes are compare-and-set on the version, so two nodes
@@ -12,16 +25,19 @@
 //! schema moved on, and retries against the newer one.
 
 use serde::{Deserialize, Serialize};
-use shoal_model::{HostId, TableId, Token};
-use shoal_placement::{NodeDescriptor, ReplicationStrategy, TabletMap};
+use shoal_model::{HostId, TableId, TabletId, Token};
+use shoal_placement::{
+    MigrationId, MigrationStage, NodeDescriptor, ReplicationStrategy, TabletMap, Transition,
+};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 /// A node's Raft id: the first eight bytes of its host id.
 pub type NodeId = u64;
 
-/// Tablets per table for each member: a table on N nodes has `TABLETS_PER_NODE * N`
-/// tablets, so each node is first replica for about this many of them.
+/// Tablets per table for each member: a table created on N nodes has
+/// `TABLETS_PER_NODE * N` tablets, so each node is first replica for about this many of
+/// them.
 pub const TABLETS_PER_NODE: usize = 8;
 
 pub fn node_id_of(host_id: &HostId) -> NodeId {
@@ -33,15 +49,39 @@ pub fn node_id_of(host_id: &HostId) -> NodeId {
 /// Where a member is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MemberState {
+    /// Admitted; receiving its share of tablets.
+    Joining,
     /// Owns tablets and serves requests.
     Normal,
+    /// Decommissioning: streaming its replicas to other nodes before it leaves.
+    Leaving,
+    /// Dead and being removed (removenode, or replaced by a new node): its replicas are
+    /// rebuilt on other nodes from the surviving ones.
+    Removing,
 }
 
 impl MemberState {
     pub fn name(self) -> &'static str {
         match self {
+            MemberState::Joining => "joining",
             MemberState::Normal => "normal",
+            MemberState::Leaving => "leaving",
+            MemberState::Removing => "removing",
         }
+    }
+
+    /// The letter `nodetool status` shows: N, J or L.
+    pub fn letter(self) -> char {
+        match self {
+            MemberState::Joining => 'J',
+            MemberState::Normal => 'N',
+            MemberState::Leaving | MemberState::Removing => 'L',
+        }
+    }
+
+    /// May be given new replicas.
+    pub fn accepts_replicas(self) -> bool {
+        matches!(self, MemberState::Joining | MemberState::Normal)
     }
 }
 
@@ -56,6 +96,8 @@ pub struct Member {
     pub datacenter: String,
     pub rack: String,
     pub state: MemberState,
+    /// The dead member this one replaces (its replicas are rebuilt here first).
+    pub replaces: Option<HostId>,
 }
 
 impl Member {
@@ -83,7 +125,8 @@ pub struct TablePlacement {
 /// What the replicated log carries.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Command {
-    /// A node joins (or re-registers with a new address).
+    /// A node joins (or re-registers with a new address, keeping its state). A member
+    /// that replaces another marks that one `Removing`.
     AddMember(Member),
     /// Replaces the schema if it is still at `base_version` (`None`: no schema yet).
     /// `tables` lists every table that exists afterwards with its replication.
@@ -97,6 +140,41 @@ pub enum Command {
     ChangeRoles {
         base_version: Option<[u8; 16]>,
         roles: VersionedRecord,
+    },
+    /// Moves a member to state `to` if it is in one of `from`.
+    SetMemberState {
+        host_id: HostId,
+        from: Vec<MemberState>,
+        to: MemberState,
+    },
+    /// Takes a member that holds no replica out of the cluster.
+    RemoveMember(HostId),
+    /// Starts moving a replica of a tablet: `leaving` gives it up, `pending` receives it.
+    StartMigration {
+        table: TableId,
+        tablet: TabletId,
+        leaving: Option<HostId>,
+        pending: Option<HostId>,
+    },
+    /// Moves a migration to its next stage, `to`.
+    AdvanceMigration {
+        table: TableId,
+        tablet: TabletId,
+        migration: MigrationId,
+        to: MigrationStage,
+    },
+    /// Ends a migration: done (after `Cleanup`) or `aborted` (before it, leaving the old
+    /// replica set in place).
+    EndMigration {
+        table: TableId,
+        tablet: TabletId,
+        migration: MigrationId,
+        aborted: bool,
+    },
+    /// Makes each listed replica its tablet's primary (first replica). No data moves.
+    SetPrimaries {
+        table: TableId,
+        primaries: Vec<(TabletId, HostId)>,
     },
 }
 
@@ -119,57 +197,28 @@ pub struct ClusterState {
     pub tables: BTreeMap<TableId, TablePlacement>,
     /// Roles and permissions (`shoal-auth`); `None` until authentication is first used.
     pub roles: Option<VersionedRecord>,
+    /// Bumped by every change to members or tablets: a replica that has been told (by a
+    /// barrier) that the topology reached version `v` refuses requests from coordinators
+    /// still routing by an older one.
+    pub topology_version: u64,
+    /// The id the next migration gets.
+    pub next_migration: u64,
+}
+
+fn rejected(reason: impl Into<String>) -> CommandOutcome {
+    CommandOutcome::Rejected(reason.into())
 }
 
 impl ClusterState {
     pub fn apply(&mut self, command: Command) -> CommandOutcome {
-        match command {
-            Command::AddMember(member) => {
-                self.members.insert(member.node_id(), member);
-                let tables = std::mem::take(&mut self.tables);
-                for (id, placement) in tables {
-                    match self.place(&placement.strategy) {
-                        Ok(tablets) => {
-                            self.tables.insert(
-                                id,
-                                TablePlacement {
-                                    strategy: placement.strategy,
-                                    tablets,
-                                },
-                            );
-                        }
-                        Err(error) => return CommandOutcome::Rejected(error.to_string()),
-                    }
-                }
-                CommandOutcome::Applied
-            }
+        let changes_topology = !matches!(command, Command::ChangeRoles { .. });
+        let outcome = match command {
+            Command::AddMember(member) => self.add_member(member),
             Command::ChangeSchema {
                 base_version,
                 schema,
                 tables,
-            } => {
-                if base_version != self.schema.as_ref().map(|s| s.version) {
-                    return CommandOutcome::Moved;
-                }
-                let mut placed = BTreeMap::new();
-                for (id, strategy) in tables {
-                    let unchanged = self
-                        .tables
-                        .get(&id)
-                        .filter(|existing| existing.strategy == strategy);
-                    let placement = match unchanged {
-                        Some(existing) => existing.clone(),
-                        None => match self.place(&strategy) {
-                            Ok(tablets) => TablePlacement { strategy, tablets },
-                            Err(error) => return CommandOutcome::Rejected(error.to_string()),
-                        },
-                    };
-                    placed.insert(id, placement);
-                }
-                self.tables = placed;
-                self.schema = Some(schema);
-                CommandOutcome::Applied
-            }
+            } => self.change_schema(base_version, schema, tables),
             Command::ChangeRoles {
                 base_version,
                 roles,
@@ -180,12 +229,251 @@ impl ClusterState {
                 self.roles = Some(roles);
                 CommandOutcome::Applied
             }
+            Command::SetMemberState { host_id, from, to } => {
+                match self.members.get_mut(&node_id_of(&host_id)) {
+                    Some(member) if member.host_id == host_id && from.contains(&member.state) => {
+                        member.state = to;
+                        CommandOutcome::Applied
+                    }
+                    Some(member) => rejected(format!(
+                        "the node is {}, not {}",
+                        member.state.name(),
+                        from.iter()
+                            .map(|s| s.name())
+                            .collect::<Vec<_>>()
+                            .join(" or ")
+                    )),
+                    None => rejected(format!("no member has host id {host_id}")),
+                }
+            }
+            Command::RemoveMember(host_id) => self.remove_member(host_id),
+            Command::StartMigration {
+                table,
+                tablet,
+                leaving,
+                pending,
+            } => self.start_migration(table, tablet, leaving, pending),
+            Command::AdvanceMigration {
+                table,
+                tablet,
+                migration,
+                to,
+            } => self.advance_migration(table, tablet, migration, to),
+            Command::EndMigration {
+                table,
+                tablet,
+                migration,
+                aborted,
+            } => self.end_migration(table, tablet, migration, aborted),
+            Command::SetPrimaries { table, primaries } => {
+                let Some(placement) = self.tables.get_mut(&table) else {
+                    return rejected("no such table");
+                };
+                for (id, primary) in primaries {
+                    let Some(tablet) = placement.tablets.get_mut(id) else {
+                        continue;
+                    };
+                    if tablet.transition.is_some() {
+                        continue;
+                    }
+                    if let Some(position) = tablet.replicas.iter().position(|h| *h == primary) {
+                        tablet.replicas.swap(0, position);
+                    }
+                }
+                CommandOutcome::Applied
+            }
+        };
+        if changes_topology && outcome == CommandOutcome::Applied {
+            self.topology_version += 1;
         }
+        outcome
     }
 
+    fn add_member(&mut self, mut member: Member) -> CommandOutcome {
+        if let Some(known) = self.members.get(&member.node_id()) {
+            // Re-registering (a new address after a restart): the state stays.
+            member.state = known.state;
+            member.replaces = known.replaces;
+        } else if let Some(replaced) = member.replaces {
+            match self.members.get_mut(&node_id_of(&replaced)) {
+                Some(old) if old.host_id == replaced => old.state = MemberState::Removing,
+                _ => return rejected(format!("no member {replaced} to replace")),
+            }
+        }
+        self.members.insert(member.node_id(), member);
+        CommandOutcome::Applied
+    }
+
+    fn change_schema(
+        &mut self,
+        base_version: Option<[u8; 16]>,
+        schema: VersionedRecord,
+        tables: BTreeMap<TableId, ReplicationStrategy>,
+    ) -> CommandOutcome {
+        if base_version != self.schema.as_ref().map(|s| s.version) {
+            return CommandOutcome::Moved;
+        }
+        let mut placed = BTreeMap::new();
+        for (id, strategy) in tables {
+            let placement = match self.tables.get(&id) {
+                // An existing table keeps its tablets; a new replication is reached by
+                // migrations the balancer plans (adding or dropping replicas).
+                Some(existing) => TablePlacement {
+                    strategy,
+                    tablets: existing.tablets.clone(),
+                },
+                None => match self.place(&strategy) {
+                    Ok(tablets) => TablePlacement { strategy, tablets },
+                    Err(error) => return rejected(error.to_string()),
+                },
+            };
+            placed.insert(id, placement);
+        }
+        self.tables = placed;
+        self.schema = Some(schema);
+        CommandOutcome::Applied
+    }
+
+    fn remove_member(&mut self, host_id: HostId) -> CommandOutcome {
+        let Some(member) = self.members.get(&node_id_of(&host_id)) else {
+            return rejected(format!("no member has host id {host_id}"));
+        };
+        if member.state == MemberState::Normal {
+            return rejected("a normal member must leave (decommission) or be removed first");
+        }
+        let involved = self
+            .tables
+            .values()
+            .flat_map(|p| p.tablets.tablets())
+            .any(|t| t.involves(&host_id));
+        if involved {
+            return rejected("the member still holds or receives replicas");
+        }
+        self.members.remove(&node_id_of(&host_id));
+        CommandOutcome::Applied
+    }
+
+    fn start_migration(
+        &mut self,
+        table: TableId,
+        tablet: TabletId,
+        leaving: Option<HostId>,
+        pending: Option<HostId>,
+    ) -> CommandOutcome {
+        if let Some(pending) = pending {
+            match self.member_by_host(&pending) {
+                Some(member) if member.state.accepts_replicas() => {}
+                Some(member) => {
+                    return rejected(format!(
+                        "{} cannot receive replicas while {}",
+                        member.internode_address,
+                        member.state.name()
+                    ))
+                }
+                None => return rejected(format!("no member has host id {pending}")),
+            }
+        }
+        if leaving.is_none() && pending.is_none() {
+            return rejected("a migration moves a replica somewhere");
+        }
+        let id = MigrationId(self.next_migration);
+        let Some(target) = self
+            .tables
+            .get_mut(&table)
+            .and_then(|p| p.tablets.get_mut(tablet))
+        else {
+            return rejected("no such tablet");
+        };
+        if target.transition.is_some() {
+            return rejected("the tablet is already moving");
+        }
+        if leaving.is_some_and(|h| !target.replicas.contains(&h)) {
+            return rejected("the leaving node is not a replica of the tablet");
+        }
+        if pending.is_some_and(|h| target.replicas.contains(&h)) {
+            return rejected("the pending node already is a replica of the tablet");
+        }
+        target.transition = Some(Transition {
+            id,
+            leaving,
+            pending,
+            // Dropping a replica streams nothing: reads leave it at once.
+            stage: if pending.is_some() {
+                MigrationStage::Allocated
+            } else {
+                MigrationStage::ReadNew
+            },
+        });
+        self.next_migration += 1;
+        CommandOutcome::Applied
+    }
+
+    fn advance_migration(
+        &mut self,
+        table: TableId,
+        tablet: TabletId,
+        migration: MigrationId,
+        to: MigrationStage,
+    ) -> CommandOutcome {
+        let Some(target) = self
+            .tables
+            .get_mut(&table)
+            .and_then(|p| p.tablets.get_mut(tablet))
+        else {
+            return rejected("no such tablet");
+        };
+        let new_replicas = target.new_replicas();
+        let Some(transition) = target.transition.as_mut().filter(|t| t.id == migration) else {
+            return rejected(format!("{migration} is not under way"));
+        };
+        if transition.stage.next() != Some(to) {
+            return rejected(format!(
+                "{migration} is at {}, not before {}",
+                transition.stage.name(),
+                to.name()
+            ));
+        }
+        transition.stage = to;
+        if to == MigrationStage::Cleanup {
+            target.replicas = new_replicas;
+        }
+        CommandOutcome::Applied
+    }
+
+    fn end_migration(
+        &mut self,
+        table: TableId,
+        tablet: TabletId,
+        migration: MigrationId,
+        aborted: bool,
+    ) -> CommandOutcome {
+        let Some(target) = self
+            .tables
+            .get_mut(&table)
+            .and_then(|p| p.tablets.get_mut(tablet))
+        else {
+            return rejected("no such tablet");
+        };
+        let Some(transition) = target.transition.as_ref().filter(|t| t.id == migration) else {
+            return rejected(format!("{migration} is not under way"));
+        };
+        let at_cleanup = transition.stage == MigrationStage::Cleanup;
+        if aborted == at_cleanup {
+            return rejected(if aborted {
+                "the replica set has already switched: the migration can only finish"
+            } else {
+                "the migration has not reached cleanup"
+            });
+        }
+        target.transition = None;
+        CommandOutcome::Applied
+    }
+
+    /// Members that new tables are placed on: joining and normal ones.
     fn descriptors(&self) -> Vec<NodeDescriptor> {
         self.members
             .values()
+            .filter(|m| m.state.accepts_replicas())
             .map(|m| NodeDescriptor {
                 id: m.host_id,
                 datacenter: m.datacenter.clone(),
@@ -195,7 +483,7 @@ impl ClusterState {
     }
 
     fn tablet_count(&self) -> usize {
-        TABLETS_PER_NODE * self.members.len().max(1)
+        TABLETS_PER_NODE * self.descriptors().len().max(1)
     }
 
     fn place(
@@ -205,9 +493,10 @@ impl ClusterState {
         shoal_placement::place(self.tablet_count(), strategy, &self.descriptors())
     }
 
-    /// The tokens `host_id` reports to drivers: the last tokens of the tablets it is first
-    /// replica for. Every table places its first replicas the same way (tablet `i` starts
-    /// at member `i`), so one ring describes them all.
+    /// The tokens `host_id` reports to drivers: the last tokens of the tablets it would be
+    /// first replica for in a table created now (tablet `i` starts at member `i`), which is
+    /// where a new table's tablets are. Tablets moved since route through a coordinator
+    /// that forwards (one hop more), as with any token-unaware client.
     pub fn tokens_of(&self, host_id: &HostId) -> Vec<Token> {
         match self.place(&ReplicationStrategy::Simple { factor: 1 }) {
             Ok(ring) => ring.tokens_of(host_id),
@@ -215,15 +504,17 @@ impl ClusterState {
         }
     }
 
-    /// The replicas of `token` in table `table_id`, first replica first.
-    pub fn replicas(&self, table_id: &TableId, token: Token) -> Option<&[HostId]> {
+    /// The replicas reads of `token` in table `table_id` ask, first replica first.
+    pub fn replicas(&self, table_id: &TableId, token: Token) -> Option<Vec<HostId>> {
         self.tables
             .get(table_id)
-            .map(|placement| placement.tablets.tablet_for(token).replicas.as_slice())
+            .map(|placement| placement.tablets.tablet_for(token).read_replicas())
     }
 
     pub fn member_by_host(&self, host_id: &HostId) -> Option<&Member> {
-        self.members.get(&node_id_of(host_id))
+        self.members
+            .get(&node_id_of(host_id))
+            .filter(|m| m.host_id == *host_id)
     }
 
     /// How many tablets of any table `host_id` holds a replica of.
@@ -233,6 +524,19 @@ impl ClusterState {
             .flat_map(|p| p.tablets.tablets())
             .filter(|t| t.replicas.contains(host_id))
             .count()
+    }
+
+    /// Every migration under way: `(table, tablet, transition)`.
+    pub fn migrations(&self) -> Vec<(TableId, TabletId, Transition)> {
+        self.tables
+            .iter()
+            .flat_map(|(table, placement)| {
+                placement
+                    .tablets
+                    .transitions()
+                    .map(move |(tablet, transition)| (*table, tablet.id, transition.clone()))
+            })
+            .collect()
     }
 }
 
@@ -248,6 +552,7 @@ mod tests {
             datacenter: "datacenter1".into(),
             rack: "rack1".into(),
             state: MemberState::Normal,
+            replaces: None,
         }
     }
 
@@ -280,38 +585,296 @@ mod tests {
         assert_eq!(state.tables.len(), 1);
     }
 
-    #[test]
-    fn tables_are_replaced_when_members_join_and_the_ring_follows() {
+    const TABLE: TableId = TableId([9; 16]);
+
+    /// Three normal members and one table of factor `factor`.
+    fn three_nodes_one_table(factor: usize) -> ClusterState {
         let mut state = ClusterState::default();
-        state.apply(Command::AddMember(member(1)));
+        for id in 1..=3 {
+            state.apply(Command::AddMember(member(id)));
+        }
         state.apply(Command::ChangeSchema {
             base_version: None,
             schema: schema(1),
-            tables: BTreeMap::from([(TableId([9; 16]), ReplicationStrategy::Simple { factor: 2 })]),
+            tables: BTreeMap::from([(TABLE, ReplicationStrategy::Simple { factor })]),
         });
+        state
+    }
+
+    fn tablet(state: &ClusterState, id: u64) -> &shoal_placement::Tablet {
+        state.tables[&TABLE].tablets.get(TabletId(id)).unwrap()
+    }
+
+    #[test]
+    fn existing_tables_keep_their_tablets_when_members_join_and_replication_changes() {
+        let mut state = three_nodes_one_table(2);
+        let before = state.tables[&TABLE].tablets.clone();
+        assert_eq!(before.tablets().len(), 3 * TABLETS_PER_NODE);
+        let mut joining = member(4);
+        joining.state = MemberState::Joining;
         assert_eq!(
-            state.replicas(&TableId([9; 16]), Token(0)).unwrap().len(),
-            1
+            state.apply(Command::AddMember(joining)),
+            CommandOutcome::Applied
         );
-        state.apply(Command::AddMember(member(2)));
-        state.apply(Command::AddMember(member(3)));
-        let placement = &state.tables[&TableId([9; 16])];
-        assert_eq!(placement.tablets.tablets().len(), 3 * TABLETS_PER_NODE);
-        for tablet in placement.tablets.tablets() {
-            assert_eq!(tablet.replicas.len(), 2);
-        }
-        // Each node reports the tokens of the tablets it is first replica for, and those
-        // are exactly the tablets whose first replica the table placed on it.
-        for id in 1..=3u8 {
+        assert_eq!(state.tables[&TABLE].tablets, before);
+        state.apply(Command::ChangeSchema {
+            base_version: Some([1; 16]),
+            schema: schema(2),
+            tables: BTreeMap::from([(TABLE, ReplicationStrategy::Simple { factor: 3 })]),
+        });
+        assert_eq!(state.tables[&TABLE].tablets, before);
+        assert_eq!(
+            state.tables[&TABLE].strategy,
+            ReplicationStrategy::Simple { factor: 3 }
+        );
+        // A table created now is placed over the four nodes, and each node reports the
+        // tokens of the tablets it is first replica of there.
+        state.apply(Command::ChangeSchema {
+            base_version: Some([2; 16]),
+            schema: schema(3),
+            tables: BTreeMap::from([
+                (TABLE, ReplicationStrategy::Simple { factor: 3 }),
+                (TableId([8; 16]), ReplicationStrategy::Simple { factor: 1 }),
+            ]),
+        });
+        let new_table = &state.tables[&TableId([8; 16])].tablets;
+        assert_eq!(new_table.tablets().len(), 4 * TABLETS_PER_NODE);
+        for id in 1..=4u8 {
             let tokens = state.tokens_of(&HostId([id; 16]));
             assert_eq!(tokens.len(), TABLETS_PER_NODE);
             for token in tokens {
-                assert_eq!(
-                    state.replicas(&TableId([9; 16]), token).unwrap()[0],
-                    HostId([id; 16])
-                );
+                assert_eq!(new_table.tablet_for(token).replicas[0], HostId([id; 16]));
             }
         }
+    }
+
+    #[test]
+    fn a_migration_walks_its_stages_and_switches_replicas_at_cleanup() {
+        let mut state = three_nodes_one_table(2);
+        let mut joining = member(4);
+        joining.state = MemberState::Joining;
+        state.apply(Command::AddMember(joining));
+        let old = tablet(&state, 0).replicas.clone();
+        let leaving = old[1];
+        let version = state.topology_version;
+        let start = Command::StartMigration {
+            table: TABLE,
+            tablet: TabletId(0),
+            leaving: Some(leaving),
+            pending: Some(HostId([4; 16])),
+        };
+        assert_eq!(state.apply(start.clone()), CommandOutcome::Applied);
+        assert_eq!(state.topology_version, version + 1);
+        let migration = tablet(&state, 0).transition.as_ref().unwrap().id;
+        assert!(matches!(state.apply(start), CommandOutcome::Rejected(_)));
+        for to in [
+            MigrationStage::WriteBoth,
+            MigrationStage::ReadNew,
+            MigrationStage::Cleanup,
+        ] {
+            assert_eq!(tablet(&state, 0).replicas, old, "switched before {to:?}");
+            assert_eq!(
+                state.apply(Command::AdvanceMigration {
+                    table: TABLE,
+                    tablet: TabletId(0),
+                    migration,
+                    to,
+                }),
+                CommandOutcome::Applied
+            );
+        }
+        assert_eq!(tablet(&state, 0).replicas, vec![old[0], HostId([4; 16])]);
+        let end = |aborted| Command::EndMigration {
+            table: TABLE,
+            tablet: TabletId(0),
+            migration,
+            aborted,
+        };
+        assert!(matches!(
+            state.apply(end(true)),
+            CommandOutcome::Rejected(_)
+        ));
+        assert_eq!(state.apply(end(false)), CommandOutcome::Applied);
+        assert!(tablet(&state, 0).transition.is_none());
+        assert_eq!(state.next_migration, migration.0 + 1);
+    }
+
+    #[test]
+    fn migration_steps_check_their_preconditions() {
+        let mut state = three_nodes_one_table(2);
+        let replicas = tablet(&state, 0).replicas.clone();
+        let outsider = [1u8, 2, 3]
+            .map(|id| HostId([id; 16]))
+            .into_iter()
+            .find(|h| !replicas.contains(h))
+            .unwrap();
+        let start = |leaving, pending| Command::StartMigration {
+            table: TABLE,
+            tablet: TabletId(0),
+            leaving,
+            pending,
+        };
+        let refused = |outcome: CommandOutcome| matches!(outcome, CommandOutcome::Rejected(_));
+        assert!(refused(
+            state.apply(start(Some(outsider), Some(replicas[0])))
+        ));
+        assert!(refused(
+            state.apply(start(Some(replicas[0]), Some(replicas[1])))
+        ));
+        assert!(refused(state.apply(start(None, None))));
+        assert!(refused(state.apply(start(None, Some(HostId([7; 16]))))));
+        // A leaving member cannot receive replicas.
+        state.apply(Command::SetMemberState {
+            host_id: outsider,
+            from: vec![MemberState::Normal],
+            to: MemberState::Leaving,
+        });
+        assert!(refused(
+            state.apply(start(Some(replicas[0]), Some(outsider)))
+        ));
+        // Stages advance one at a time, for the migration under way only.
+        state.apply(Command::SetMemberState {
+            host_id: outsider,
+            from: vec![MemberState::Leaving],
+            to: MemberState::Normal,
+        });
+        assert_eq!(
+            state.apply(start(Some(replicas[0]), Some(outsider))),
+            CommandOutcome::Applied
+        );
+        let migration = tablet(&state, 0).transition.as_ref().unwrap().id;
+        let advance = |migration, to| Command::AdvanceMigration {
+            table: TABLE,
+            tablet: TabletId(0),
+            migration,
+            to,
+        };
+        assert!(refused(
+            state.apply(advance(migration, MigrationStage::ReadNew))
+        ));
+        assert!(refused(
+            state.apply(advance(MigrationId(99), MigrationStage::WriteBoth))
+        ));
+        // Aborted before the switch, the old replicas stay.
+        state.apply(advance(migration, MigrationStage::WriteBoth));
+        assert_eq!(
+            state.apply(Command::EndMigration {
+                table: TABLE,
+                tablet: TabletId(0),
+                migration,
+                aborted: true,
+            }),
+            CommandOutcome::Applied
+        );
+        assert_eq!(tablet(&state, 0).replicas, replicas);
+        assert!(tablet(&state, 0).transition.is_none());
+    }
+
+    #[test]
+    fn dropping_a_replica_skips_streaming_and_a_member_leaves_only_when_it_holds_nothing() {
+        let mut state = three_nodes_one_table(1);
+        let holder = tablet(&state, 0).replicas[0];
+        assert!(matches!(
+            state.apply(Command::RemoveMember(holder)),
+            CommandOutcome::Rejected(_)
+        ));
+        state.apply(Command::SetMemberState {
+            host_id: holder,
+            from: vec![MemberState::Normal],
+            to: MemberState::Leaving,
+        });
+        assert!(matches!(
+            state.apply(Command::RemoveMember(holder)),
+            CommandOutcome::Rejected(_)
+        ));
+        // Give every tablet of the leaving member away by dropping (factor 1 here is only
+        // for the test: the balancer moves rather than drops when the factor needs it).
+        let held: Vec<TabletId> = state.tables[&TABLE]
+            .tablets
+            .tablets()
+            .iter()
+            .filter(|t| t.replicas.contains(&holder))
+            .map(|t| t.id)
+            .collect();
+        let other = [1u8, 2, 3]
+            .map(|id| HostId([id; 16]))
+            .into_iter()
+            .find(|h| *h != holder)
+            .unwrap();
+        for id in held {
+            state.apply(Command::StartMigration {
+                table: TABLE,
+                tablet: id,
+                leaving: Some(holder),
+                pending: Some(other),
+            });
+            let migration = state.tables[&TABLE]
+                .tablets
+                .get(id)
+                .unwrap()
+                .transition
+                .as_ref()
+                .unwrap()
+                .id;
+            for to in [
+                MigrationStage::WriteBoth,
+                MigrationStage::ReadNew,
+                MigrationStage::Cleanup,
+            ] {
+                state.apply(Command::AdvanceMigration {
+                    table: TABLE,
+                    tablet: id,
+                    migration,
+                    to,
+                });
+            }
+            state.apply(Command::EndMigration {
+                table: TABLE,
+                tablet: id,
+                migration,
+                aborted: false,
+            });
+        }
+        assert_eq!(
+            state.apply(Command::RemoveMember(holder)),
+            CommandOutcome::Applied
+        );
+        assert!(state.member_by_host(&holder).is_none());
+        // A drop (no pending replica) starts at ReadNew.
+        let replicas = tablet(&state, 1).replicas.clone();
+        state.apply(Command::StartMigration {
+            table: TABLE,
+            tablet: TabletId(1),
+            leaving: Some(replicas[0]),
+            pending: None,
+        });
+        assert_eq!(
+            tablet(&state, 1).transition.as_ref().unwrap().stage,
+            MigrationStage::ReadNew
+        );
+        assert!(tablet(&state, 1).read_replicas().is_empty());
+    }
+
+    #[test]
+    fn a_replacing_member_marks_the_replaced_one_removing() {
+        let mut state = three_nodes_one_table(3);
+        let mut replacement = member(9);
+        replacement.state = MemberState::Joining;
+        replacement.replaces = Some(HostId([2; 16]));
+        assert_eq!(
+            state.apply(Command::AddMember(replacement)),
+            CommandOutcome::Applied
+        );
+        assert_eq!(
+            state.member_by_host(&HostId([2; 16])).unwrap().state,
+            MemberState::Removing
+        );
+        let mut bogus = member(10);
+        bogus.replaces = Some(HostId([42; 16]));
+        assert!(matches!(
+            state.apply(Command::AddMember(bogus)),
+            CommandOutcome::Rejected(_)
+        ));
     }
 
     #[test]

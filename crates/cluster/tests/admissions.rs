@@ -10,8 +10,8 @@
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use shoal_cluster::{
-    ClusterMetadata, ClusterRequest, ClusterResponse, ClusterTransport, LocalData, Member,
-    MemberState, MAX_VOTERS,
+    ClusterMetadata, ClusterRequest, ClusterResponse, ClusterTransport, Member, MemberState,
+    MAX_VOTERS,
 };
 use shoal_model::HostId;
 use shoal_storage::MemoryEngine;
@@ -36,7 +36,7 @@ impl ClusterTransport for Router {
         request: ClusterRequest,
         timeout: Duration,
     ) -> BoxFuture<'static, Result<ClusterResponse, String>> {
-        if matches!(request, ClusterRequest::Join(_)) {
+        if matches!(request, ClusterRequest::Join { .. }) {
             self.join_requests.fetch_add(1, Ordering::Relaxed);
         }
         let node = self.nodes.lock().get(&to).cloned();
@@ -49,14 +49,6 @@ impl ClusterTransport for Router {
     }
 }
 
-struct NoUserData;
-
-impl LocalData for NoUserData {
-    fn holds_user_data(&self) -> bool {
-        false
-    }
-}
-
 fn member(n: u8) -> Member {
     let address = |port| SocketAddr::from(([127, 0, 0, n], port));
     Member {
@@ -66,19 +58,15 @@ fn member(n: u8) -> Member {
         datacenter: "datacenter1".into(),
         rack: "rack1".into(),
         state: MemberState::Normal,
+        replaces: None,
     }
 }
 
 async fn start_node(router: &Arc<Router>, n: u8) -> Arc<ClusterMetadata> {
     let transport: Arc<dyn ClusterTransport> = Arc::clone(router) as _;
-    let node = ClusterMetadata::open(
-        Arc::new(MemoryEngine::new()),
-        member(n),
-        transport,
-        Arc::new(NoUserData),
-    )
-    .await
-    .expect("open metadata");
+    let node = ClusterMetadata::open(Arc::new(MemoryEngine::new()), member(n), transport)
+        .await
+        .expect("open metadata");
     router
         .nodes
         .lock()
@@ -91,7 +79,7 @@ async fn joins_at_the_same_moment_never_make_more_than_three_voters() {
     let router = Arc::new(Router::default());
     let seed = start_node(&router, 1).await;
     let seeds = [seed.me().internode_address];
-    seed.enter(&seeds).await.expect("bootstrap");
+    seed.enter(&seeds, None).await.expect("bootstrap");
 
     let mut newcomers = Vec::new();
     for n in 2..=6 {
@@ -101,7 +89,7 @@ async fn joins_at_the_same_moment_never_make_more_than_three_voters() {
         .iter()
         .map(|node| {
             let node = Arc::clone(node);
-            tokio::spawn(async move { node.enter(&seeds).await })
+            tokio::spawn(async move { node.enter(&seeds, None).await })
         })
         .collect();
     for join in joins {

@@ -564,7 +564,7 @@ impl Coordinator {
             .read_partitions(table_id, &partitions, parameters.consistency)
             .await?
         {
-            PartitionSource::Local => {
+            PartitionSource::Local(_in_flight) => {
                 let result = select.execute(
                     self,
                     engine.as_ref(),

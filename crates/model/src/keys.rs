@@ -68,6 +68,22 @@ pub fn token_prefix(table_id: &TableId, token: Token) -> Vec<u8> {
     key
 }
 
+/// The keys `[lower, upper)` of the tokens `(after, last]` of a table — one tablet's
+/// data (`after: None`: from the table's first token).
+pub fn token_range(table_id: &TableId, after: Option<Token>, last: Token) -> (Vec<u8>, Vec<u8>) {
+    let lower = match after {
+        Some(after) if after < Token::MAX => token_prefix(table_id, Token(after.0 + 1)),
+        Some(_) => table_end(table_id),
+        None => table_prefix(table_id),
+    };
+    let upper = if last == Token::MAX {
+        table_end(table_id)
+    } else {
+        token_prefix(table_id, Token(last.0 + 1))
+    };
+    (lower, upper)
+}
+
 /// `table id | token | partition key`: the prefix of every key of one partition.
 pub fn partition_prefix(table_id: &TableId, token: Token, partition_key: &[u8]) -> Vec<u8> {
     let mut key = Vec::with_capacity(TOKEN_PREFIX_LENGTH + 2 + partition_key.len() + 64);

@@ -4,20 +4,30 @@
 //!
 //! - A table's token space is cut into *tablets*: contiguous ranges
 //!   `(previous tablet's last token, last token]`, together covering the whole ring
-//!   ([`TabletMap`]).
-//! - Each tablet has its own replica set, chosen by the keyspace's
+//!   ([`TabletMap`], [`Tablet`]).
+//! - Each tablet has its own replica set, first chosen by the keyspace's
 //!   [`ReplicationStrategy`] over the cluster's [`NodeDescriptor`]s ([`place`]): replicas
 //!   are distinct nodes, NetworkTopologyStrategy places the given count in each datacenter
 //!   and prefers distinct racks, and the first (primary) replica and the replica load are
 //!   spread evenly over the nodes.
+//! - From then on replicas *move*: a tablet's [`Transition`] walks through the
+//!   [`MigrationStage`]s that decide where its reads and writes go while a replica is
+//!   streamed to a new node ([`tablet`]); the [`balance`]r decides which moves to start,
+//!   from the current map — when nodes join, leave or are removed, when the replication
+//!   factor changes, and to keep replicas and primaries even.
 //! - Drivers still see a classic ring: each node reports as its tokens the last tokens of
 //!   the tablets it is the primary replica of ([`TabletMap::tokens_of`]), so token-aware
 //!   routing sends a request to a replica of its tablet.
-//!
-//! This first version places fixed, evenly sized tablets; splitting by size (for ordered
-//! tables) and moving tablets between nodes come with the cluster's elasticity work.
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
+
+pub mod balance;
+pub mod tablet;
+
+pub use balance::{plan_moves, plan_primaries, BalancerNode, Budget, Move};
+pub use tablet::{
+    apply_move, MigrationId, MigrationStage, Tablet, TabletMap, Transition, WriteReplicas,
+};
 
 use serde::{Deserialize, Serialize};
 use shoal_model::{HostId, TabletId, Token};
@@ -39,22 +49,6 @@ pub enum ReplicationStrategy {
     Simple { factor: usize },
     /// A replica count per datacenter.
     NetworkTopology { factors: BTreeMap<String, usize> },
-}
-
-/// One tablet: the tokens `(first exclusive, last]` and the nodes that hold them, primary
-/// first.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Tablet {
-    /// Stable while the tablet exists (a move keeps it; a split makes new ones).
-    pub id: TabletId,
-    pub last_token: Token,
-    pub replicas: Vec<HostId>,
-}
-
-/// A table's tablets, in token order, covering the whole ring.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TabletMap {
-    tablets: Vec<Tablet>,
 }
 
 /// Why a placement cannot be made.
@@ -82,35 +76,6 @@ pub fn even_boundaries(count: usize) -> Vec<Token> {
     (1..=count)
         .map(|i| Token((i64::MIN as i128 + span * i / count) as i64))
         .collect()
-}
-
-impl TabletMap {
-    /// The tablets, in token order.
-    pub fn tablets(&self) -> &[Tablet] {
-        &self.tablets
-    }
-
-    /// The index of the tablet holding `token`.
-    pub fn tablet_index(&self, token: Token) -> usize {
-        self.tablets
-            .partition_point(|tablet| tablet.last_token < token)
-            .min(self.tablets.len().saturating_sub(1))
-    }
-
-    /// The tablet holding `token`.
-    pub fn tablet_for(&self, token: Token) -> &Tablet {
-        &self.tablets[self.tablet_index(token)]
-    }
-
-    /// The tokens `node` reports in `system.local`/`system.peers`: the last tokens of the
-    /// tablets it is the primary replica of.
-    pub fn tokens_of(&self, node: &HostId) -> Vec<Token> {
-        self.tablets
-            .iter()
-            .filter(|tablet| tablet.replicas.first() == Some(node))
-            .map(|tablet| tablet.last_token)
-            .collect()
-    }
 }
 
 /// Chooses replicas for `replicas_wanted` more nodes out of `candidates` (already in
@@ -183,10 +148,11 @@ pub fn place(
                 id: TabletId(index as u64),
                 last_token,
                 replicas,
+                transition: None,
             }
         })
         .collect();
-    Ok(TabletMap { tablets })
+    Ok(TabletMap::new(tablets))
 }
 
 #[cfg(test)]

@@ -214,7 +214,7 @@ impl StorageProxy {
             .values()
             .filter(|m| m.host_id != me.host_id && m.datacenter == me.datacenter)
             .filter(|m| self.liveness.is_alive(&m.host_id))
-            .map(|m| Replica::of(m, false))
+            .map(|m| Replica::of(m, false, &state))
             .collect();
         others.sort_by_key(|r| r.host_id);
         // Start after this node, so coordinators spread their copies around the ring.
@@ -225,7 +225,7 @@ impl StorageProxy {
         others.rotate_left(start);
         others.truncate(BATCHLOG_COPIES);
         if others.is_empty() {
-            return vec![Replica::of(me, true)];
+            return vec![Replica::of(me, true, &state)];
         }
         others
     }

@@ -13,6 +13,8 @@
 //!   ([`StorageProxy::call`]); [`write`] fans writes out, [`read`] does digest and full
 //!   reads with read repair, [`reconcile`] merges answers, [`range`] scans across
 //!   tablets, [`truncate`] clears a table everywhere.
+//! - [`barrier`] — topology barriers: the epochs of requests under way and the fence
+//!   that keeps stale coordinators out while tablets move.
 //! - [`replica`] — the replica side: [`LocalReplica`] answers [`messages`] from any
 //!   coordinator, through the node's [`WriteLog`] for writes.
 //! - [`hints`] — writes kept for replicas that are down, replayed when they return.
@@ -28,6 +30,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod barrier;
 pub mod batchlog;
 pub mod consistency;
 pub mod hints;
@@ -47,6 +50,7 @@ pub mod write;
 #[cfg(test)]
 mod tests;
 
+pub use barrier::TopologyGuard;
 pub use consistency::{Requirement, WriteType, READ_TIMEOUT, WRITE_TIMEOUT};
 pub use hints::{HintRefused, Hints};
 pub use messages::{BatchId, Cells, PartitionRef, ReplicaRequest, ReplicaResponse};

@@ -7,11 +7,12 @@
 //! this node (served in place by [`LocalReplica`], no serialization) or another one (sent
 //! through the [`ReplicaTransport`]).
 
+use crate::barrier::{InFlight, TopologyGuard};
 use crate::consistency::{READ_TIMEOUT, WRITE_TIMEOUT};
 use crate::hints::Hints;
 use crate::messages::{Cells, CellsFrom, ReplicaRequest, ReplicaResponse};
 use crate::replica::LocalReplica;
-use crate::topology::{replicas_of, Replica, TabletReplicas, Topology};
+use crate::topology::{replicas_of, write_replicas_of, Replica, TabletReplicas, Topology};
 use crate::transport::{Liveness, ReplicaTransport};
 use futures::future::BoxFuture;
 use shoal_cluster::ClusterState;
@@ -33,6 +34,8 @@ pub struct StorageProxy {
     pub(crate) background_checks: Arc<tokio::sync::Semaphore>,
     /// What repairs did on this node as coordinator (the metrics).
     pub(crate) repairs: RepairCounters,
+    /// Requests under way, by the epoch they began in (topology barriers wait for them).
+    pub(crate) in_flight: InFlight,
 }
 
 /// Counts of repairs coordinated by this node since it started.
@@ -68,7 +71,36 @@ impl StorageProxy {
             local_reads: AtomicU64::new(0),
             background_checks: Arc::new(tokio::sync::Semaphore::new(MAX_BACKGROUND_CHECKS)),
             repairs: RepairCounters::default(),
+            in_flight: InFlight::default(),
         }
+    }
+
+    /// Enters the current epoch; call it before reading the tablet map and hold it until
+    /// the last replica of the request has answered.
+    pub fn enter(&self) -> TopologyGuard {
+        self.in_flight.enter()
+    }
+
+    /// The topology barrier for `version` on this node (see [`crate::barrier`]): waits
+    /// until the node has applied it and every request routed by an older tablet map is
+    /// over, then refuses requests routed by an older map. Errs when that takes longer
+    /// than `bound`.
+    pub async fn barrier(&self, version: u64, bound: Duration) -> Result<(), String> {
+        let start = tokio::time::Instant::now();
+        if !self.topology.reached(version, bound).await {
+            return Err(format!(
+                "this node has not applied topology version {version} within {bound:?}"
+            ));
+        }
+        let left = bound.saturating_sub(start.elapsed());
+        self.in_flight.drain_before(version, left).await?;
+        self.local.fence.raise(version);
+        Ok(())
+    }
+
+    /// The topology as this node has applied it.
+    pub fn topology(&self) -> &Arc<dyn Topology> {
+        &self.topology
     }
 
     /// What repairs coordinated here did since the node started.
@@ -95,7 +127,23 @@ impl StorageProxy {
         &self.topology.me().datacenter
     }
 
-    /// The replicas of the tablet of `table` holding `token`, as this request sees them.
+    /// The replicas a write of `token` in `table` goes to, as this request sees them.
+    pub(crate) fn write_replicas_of(
+        &self,
+        state: &ClusterState,
+        table: &TableId,
+        token: Token,
+    ) -> TabletReplicas {
+        write_replicas_of(
+            self.topology.me(),
+            self.liveness.as_ref(),
+            state,
+            table,
+            token,
+        )
+    }
+
+    /// The replicas reads of `token` in `table` ask, as this request sees them.
     pub(crate) fn replicas_of(
         &self,
         state: &ClusterState,
@@ -158,7 +206,9 @@ impl StorageProxy {
                 answer
             });
         }
-        let sent = self.transport.send(replica.address, request, timeout);
+        let sent = self
+            .transport
+            .send(replica.address, request, replica.topology_version, timeout);
         Box::pin(async move {
             let answer = match sent.await {
                 Ok(ReplicaResponse::Error(error)) | Err(error) => Err(error),

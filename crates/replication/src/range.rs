@@ -89,6 +89,7 @@ impl ReplicatedCursor<'_> {
     fn fetch(&self, start: &[u8]) -> Result<(Cells, Option<Vec<u8>>), CqlError> {
         let proxy = &self.view.proxy;
         let table = &self.view.table;
+        let _in_flight = proxy.enter();
         let state = proxy.topology.state();
         let token = keys::split_partition(start)
             .map(|(t, _, _)| t)
@@ -164,6 +165,7 @@ impl ReverseReplicatedCursor<'_> {
 
     fn fetch_before(&self, end: &[u8]) -> Result<crate::reconcile::Reconciled, CqlError> {
         let proxy = &self.view.proxy;
+        let _in_flight = proxy.enter();
         let state = proxy.topology.state();
         let token = self
             .lower

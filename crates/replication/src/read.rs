@@ -12,6 +12,7 @@
 //! A read at ONE on a replica is answered from this node's engine directly; one in
 //! [`BACKGROUND_CHECK_EVERY`] such reads also compares the replicas in the background.
 
+use crate::barrier::TopologyGuard;
 use crate::consistency::Requirement;
 use crate::consistency::{read_timeout, READ_TIMEOUT};
 use crate::messages::{Cells, PartitionRef};
@@ -36,8 +37,9 @@ pub const BACKGROUND_CHECK_EVERY: u64 = 10;
 
 /// Where a partition read finds its data.
 pub enum PartitionSource {
-    /// On this node: read its engine (ONE on a local replica, or no replication).
-    Local,
+    /// On this node: read its engine (ONE on a local replica, or no replication). Hold
+    /// the guard until the engine has been read: a topology barrier waits for it.
+    Local(TopologyGuard),
     /// Reconciled from the replicas.
     Merged(MemoryEngine),
     /// A partition too large to gather whole: read it as a scan, in chunks.
@@ -55,6 +57,7 @@ impl StorageProxy {
         partitions: &[PartitionRef],
         consistency: Consistency,
     ) -> Result<PartitionSource, CqlError> {
+        let guard = self.enter();
         let state = self.topology.state();
         let single = matches!(consistency, Consistency::One | Consistency::LocalOne);
         let all_local = partitions.iter().all(|(token, _)| {
@@ -70,7 +73,7 @@ impl StorageProxy {
                     consistency.name()
                 )
             });
-            return Ok(PartitionSource::Local);
+            return Ok(PartitionSource::Local(guard));
         }
         shoal_trace::event(|| {
             format!(
@@ -123,6 +126,7 @@ impl StorageProxy {
         let proxy = Arc::clone(self);
         tokio::spawn(async move {
             let _permit = permit;
+            let _in_flight = proxy.enter();
             let state = proxy.topology.state();
             for (token, partition_key) in partitions {
                 let replicas = proxy.replicas_of(&state, &table, token);

@@ -122,6 +122,7 @@ mod tests {
             datacenter: "dc1".into(),
             local: id == 1,
             alive: true,
+            topology_version: 0,
         }
     }
 

@@ -80,6 +80,11 @@ impl StorageProxy {
                 report.tablets += 1;
                 let first_exclusive = previous;
                 previous = Some(tablet.last_token);
+                if tablet.transition.is_some() {
+                    // Its replicas are changing: the next repair covers it.
+                    report.tablets_skipped += 1;
+                    continue;
+                }
                 let replicas = self.replicas_of(&state, &table, tablet.last_token);
                 if replicas.len() < 2 {
                     continue;

@@ -7,6 +7,7 @@
 //! node's [`WriteLog`], which acknowledges them once they are as durable as the node's
 //! commit policy promises.
 
+use crate::barrier::Fence;
 use crate::messages::{Cells, ReplicaRequest, ReplicaResponse};
 use futures::future::BoxFuture;
 use shoal_cql::CqlError;
@@ -34,17 +35,45 @@ impl WriteLog for ImmediateWriteLog {
     }
 }
 
-/// This node as a replica: its engine and its write log.
+/// This node as a replica: its engine, its write log, and the fence that keeps out
+/// requests routed by a tablet map a topology barrier has retired ([`crate::barrier`]).
 pub struct LocalReplica {
     pub engine: Arc<dyn Engine>,
     pub log: Arc<dyn WriteLog>,
+    pub fence: Fence,
 }
 
 impl LocalReplica {
     pub fn new(engine: Arc<dyn Engine>, log: Arc<dyn WriteLog>) -> LocalReplica {
         // Removed batchlog entries may be purged at once (see `crate::batchlog`).
         engine.set_gc_grace_seconds(crate::batchlog::BATCHLOG_TABLE_ID, 0);
-        LocalReplica { engine, log }
+        LocalReplica {
+            engine,
+            log,
+            fence: Fence::default(),
+        }
+    }
+
+    /// Answers a request another node routed by the tablet map of `topology_version`:
+    /// refused if the fence has moved past it (requests that do not depend on which
+    /// replicas hold a tablet — TRUNCATE, the batchlog — are always served).
+    pub async fn serve_routed(
+        &self,
+        request: ReplicaRequest,
+        topology_version: u64,
+    ) -> ReplicaResponse {
+        let routed = !matches!(
+            request,
+            ReplicaRequest::Truncate(_)
+                | ReplicaRequest::StoreBatch { .. }
+                | ReplicaRequest::RemoveBatch(_)
+        );
+        if routed {
+            if let Err(refusal) = self.fence.check(topology_version) {
+                return ReplicaResponse::Error(refusal);
+            }
+        }
+        self.serve(request).await
     }
 
     /// Applies cells through the write log.

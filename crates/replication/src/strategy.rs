@@ -9,6 +9,7 @@
 //! Per-tablet Raft for strongly consistent tables will be a third, chosen per keyspace
 //! without touching statement code.
 
+use crate::barrier::TopologyGuard;
 use crate::consistency::{unavailable, WriteType};
 use crate::messages::PartitionRef;
 use crate::proxy::StorageProxy;
@@ -199,7 +200,7 @@ impl Replication for LocalReplication {
         consistency: Consistency,
     ) -> BoxFuture<'a, Result<PartitionSource, CqlError>> {
         let checked = self.check(Some(table), consistency);
-        Box::pin(async move { checked.map(|()| PartitionSource::Local) })
+        Box::pin(async move { checked.map(|()| PartitionSource::Local(TopologyGuard::detached())) })
     }
 
     fn after_local_read(self: Arc<Self>, _table: TableId, _partitions: Vec<PartitionRef>) {}

@@ -1,8 +1,15 @@
 //! Which replicas hold a key, as one request sees them: the cluster's tablet map (through
 //! a [`Topology`]) joined with the failure detector's view ([`crate::Liveness`]).
+//!
+//! While a tablet is moving (see [`shoal_placement::tablet`]) reads and writes see
+//! different sets: [`replicas_of`] gives the replicas reads ask, [`write_replicas_of`] the
+//! old set and, from `WriteBoth` until `Cleanup`, the new one, in which the consistency
+//! level must be met as well. Every [`Replica`] carries the topology version it was chosen
+//! by, which the replica checks against its fence ([`crate::barrier`]).
 
 use crate::consistency::{unavailable, Requirement};
 use crate::transport::Liveness;
+use futures::future::BoxFuture;
 use shoal_cluster::{ClusterMetadata, ClusterState, Member};
 use shoal_cql::request::Consistency;
 use shoal_cql::CqlError;
@@ -18,6 +25,9 @@ pub trait Topology: Send + Sync + 'static {
     fn me(&self) -> &Member;
     /// The members, schema and tablets as applied on this node.
     fn state(&self) -> Arc<ClusterState>;
+    /// Resolves once this node has applied topology `version` (or later); `false` if that
+    /// did not happen within `timeout`.
+    fn reached(&self, version: u64, timeout: std::time::Duration) -> BoxFuture<'_, bool>;
 }
 
 impl Topology for ClusterMetadata {
@@ -27,6 +37,18 @@ impl Topology for ClusterMetadata {
 
     fn state(&self) -> Arc<ClusterState> {
         ClusterMetadata::state(self)
+    }
+
+    fn reached(&self, version: u64, timeout: std::time::Duration) -> BoxFuture<'_, bool> {
+        let mut states = self.subscribe();
+        Box::pin(async move {
+            tokio::time::timeout(
+                timeout,
+                states.wait_for(|state| state.topology_version >= version),
+            )
+            .await
+            .is_ok_and(|waited| waited.is_ok())
+        })
     }
 }
 
@@ -40,17 +62,21 @@ pub struct Replica {
     pub local: bool,
     /// Up as far as the failure detector knows (this node always is).
     pub alive: bool,
+    /// The topology version of the tablet map it was chosen from (the replica refuses
+    /// the request if it has been fenced past it).
+    pub topology_version: u64,
 }
 
 impl Replica {
-    /// `member` as a live replica; `local` when it is this node.
-    pub(crate) fn of(member: &Member, local: bool) -> Replica {
+    /// `member` of `state` as a live replica; `local` when it is this node.
+    pub(crate) fn of(member: &Member, local: bool, state: &ClusterState) -> Replica {
         Replica {
             host_id: member.host_id,
             address: member.internode_address,
             datacenter: member.datacenter.clone(),
             local,
             alive: true,
+            topology_version: state.topology_version,
         }
     }
 }
@@ -58,8 +84,41 @@ impl Replica {
 /// A tablet's replicas for one request, with the keyspace's replication.
 #[derive(Debug, Clone)]
 pub struct TabletReplicas {
+    /// For a read, the replicas to ask; for a write, the current (old) replica set.
     pub(crate) replicas: Vec<Replica>,
     pub(crate) strategy: Option<ReplicationStrategy>,
+    /// For a write to a tablet being moved: the replica set it is moving to. The write
+    /// goes to both sets and must meet its level in each.
+    pub(crate) new: Option<Vec<Replica>>,
+}
+
+impl TabletReplicas {
+    /// Every replica a write goes to, each once.
+    pub(crate) fn targets(&self) -> Vec<&Replica> {
+        let mut all: Vec<&Replica> = self.replicas.iter().collect();
+        for replica in self.new.iter().flatten() {
+            if !all.iter().any(|r| r.host_id == replica.host_id) {
+                all.push(replica);
+            }
+        }
+        all
+    }
+
+    /// The new replica set as a replica list of its own (for its requirement).
+    pub(crate) fn new_set(&self) -> Option<TabletReplicas> {
+        self.new.as_ref().map(|new| TabletReplicas {
+            replicas: new.clone(),
+            strategy: self.strategy.clone(),
+            new: None,
+        })
+    }
+
+    /// True when both are the same replicas (and the same move).
+    pub(crate) fn same_hosts(&self, other: &TabletReplicas) -> bool {
+        let hosts = |set: &[Replica]| set.iter().map(|r| r.host_id).collect::<Vec<_>>();
+        hosts(&self.replicas) == hosts(&other.replicas)
+            && self.new.as_deref().map(hosts) == other.new.as_deref().map(hosts)
+    }
 }
 
 impl std::ops::Deref for TabletReplicas {
@@ -69,7 +128,25 @@ impl std::ops::Deref for TabletReplicas {
     }
 }
 
-/// The replicas of the tablet of `table` holding `token`, primary first.
+fn replica_of(
+    me: &Member,
+    liveness: &dyn Liveness,
+    state: &ClusterState,
+    host: &HostId,
+) -> Option<Replica> {
+    let member = state.member_by_host(host)?;
+    let local = member.host_id == me.host_id;
+    Some(Replica {
+        host_id: member.host_id,
+        address: member.internode_address,
+        datacenter: member.datacenter.clone(),
+        local,
+        alive: local || liveness.is_alive(&member.host_id),
+        topology_version: state.topology_version,
+    })
+}
+
+/// The replicas reads of `token` in `table` ask, primary first.
 pub(crate) fn replicas_of(
     me: &Member,
     liveness: &dyn Liveness,
@@ -77,22 +154,54 @@ pub(crate) fn replicas_of(
     table: &TableId,
     token: Token,
 ) -> TabletReplicas {
-    let replicas = state
-        .replicas(table, token)
-        .unwrap_or(&[])
+    let Some(placement) = state.tables.get(table) else {
+        return TabletReplicas {
+            replicas: Vec::new(),
+            strategy: None,
+            new: None,
+        };
+    };
+    let replicas = placement
+        .tablets
+        .tablet_for(token)
+        .read_replicas()
         .iter()
-        .filter_map(|host| state.member_by_host(host))
-        .map(|member| Replica {
-            host_id: member.host_id,
-            address: member.internode_address,
-            datacenter: member.datacenter.clone(),
-            local: member.host_id == me.host_id,
-            alive: member.host_id == me.host_id || liveness.is_alive(&member.host_id),
-        })
+        .filter_map(|host| replica_of(me, liveness, state, host))
         .collect();
     TabletReplicas {
         replicas,
-        strategy: state.tables.get(table).map(|p| p.strategy.clone()),
+        strategy: Some(placement.strategy.clone()),
+        new: None,
+    }
+}
+
+/// The replicas a write of `token` in `table` goes to: the current set and, while the
+/// tablet moves, the new one.
+pub(crate) fn write_replicas_of(
+    me: &Member,
+    liveness: &dyn Liveness,
+    state: &ClusterState,
+    table: &TableId,
+    token: Token,
+) -> TabletReplicas {
+    let Some(placement) = state.tables.get(table) else {
+        return TabletReplicas {
+            replicas: Vec::new(),
+            strategy: None,
+            new: None,
+        };
+    };
+    let sets = placement.tablets.tablet_for(token).write_replicas();
+    let resolve = |hosts: &[HostId]| -> Vec<Replica> {
+        hosts
+            .iter()
+            .filter_map(|host| replica_of(me, liveness, state, host))
+            .collect()
+    };
+    TabletReplicas {
+        replicas: resolve(&sets.old),
+        strategy: Some(placement.strategy.clone()),
+        new: sets.new.as_deref().map(resolve),
     }
 }
 

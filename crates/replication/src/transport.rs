@@ -10,11 +10,14 @@ use std::time::Duration;
 
 /// Sends replica requests to peers.
 pub trait ReplicaTransport: Send + Sync + 'static {
-    /// Sends `request` to the node at `to` and waits for its answer, at most `timeout`.
+    /// Sends `request`, routed by the tablet map of `topology_version`, to the node at
+    /// `to` and waits for its answer, at most `timeout`. The node answers it with
+    /// [`crate::LocalReplica::serve_routed`].
     fn send(
         &self,
         to: SocketAddr,
         request: ReplicaRequest,
+        topology_version: u64,
         timeout: Duration,
     ) -> BoxFuture<'static, Result<ReplicaResponse, String>>;
 }

@@ -42,6 +42,7 @@ impl StorageProxy {
             calls.push(self.transport.send(
                 member.internode_address,
                 ReplicaRequest::Truncate(table),
+                state.topology_version,
                 WRITE_TIMEOUT,
             ));
         }

@@ -1,5 +1,7 @@
 //! Writes: a batch of cells split by tablet, each part sent to every replica of its
-//! tablet, acknowledged once the consistency level is met.
+//! tablet, acknowledged once the consistency level is met. While a tablet moves, its part
+//! goes to the old and the new replica set and the level must be met in each (so a write
+//! acknowledged during the move is on enough replicas whichever set reads use).
 //!
 //! Before anything is sent, every part's live replicas must be able to meet the level
 //! (`Unavailable` otherwise). A replica the failure detector calls down gets the part as a
@@ -11,6 +13,7 @@
 //! background. Without enough acknowledgements within [`WRITE_TIMEOUT`] the answer is
 //! `WriteTimeout` with the count received.
 
+use crate::barrier::TopologyGuard;
 use crate::consistency::{unavailable, write_timeout, WriteType, WRITE_TIMEOUT};
 use crate::messages::Cells;
 use crate::proxy::StorageProxy;
@@ -25,7 +28,7 @@ use std::sync::Arc;
 
 /// The outcome of sending one part of a write to one replica.
 enum Delivery {
-    Acknowledged(String),
+    Acknowledged(HostId, String),
     Hinted,
     NotHinted,
     Failed(HostId, Cells),
@@ -45,6 +48,8 @@ impl StorageProxy {
         consistency: Consistency,
         write_type: WriteType,
     ) -> Result<(), CqlError> {
+        // Taken before the tablet map is read, held until every replica has answered.
+        let in_flight = self.enter();
         let state = self.topology.state();
         // Group the cells by the replica set of their tablet. Cells of one partition come
         // together (a statement writes one partition at a time), so replicas are looked up
@@ -60,10 +65,11 @@ impl StorageProxy {
             });
             if !same_partition {
                 let replicas = match table_and_token(&key) {
-                    Some((table, token)) => self.replicas_of(&state, &table, token),
+                    Some((table, token)) => self.write_replicas_of(&state, &table, token),
                     None => TabletReplicas {
                         replicas: Vec::new(),
                         strategy: None,
+                        new: None,
                     },
                 };
                 if replicas.replicas.is_empty() {
@@ -71,13 +77,8 @@ impl StorageProxy {
                         "no replicas are placed for this table yet; retry once the schema has settled",
                     ));
                 }
-                let same_replicas = |(other, _): &(TabletReplicas, Cells)| {
-                    other.len() == replicas.len()
-                        && other
-                            .iter()
-                            .zip(replicas.iter())
-                            .all(|(a, b)| a.host_id == b.host_id)
-                };
+                let same_replicas =
+                    |(other, _): &(TabletReplicas, Cells)| other.same_hosts(&replicas);
                 current = Some(match groups.iter().position(same_replicas) {
                     Some(index) => index,
                     None => {
@@ -90,18 +91,20 @@ impl StorageProxy {
                 groups[index].1.push((key, value));
             }
         }
-        // Check every group before sending anything.
+        // Check every group (both sets of a moving tablet) before sending anything.
         for (replicas, _) in &groups {
-            let requirement = requirement(self.local_datacenter(), consistency, replicas);
-            let alive = replicas.iter().filter(|r| r.alive);
-            let enough = consistency == Consistency::Any
-                || requirement.met_by(alive.clone().map(|r| r.datacenter.as_str()));
-            if !enough {
-                return Err(unavailable(
-                    consistency,
-                    requirement.block_for(),
-                    alive.count(),
-                ));
+            for set in std::iter::once(replicas.clone()).chain(replicas.new_set()) {
+                let requirement = requirement(self.local_datacenter(), consistency, &set);
+                let alive = set.iter().filter(|r| r.alive);
+                let enough = consistency == Consistency::Any
+                    || requirement.met_by(alive.clone().map(|r| r.datacenter.as_str()));
+                if !enough {
+                    return Err(unavailable(
+                        consistency,
+                        requirement.block_for(),
+                        alive.count(),
+                    ));
+                }
             }
         }
         shoal_trace::event(|| {
@@ -109,6 +112,7 @@ impl StorageProxy {
                 .iter()
                 .map(|(replicas, cells)| {
                     let hosts: Vec<String> = replicas
+                        .targets()
                         .iter()
                         .map(|r| format!("/{}", r.address.ip()))
                         .collect();
@@ -118,7 +122,8 @@ impl StorageProxy {
             format!("Writing at {}: {}", consistency.name(), replicas.join("; "))
         });
         let only_local = matches!(groups.as_slice(), [(replicas, _)]
-            if matches!(replicas.replicas.as_slice(), [only] if only.local));
+            if replicas.new.is_none()
+                && matches!(replicas.replicas.as_slice(), [only] if only.local));
         if only_local {
             if let Some((_, cells)) = groups.pop() {
                 // This node is the only replica: nothing to wait for but its own log,
@@ -126,9 +131,9 @@ impl StorageProxy {
                 return self.local.apply(cells).await;
             }
         }
-        let waits = groups
-            .into_iter()
-            .map(|(replicas, cells)| self.write_group(replicas, cells, consistency, write_type));
+        let waits = groups.into_iter().map(|(replicas, cells)| {
+            self.write_group(replicas, cells, consistency, write_type, in_flight.clone())
+        });
         for result in futures::future::join_all(waits).await {
             result?;
         }
@@ -141,10 +146,16 @@ impl StorageProxy {
         cells: Cells,
         consistency: Consistency,
         write_type: WriteType,
+        in_flight: TopologyGuard,
     ) -> Result<(), CqlError> {
-        let requirement = requirement(self.local_datacenter(), consistency, &replicas);
+        let local_datacenter = self.local_datacenter();
+        let new_set = replicas.new_set();
+        let new_requirement = new_set
+            .as_ref()
+            .map(|set| requirement(local_datacenter, consistency, set));
+        let requirement = requirement(local_datacenter, consistency, &replicas);
         let mut deliveries = FuturesUnordered::new();
-        for replica in replicas.iter() {
+        for replica in replicas.targets() {
             let datacenter = replica.datacenter.clone();
             let host_id = replica.host_id;
             if replica.alive {
@@ -158,7 +169,7 @@ impl StorageProxy {
                 let applied = self.apply_on(replica, cells.clone());
                 deliveries.push(Box::pin(async move {
                     if applied.await {
-                        Delivery::Acknowledged(datacenter)
+                        Delivery::Acknowledged(host_id, datacenter)
                     } else {
                         Delivery::Failed(host_id, hint)
                     }
@@ -173,18 +184,38 @@ impl StorageProxy {
                 }));
             }
         }
-        let mut acknowledged: Vec<String> = Vec::new();
+        let mut acknowledged: Vec<(HostId, String)> = Vec::new();
         let mut hinted = 0usize;
         let timeout = tokio::time::sleep(WRITE_TIMEOUT);
         tokio::pin!(timeout);
-        let met = |acknowledged: &Vec<String>, hinted: usize| {
-            requirement.met_by(acknowledged.iter().map(String::as_str))
+        let acknowledged_in = |acknowledged: &[(HostId, String)], set: &TabletReplicas| {
+            acknowledged
+                .iter()
+                .filter(|(host, _)| set.iter().any(|r| r.host_id == *host))
+                .map(|(_, datacenter)| datacenter.clone())
+                .collect::<Vec<String>>()
+        };
+        let met = |acknowledged: &Vec<(HostId, String)>, hinted: usize| {
+            let old_met = requirement.met_by(
+                acknowledged_in(acknowledged, &replicas)
+                    .iter()
+                    .map(String::as_str),
+            );
+            let new_met = match (&new_requirement, &new_set) {
+                (Some(needed), Some(set)) => needed.met_by(
+                    acknowledged_in(acknowledged, set)
+                        .iter()
+                        .map(String::as_str),
+                ),
+                _ => true,
+            };
+            (old_met && new_met)
                 || (consistency == Consistency::Any && acknowledged.len() + hinted > 0)
         };
         while !met(&acknowledged, hinted) {
             tokio::select! {
                 delivery = deliveries.next() => match delivery {
-                    Some(Delivery::Acknowledged(dc)) => acknowledged.push(dc),
+                    Some(Delivery::Acknowledged(host, dc)) => acknowledged.push((host, dc)),
                     Some(Delivery::Hinted) => hinted += 1,
                     Some(Delivery::NotHinted) => {}
                     Some(Delivery::Failed(host, cells)) => {
@@ -200,9 +231,11 @@ impl StorageProxy {
         }
         let success = met(&acknowledged, hinted);
         // Replicas still on their way finish in the background; failures become hints.
+        // The guard goes along: a barrier waits for these deliveries too.
         if !deliveries.is_empty() {
             let hints = Arc::clone(&self.hints);
             tokio::spawn(async move {
+                let _in_flight = in_flight;
                 while let Some(delivery) = deliveries.next().await {
                     if let Delivery::Failed(host, cells) = delivery {
                         if !cells.is_empty() {

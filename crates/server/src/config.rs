@@ -110,6 +110,18 @@ pub struct Config {
     /// With client TLS on: clients must present a certificate signed by this CA (PEM),
     /// as Cassandra's `require_client_auth`; unset (default): no client certificate asked.
     pub client_tls_ca_certificate: Option<PathBuf>,
+    /// Start as the replacement of the dead member at this address (Cassandra's
+    /// `replace_address_first_boot`): its replicas are rebuilt here first.
+    pub replace_address: Option<IpAddr>,
+    /// Hard cap on the bytes this node streams (sent and received together) per second,
+    /// in MiB; 0: no cap but the adaptive one.
+    pub stream_throughput_mib_per_s: u64,
+    /// The client latency (99th percentile, milliseconds) streaming backs off to keep:
+    /// while requests served here are slower, streaming slows down; when they are faster,
+    /// or there are none, it speeds up to the cap.
+    pub stream_target_p99_ms: u64,
+    /// Tablet migrations one node takes part in at once (as source or destination).
+    pub migrations_per_node: usize,
 }
 
 impl Default for Config {
@@ -143,6 +155,10 @@ impl Default for Config {
             internode_tls: false,
             tls_ca_certificate: None,
             client_tls_ca_certificate: None,
+            replace_address: None,
+            stream_throughput_mib_per_s: 0,
+            stream_target_p99_ms: 20,
+            migrations_per_node: 2,
         }
     }
 }
@@ -207,6 +223,19 @@ impl Config {
                 ClientTls::Optional => "optional",
                 _ => "required",
             }
+        );
+        anyhow::ensure!(
+            (1..=64).contains(&self.migrations_per_node),
+            "migrations_per_node must be between 1 and 64 (got {})",
+            self.migrations_per_node
+        );
+        anyhow::ensure!(
+            self.stream_target_p99_ms >= 1,
+            "stream_target_p99_ms must be at least 1"
+        );
+        anyhow::ensure!(
+            self.replace_address != Some(self.listen_address) || !self.seeds.is_empty(),
+            "replace_address needs seeds: a replacement joins the cluster through them"
         );
         anyhow::ensure!(
             self.client_tls_ca_certificate.is_none() || self.client_tls != ClientTls::Off,

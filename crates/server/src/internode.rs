@@ -53,7 +53,12 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Message {
     Cluster(ClusterRequest),
-    Replica(ReplicaRequest),
+    /// A replica request, routed by the tablet map of `topology_version` (the replica
+    /// refuses it once a topology barrier has fenced that version out).
+    Replica {
+        request: ReplicaRequest,
+        topology_version: u64,
+    },
     /// Failure detection: "I am alive, and this is my schema".
     Ping {
         from: HostId,
@@ -69,6 +74,12 @@ pub enum Message {
     },
     /// `shoal admin flush|compact|snapshot|…`: an operation on the receiving node.
     Operate(crate::operations::Operation),
+    /// The topology barrier for `version` (`shoal_replication::barrier`).
+    Barrier {
+        version: u64,
+    },
+    /// Streaming and the steps of a tablet migration (`crate::streaming`).
+    Stream(crate::streaming::StreamRequest),
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -85,6 +96,9 @@ pub enum Reply {
     /// What an operation did, as JSON text.
     Operated(String),
     Error(String),
+    /// Done (a barrier passed).
+    Done,
+    Stream(crate::streaming::StreamReply),
 }
 
 /// One line of `shoal admin status`.
@@ -567,15 +581,19 @@ mod tests {
     fn valid_messages() -> Vec<Vec<u8>> {
         let cells = vec![(b"key".to_vec(), b"cell".to_vec())];
         let messages = [
-            Message::Replica(ReplicaRequest::Apply(cells.clone())),
-            Message::Replica(ReplicaRequest::Read {
-                lower: b"a".to_vec(),
-                upper: b"z".to_vec(),
-                limit: 10,
-            }),
-            Message::Replica(ReplicaRequest::RangeHashes {
-                bounds: vec![b"a".to_vec(), b"m".to_vec()],
-            }),
+            Message::Replica {
+                request: ReplicaRequest::Apply(cells.clone()),
+                topology_version: 3,
+            },
+            Message::Replica {
+                request: ReplicaRequest::Read {
+                    lower: b"a".to_vec(),
+                    upper: b"z".to_vec(),
+                    limit: 10,
+                },
+                topology_version: 3,
+            },
+            Message::Stream(crate::streaming::StreamRequest::Next { session: 9 }),
             Message::Ping {
                 from: HostId([1; 16]),
                 schema_version: [2; 16],

@@ -14,6 +14,8 @@
 //! - [`tls`] — TLS for client connections, certificates reloaded when their files change.
 //! - [`maintenance`] — storage garbage collection, hint sweeps and batchlog replay in the
 //!   background.
+//! - [`streaming`] — tablets moving between nodes as files, at a rate that yields to
+//!   clients; [`migration`] — the leader's driver that moves them stage by stage.
 //! - [`Node`] — opens storage, builds the coordinator, listens for clients, and shuts
 //!   everything down cleanly.
 
@@ -27,7 +29,9 @@ pub mod internode;
 pub mod maintenance;
 pub mod membership;
 pub mod metrics;
+pub mod migration;
 pub mod operations;
+pub mod streaming;
 pub mod tls;
 
 use anyhow::Context;
@@ -35,8 +39,6 @@ use config::Config;
 use durability::CommitLog;
 use shoal_coordinator::{ClusterView, Coordinator, NodeInfo};
 use shoal_model::HostId;
-use shoal_replication::batchlog::BATCHLOG_TABLE_ID;
-use shoal_replication::hints::HINTS_TABLE_ID;
 use shoal_replication::{Hints, Liveness, LocalReplica, ReplicaTransport, StorageProxy};
 use shoal_schema::SchemaStore;
 use shoal_storage::{Engine, RocksEngine, RocksOptions};
@@ -62,37 +64,6 @@ fn load_host_id(engine: &dyn Engine) -> anyhow::Result<HostId> {
     Ok(id)
 }
 
-/// Tells the cluster whether this node holds user data (joins into data are refused).
-struct EngineData(Arc<dyn Engine>);
-
-impl shoal_cluster::LocalData for EngineData {
-    fn holds_user_data(&self) -> bool {
-        // Every key below the hints, except the internal tables': the batchlog (internal,
-        // like the hints) and the query traces (expiring diagnostics, not user data).
-        let mut internal: Vec<shoal_model::TableId> = shoal_schema::system::stored_system_tables()
-            .into_iter()
-            .map(|(_, table)| table.id)
-            .chain([BATCHLOG_TABLE_ID])
-            .collect();
-        internal.sort();
-        let mut lower = Vec::new();
-        let mut gaps = Vec::new();
-        for table in &internal {
-            gaps.push((lower, shoal_model::keys::table_prefix(table)));
-            lower = shoal_model::keys::table_end(table);
-        }
-        gaps.push((lower, HINTS_TABLE_ID.0.to_vec()));
-        gaps.iter()
-            .filter(|(lower, upper)| lower < upper)
-            .any(|(lower, upper)| {
-                self.0
-                    .scan(lower, upper, false)
-                    .map(|cursor| cursor.current().is_some())
-                    .unwrap_or(true)
-            })
-    }
-}
-
 /// A running node.
 pub struct Node {
     pub coordinator: Arc<Coordinator>,
@@ -100,6 +71,7 @@ pub struct Node {
     peers: Arc<internode::Peers>,
     background: Vec<tokio::task::JoinHandle<()>>,
     commit_log: Arc<CommitLog>,
+    lane: Arc<internode::Peers>,
     cql_address: SocketAddr,
     shutdown: watch::Sender<bool>,
     listener_task: tokio::task::JoinHandle<()>,
@@ -127,6 +99,24 @@ impl Node {
             peers = peers.with_tls(Arc::clone(tls));
         }
         let peers = Arc::new(peers);
+        // The streaming lane: connections of its own, so that chunks of tablets never
+        // queue in front of client requests' messages.
+        let mut lane = internode::Peers::from_address(config.listen_address);
+        if let Some(tls) = &internode_tls {
+            lane = lane.with_tls(Arc::clone(tls));
+        }
+        let lane = Arc::new(lane);
+        let streaming = Arc::new(streaming::Streaming::new(
+            Arc::clone(&engine),
+            Arc::clone(&lane),
+            streaming::policy::StreamPolicy {
+                target_p99: std::time::Duration::from_millis(config.stream_target_p99_ms),
+                cap_bytes_per_s: match config.stream_throughput_mib_per_s {
+                    0 => streaming::policy::UNLIMITED,
+                    mib => mib << 20,
+                },
+            },
+        ));
         let transport = Arc::new(membership::Transport {
             peers: Arc::clone(&peers),
         });
@@ -137,7 +127,9 @@ impl Node {
             coordinator: Default::default(),
             proxy: Default::default(),
             operations: Default::default(),
+            streaming: Default::default(),
         });
+        let _ = handler.streaming.set(Arc::clone(&streaming));
         let internode_address = SocketAddr::new(config.listen_address, config.internode_port);
         let internode_listener = TcpListener::bind(internode_address)
             .await
@@ -155,7 +147,8 @@ impl Node {
             cql_address: SocketAddr::new(config.listen_address, config.cql_port),
             datacenter: config.datacenter.clone(),
             rack: config.rack.clone(),
-            state: shoal_cluster::MemberState::Normal,
+            state: shoal_cluster::MemberState::Joining,
+            replaces: None,
         };
         let seeds: Vec<SocketAddr> = config
             .seeds
@@ -166,13 +159,12 @@ impl Node {
             Arc::clone(&engine),
             me,
             Arc::clone(&transport) as Arc<dyn shoal_cluster::ClusterTransport>,
-            Arc::new(EngineData(Arc::clone(&engine))),
         )
         .await
         .map_err(|e| anyhow::anyhow!("cannot open the cluster metadata: {e}"))?;
         let _ = handler.cluster.set(Arc::clone(&metadata));
         metadata
-            .enter(&seeds)
+            .enter(&seeds, config.replace_address)
             .await
             .map_err(|e| anyhow::anyhow!("cannot take part in the cluster: {e}"))?;
 
@@ -276,9 +268,26 @@ impl Node {
             data_dir: config.data_dir.clone(),
             started: std::time::Instant::now(),
             close_clients,
+            streaming: Arc::clone(&streaming),
+            detector: Arc::clone(&detector),
         }));
         let _ = handler.coordinator.set(Arc::clone(&coordinator));
         let _ = handler.proxy.set(Arc::clone(&proxy));
+        background.push(tokio::spawn(Arc::clone(&streaming).run_policy({
+            let metrics = Arc::clone(&metrics);
+            move || metrics.foreground_buckets()
+        })));
+        background.push(tokio::spawn(
+            migration::MigrationDriver::new(
+                Arc::clone(&metadata),
+                Arc::clone(&proxy),
+                Arc::clone(&peers),
+                Arc::clone(&streaming),
+                Arc::clone(&detector),
+                config.migrations_per_node,
+            )
+            .run(),
+        ));
         background.push(tokio::spawn(membership::run_failure_detection(
             Arc::clone(&metadata),
             Arc::clone(&coordinator),
@@ -317,6 +326,7 @@ impl Node {
             peers,
             background,
             commit_log,
+            lane,
             cql_address,
             shutdown,
             listener_task,
@@ -337,6 +347,7 @@ impl Node {
         }
         self.metadata.shutdown().await;
         self.peers.stop();
+        self.lane.stop();
         let commit_log = Arc::clone(&self.commit_log);
         let _ = tokio::task::spawn_blocking(move || commit_log.stop()).await;
         tracing::info!("Shoal node stopped");

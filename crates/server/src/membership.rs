@@ -27,6 +27,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 pub const PING_INTERVAL: Duration = Duration::from_millis(250);
+/// How long a topology barrier may take on this node.
+pub const BARRIER_BOUND: Duration = Duration::from_secs(15);
 /// Silence after which a member is considered down.
 pub const CONVICTION: Duration = Duration::from_millis(2000);
 
@@ -178,6 +180,7 @@ impl ReplicaTransport for Transport {
         &self,
         to: SocketAddr,
         request: ReplicaRequest,
+        topology_version: u64,
         timeout: Duration,
     ) -> BoxFuture<'static, Result<ReplicaResponse, String>> {
         let peers = Arc::clone(&self.peers);
@@ -185,7 +188,10 @@ impl ReplicaTransport for Transport {
             expect_reply(
                 &peers,
                 to,
-                Message::Replica(request),
+                Message::Replica {
+                    request,
+                    topology_version,
+                },
                 timeout,
                 |reply| match reply {
                     Reply::Replica(response) => Ok(response),
@@ -206,6 +212,8 @@ pub struct NodeHandler {
     pub proxy: OnceLock<Arc<StorageProxy>>,
     /// The operator's commands (`shoal admin`).
     pub operations: OnceLock<Arc<crate::operations::NodeOperations>>,
+    /// Streaming and the migration steps peers ask for.
+    pub streaming: OnceLock<Arc<crate::streaming::Streaming>>,
 }
 
 impl NodeHandler {
@@ -301,8 +309,27 @@ impl Handler for NodeHandler {
                     Some(cluster) => Reply::Cluster(cluster.handle(request).await),
                     None => Reply::Error("this node is still starting".into()),
                 },
-                Message::Replica(request) => match self.proxy.get() {
-                    Some(proxy) => Reply::Replica(proxy.local().serve(request).await),
+                Message::Replica {
+                    request,
+                    topology_version,
+                } => match self.proxy.get() {
+                    Some(proxy) => {
+                        Reply::Replica(proxy.local().serve_routed(request, topology_version).await)
+                    }
+                    None => Reply::Error("this node is still starting".into()),
+                },
+                Message::Barrier { version } => match self.proxy.get() {
+                    Some(proxy) => match proxy.barrier(version, BARRIER_BOUND).await {
+                        Ok(()) => Reply::Done,
+                        Err(error) => Reply::Error(error),
+                    },
+                    None => Reply::Error("this node is still starting".into()),
+                },
+                Message::Stream(request) => match self.streaming.get() {
+                    Some(streaming) => match streaming.handle(request).await {
+                        Ok(reply) => Reply::Stream(reply),
+                        Err(error) => Reply::Error(error),
+                    },
                     None => Reply::Error("this node is still starting".into()),
                 },
             }
@@ -399,6 +426,13 @@ pub async fn follow_metadata(
         .values()
         .map(|m| m.host_id)
         .collect();
+    // Where each member's clients reach it, to announce its removal.
+    let mut addresses: HashMap<HostId, SocketAddr> = states
+        .borrow()
+        .members
+        .values()
+        .map(|m| (m.host_id, m.cql_address))
+        .collect();
     while states.changed().await.is_ok() {
         let state = Arc::clone(&states.borrow_and_update());
         match coordinator.sync_schema() {
@@ -423,5 +457,23 @@ pub async fn follow_metadata(
                 });
             }
         }
+        let gone: Vec<(HostId, SocketAddr)> = known
+            .iter()
+            .filter(|host| state.member_by_host(host).is_none())
+            .filter_map(|host| addresses.get(host).map(|address| (*host, *address)))
+            .collect();
+        for (host, address) in gone {
+            known.remove(&host);
+            tracing::info!(peer = %address, "a node left the cluster");
+            events.publish(Event::TopologyChange {
+                change: "REMOVED_NODE",
+                address,
+            });
+        }
+        addresses = state
+            .members
+            .values()
+            .map(|m| (m.host_id, m.cql_address))
+            .collect();
     }
 }

@@ -162,6 +162,9 @@ pub struct Metrics {
     tables: parking_lot::RwLock<HashMap<TableId, TableCounters>>,
     pub connections: Gauge,
     pub connections_total: Counter,
+    /// Every client request that touches a table (reads, scans, writes), whatever its
+    /// class or level: what streaming yields to (`crate::streaming::policy`).
+    foreground: Latency,
 }
 
 fn consistency_name(code: usize) -> &'static str {
@@ -255,6 +258,7 @@ impl Metrics {
             tables: Default::default(),
             connections,
             connections_total,
+            foreground: Latency::default(),
         })
     }
 
@@ -300,6 +304,11 @@ impl Metrics {
             .read()
             .get(table)
             .map(|c| (c.read_latency.clone(), c.write_latency.clone()))
+    }
+
+    /// Client requests on tables, by latency bucket (cumulative counts since start).
+    pub fn foreground_buckets(&self) -> Vec<(f64, u64)> {
+        self.foreground.buckets()
     }
 
     fn latency(&self, class: usize, level: usize) -> Option<&Latency> {
@@ -349,6 +358,9 @@ impl StatementObserver for Metrics {
         let level = statement.consistency.code() as usize;
         if let Some(histogram) = self.latency(class, level) {
             histogram.observe(statement.elapsed);
+        }
+        if !statement.tables.is_empty() {
+            self.foreground.observe(statement.elapsed);
         }
         let is_write = matches!(
             statement.class,

@@ -1,6 +1,7 @@
 //! The operator's commands on one node, as `nodetool` has them: flush, compact, table
-//! statistics and latency histograms, compaction statistics, snapshots (RocksDB checkpoints), drain, cleanup, info, and
-//! the tablet ring. `shoal admin` sends an [`Operation`] to a node's internode port; the node
+//! statistics and latency histograms, compaction statistics, snapshots (RocksDB
+//! checkpoints), drain, cleanup, info, the tablet ring, streams, and the cluster's
+//! shape — decommission (this node leaves) and removenode (a dead node is removed). `shoal admin` sends an [`Operation`] to a node's internode port; the node
 //! answers with JSON, which `shoal admin` prints as it is (`--json`) or as text.
 //!
 //! Snapshots are checkpoints of the node's whole store (data and metadata, hard links to
@@ -63,6 +64,16 @@ pub enum Operation {
     TraceProbability,
     /// The node's mode, data streams, and the messages exchanged with each peer.
     NetStats,
+    /// Leave the cluster: stream every tablet replica away, then stop serving clients.
+    /// Answers once the node has left.
+    Decommission,
+    /// Remove a dead member: its replicas are rebuilt from the surviving ones. Answers
+    /// once it is gone.
+    RemoveNode {
+        host_id: shoal_model::HostId,
+    },
+    /// Tablet migrations under way in the cluster, and this node's streams.
+    Streams,
 }
 
 /// What a node needs to carry out operations.
@@ -77,6 +88,10 @@ pub struct NodeOperations {
     pub started: Instant,
     /// Stops the CQL listener and closes client connections (drain).
     pub close_clients: watch::Sender<bool>,
+    /// This node's streams (netstats, streams).
+    pub streaming: Arc<crate::streaming::Streaming>,
+    /// Connections to peers, for asking one whether a node is still a member.
+    pub detector: Arc<crate::membership::FailureDetector>,
 }
 
 /// A tag must be a plain name: it becomes a directory.
@@ -118,6 +133,12 @@ impl NodeOperations {
 
     /// Runs `operation`; blocking work runs on a blocking thread.
     pub async fn perform(self: &Arc<Self>, operation: Operation) -> Result<Value, String> {
+        match operation {
+            Operation::Decommission => return self.decommission().await,
+            Operation::RemoveNode { host_id } => return self.remove_node(host_id).await,
+            Operation::Streams => return Ok(self.streams()),
+            _ => {}
+        }
         let this = Arc::clone(self);
         tokio::task::spawn_blocking(move || this.perform_blocking(operation))
             .await
@@ -223,22 +244,30 @@ impl NodeOperations {
                 Ok(json!({ "trace_probability": self.coordinator.trace_sampler().probability() }))
             }
             Operation::NetStats => Ok(self.net_stats()),
+            Operation::Decommission | Operation::RemoveNode { .. } | Operation::Streams => {
+                Err("handled before".into())
+            }
         }
     }
 
-    /// As `nodetool netstats`: the node's mode, the data it streams (none yet: tablets
-    /// do not move between nodes; hints are the data waiting to reach other nodes), and
-    /// the messages exchanged with each peer.
+    /// As `nodetool netstats`: the node's mode, the tablets it streams in and out (and
+    /// hints, the data waiting to reach other nodes), and the messages exchanged with
+    /// each peer.
     fn net_stats(&self) -> Value {
         let mode = if *self.close_clients.borrow() {
             "DRAINED"
         } else {
-            "NORMAL"
+            match self.my_state() {
+                Some(shoal_cluster::MemberState::Joining) => "JOINING",
+                Some(shoal_cluster::MemberState::Leaving) => "LEAVING",
+                Some(_) => "NORMAL",
+                None => "DECOMMISSIONED",
+            }
         };
         let (hint_bytes, hints_dropped) = self.hints.stats();
         json!({
             "mode": mode,
-            "streams": [],
+            "streams": self.streaming.status(),
             "hints_pending_bytes": hint_bytes,
             "hints_dropped": hints_dropped,
             "peers": self.peers.statistics(),
@@ -294,26 +323,15 @@ impl NodeOperations {
             let Some(placement) = state.tables.get(&table.id) else {
                 continue;
             };
-            let tablets = placement.tablets.tablets();
-            for (index, tablet) in tablets.iter().enumerate() {
-                if tablet.replicas.contains(&me) {
+            for tablet in placement.tablets.tablets() {
+                // A tablet moving here (or away from here) is not left behind.
+                if tablet.involves(&me) {
                     continue;
                 }
-                // Tablet `index` holds the tokens after the previous tablet's last one, up
-                // to and including its own last token.
-                let lower = match index.checked_sub(1).map(|i| tablets[i].last_token.0) {
-                    None => shoal_model::keys::table_prefix(&table.id),
-                    Some(previous) => shoal_model::keys::token_prefix(
-                        &table.id,
-                        shoal_model::Token(previous.saturating_add(1)),
-                    ),
+                let Some((after, last)) = placement.tablets.bounds_of(tablet.id) else {
+                    continue;
                 };
-                let upper = match tablet.last_token.0.checked_add(1) {
-                    Some(next) if index + 1 < tablets.len() => {
-                        shoal_model::keys::token_prefix(&table.id, shoal_model::Token(next))
-                    }
-                    _ => shoal_model::keys::table_end(&table.id),
-                };
+                let (lower, upper) = shoal_model::keys::token_range(&table.id, after, last);
                 engine
                     .delete_range(&lower, &upper)
                     .map_err(|e| e.to_string())?;
@@ -368,6 +386,230 @@ impl NodeOperations {
         })
     }
 
+    /// This node's state in the cluster (`None`: not a member, or no cluster).
+    fn my_state(&self) -> Option<shoal_cluster::MemberState> {
+        let cluster = self.coordinator.cluster()?;
+        let state = cluster.metadata.state();
+        state
+            .member_by_host(&self.coordinator.info().host_id)
+            .map(|m| m.state)
+    }
+
+    /// Migrations under way in the cluster (as this node knows them) and this node's
+    /// streams.
+    fn streams(&self) -> Value {
+        let mut migrations = Vec::new();
+        if let Some(cluster) = self.coordinator.cluster() {
+            let state = cluster.metadata.state();
+            let schema = self.coordinator.schema();
+            let address = |host: &Option<shoal_model::HostId>| {
+                host.and_then(|h| state.member_by_host(&h))
+                    .map(|m| m.internode_address.ip().to_string())
+                    .unwrap_or_else(|| "-".into())
+            };
+            for (table, tablet, transition) in state.migrations() {
+                let name = schema
+                    .keyspace_of_table(&table)
+                    .and_then(|k| {
+                        k.tables
+                            .values()
+                            .find(|t| t.id == table)
+                            .map(|t| format!("{}.{}", k.name, t.name))
+                    })
+                    .unwrap_or_else(|| table.to_string());
+                migrations.push(json!({
+                    "migration": transition.id.0,
+                    "table": name,
+                    "tablet": tablet.0,
+                    "from": address(&transition.leaving),
+                    "to": address(&transition.pending),
+                    "stage": transition.stage.name(),
+                }));
+            }
+        }
+        let status = self.streaming.status();
+        json!({
+            "migrations": migrations,
+            "receiving": status.incoming.iter().map(|s| json!({
+                "migration": s.migration,
+                "tablet": s.tablet,
+                "from": s.sources,
+                "bytes_done": s.bytes_received,
+                "bytes_total": s.bytes_estimated,
+                "mib_per_s": (s.bytes_received as f64 / s.seconds.max(0.001) / 1048576.0 * 10.0).round() / 10.0,
+                "state": s.state,
+            })).collect::<Vec<_>>(),
+            "sending": status.outgoing,
+            "rate_limit_mib_per_s": status.rate_bytes_per_s.map(|b| b >> 20),
+            "policy": status.policy,
+            "streamed_bytes_total": status.total_bytes,
+        })
+    }
+
+    /// Waits until `host` is no longer a member, as this node applies the metadata or, if
+    /// this node stopped hearing the metadata (it has left itself), as another member
+    /// says.
+    async fn wait_until_gone(&self, host: shoal_model::HostId) -> Result<(), String> {
+        let cluster = self
+            .coordinator
+            .cluster()
+            .ok_or("this node is not part of a cluster")?;
+        let mut states = cluster.metadata.subscribe();
+        loop {
+            let state = Arc::clone(&states.borrow_and_update());
+            if state.member_by_host(&host).is_none() {
+                return Ok(());
+            }
+            let others: Vec<std::net::SocketAddr> = state
+                .members
+                .values()
+                .filter(|m| m.host_id != host && m.host_id != self.coordinator.info().host_id)
+                .filter(|m| {
+                    shoal_replication::Liveness::is_alive(self.detector.as_ref(), &m.host_id)
+                })
+                .map(|m| m.internode_address)
+                .collect();
+            for other in others.iter().take(1) {
+                let answer = self
+                    .peers
+                    .call(
+                        *other,
+                        &crate::internode::Message::Status,
+                        std::time::Duration::from_secs(5),
+                    )
+                    .await;
+                if let Ok(crate::internode::Reply::Status(members)) = answer {
+                    if members.iter().all(|m| m.host_id != host) {
+                        return Ok(());
+                    }
+                }
+            }
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), states.changed()).await;
+        }
+    }
+
+    async fn decommission(&self) -> Result<Value, String> {
+        let started = Instant::now();
+        let cluster = self
+            .coordinator
+            .cluster()
+            .ok_or("this node is not part of a cluster")?;
+        let me = self.coordinator.info().host_id;
+        let state = cluster.metadata.state();
+        let member = state
+            .member_by_host(&me)
+            .ok_or("this node has already left the cluster")?;
+        if member.state != shoal_cluster::MemberState::Leaving {
+            self.check_room_without(&state, member)?;
+            let outcome = cluster
+                .metadata
+                .propose(shoal_cluster::Command::SetMemberState {
+                    host_id: me,
+                    from: vec![
+                        shoal_cluster::MemberState::Normal,
+                        shoal_cluster::MemberState::Joining,
+                    ],
+                    to: shoal_cluster::MemberState::Leaving,
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+            if let shoal_cluster::CommandOutcome::Rejected(reason) = outcome {
+                return Err(format!("cannot decommission: {reason}"));
+            }
+            tracing::info!("decommissioning: streaming every tablet replica to other nodes");
+        }
+        self.wait_until_gone(me).await?;
+        // A node outside the cluster routes by a tablet map nobody updates any more.
+        let _ = self.close_clients.send(true);
+        tracing::info!(
+            "this node has left the cluster; it no longer serves clients and can be stopped"
+        );
+        Ok(json!({ "decommissioned": true, "seconds": started.elapsed().as_secs_f64() }))
+    }
+
+    /// Refuses to take `leaving` out when a keyspace's replication could no longer be met
+    /// without it (as Cassandra refuses a decommission that would leave too few nodes).
+    fn check_room_without(
+        &self,
+        state: &shoal_cluster::ClusterState,
+        leaving: &shoal_cluster::Member,
+    ) -> Result<(), String> {
+        let remaining: Vec<&shoal_cluster::Member> = state
+            .members
+            .values()
+            .filter(|m| m.host_id != leaving.host_id && m.state.accepts_replicas())
+            .collect();
+        let schema = self.coordinator.schema();
+        for (table, placement) in &state.tables {
+            let needed: Vec<(Option<&str>, usize)> = match &placement.strategy {
+                shoal_placement::ReplicationStrategy::Simple { factor } => vec![(None, *factor)],
+                shoal_placement::ReplicationStrategy::NetworkTopology { factors } => factors
+                    .iter()
+                    .map(|(dc, factor)| (Some(dc.as_str()), *factor))
+                    .collect(),
+            };
+            for (datacenter, factor) in needed {
+                let available = remaining
+                    .iter()
+                    .filter(|m| datacenter.is_none_or(|dc| m.datacenter == dc))
+                    .count();
+                let held_before = datacenter.is_none_or(|dc| leaving.datacenter == dc);
+                if held_before && available < factor {
+                    let keyspace = schema
+                        .keyspace_of_table(table)
+                        .map(|k| k.name.clone())
+                        .unwrap_or_else(|| table.to_string());
+                    return Err(format!(
+                        "Not enough live nodes to maintain replication factor in keyspace {keyspace} (RF = {factor}, nodes left = {available}). Perform a forceful decommission to ignore."
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn remove_node(&self, host_id: shoal_model::HostId) -> Result<Value, String> {
+        let started = Instant::now();
+        let cluster = self
+            .coordinator
+            .cluster()
+            .ok_or("this node is not part of a cluster")?;
+        if host_id == self.coordinator.info().host_id {
+            return Err("Cannot remove self: use decommission on this node instead".into());
+        }
+        let state = cluster.metadata.state();
+        let Some(member) = state.member_by_host(&host_id) else {
+            return Err(format!("Host ID not found: {host_id}"));
+        };
+        if cluster.liveness.is_alive(&host_id) {
+            return Err(format!(
+                "Node /{} is alive and owns this ID. Use decommission command to remove it from the ring",
+                member.internode_address.ip()
+            ));
+        }
+        if member.state != shoal_cluster::MemberState::Removing {
+            let outcome = cluster
+                .metadata
+                .propose(shoal_cluster::Command::SetMemberState {
+                    host_id,
+                    from: vec![
+                        shoal_cluster::MemberState::Normal,
+                        shoal_cluster::MemberState::Joining,
+                        shoal_cluster::MemberState::Leaving,
+                    ],
+                    to: shoal_cluster::MemberState::Removing,
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+            if let shoal_cluster::CommandOutcome::Rejected(reason) = outcome {
+                return Err(format!("cannot remove the node: {reason}"));
+            }
+            tracing::info!(node = %member.internode_address, "removing a dead node: rebuilding its replicas from the others");
+        }
+        self.wait_until_gone(host_id).await?;
+        Ok(json!({ "removed": host_id.to_string(), "seconds": started.elapsed().as_secs_f64() }))
+    }
+
     fn ring(&self, keyspace: &str, table: &str) -> Result<Value, String> {
         let schema = self.coordinator.schema();
         let metadata = schema.table(keyspace, table).map_err(|e| e.message)?;
@@ -397,6 +639,12 @@ impl NodeOperations {
                     "id": tablet.id.0,
                     "last_token": tablet.last_token.0,
                     "replicas": tablet.replicas.iter().map(address).collect::<Vec<_>>(),
+                    "moving": tablet.transition.as_ref().map(|t| format!(
+                        "{} -> {} ({})",
+                        t.leaving.as_ref().map_or("-".to_string(), address),
+                        t.pending.as_ref().map_or("-".to_string(), address),
+                        t.stage.name()
+                    )),
                 })
             })
             .collect();

@@ -44,6 +44,23 @@ pub enum AdminCommand {
     Gettraceprobability(OperateArgs),
     /// The node's mode, the data it streams to others, and its messages to each peer.
     Netstats(OperateArgs),
+    /// Make the node leave the cluster: its tablet replicas stream to the other nodes,
+    /// then it leaves and stops serving clients. Returns once it has left.
+    Decommission(OperateArgs),
+    /// Remove a dead node (by host id, from `shoal admin status`): its tablets are
+    /// re-replicated from the surviving replicas. Returns once it is gone.
+    Removenode(RemovenodeArgs),
+    /// Tablet migrations under way (stage, from, to) and the node's streams: bytes
+    /// done/total, rate, and the streaming policy's current limit.
+    Streams(OperateArgs),
+}
+
+#[derive(clap::Args)]
+pub struct RemovenodeArgs {
+    /// The dead node's host id.
+    pub host_id: String,
+    #[command(flatten)]
+    pub operate: OperateArgs,
 }
 
 #[derive(clap::Args)]
@@ -174,6 +191,12 @@ pub fn run(command: AdminCommand) -> anyhow::Result<()> {
         ),
         AdminCommand::Gettraceprobability(args) => (Operation::TraceProbability, args),
         AdminCommand::Netstats(args) => (Operation::NetStats, args),
+        AdminCommand::Decommission(args) => (Operation::Decommission, args),
+        AdminCommand::Streams(args) => (Operation::Streams, args),
+        AdminCommand::Removenode(args) => {
+            let host_id = parse_host_id(&args.host_id)?;
+            (Operation::RemoveNode { host_id }, args.operate)
+        }
         AdminCommand::Ring(args) => (
             Operation::Ring {
                 keyspace: args.keyspace,
@@ -238,6 +261,13 @@ async fn operate(target: &Target, operation: Operation) -> anyhow::Result<serde_
         (address, Reply::Error(error)) => anyhow::bail!("{address}: {error}"),
         (address, other) => anyhow::bail!("{address} answered unexpectedly: {other:?}"),
     }
+}
+
+/// A host id as `shoal admin status` prints it (a UUID).
+fn parse_host_id(text: &str) -> anyhow::Result<shoal_model::HostId> {
+    let uuid = uuid::Uuid::parse_str(text.trim())
+        .map_err(|_| anyhow::anyhow!("'{text}' is not a host id (a UUID, as `shoal admin status` shows)"))?;
+    Ok(shoal_model::HostId(*uuid.as_bytes()))
 }
 
 fn scalar(value: &serde_json::Value) -> String {
@@ -375,7 +405,7 @@ pub fn render_status(members: &[MemberStatus]) -> String {
             let status = if member.up { 'U' } else { 'D' };
             let state = match member.state.as_str() {
                 "joining" => 'J',
-                "leaving" => 'L',
+                "leaving" | "removing" => 'L',
                 _ => 'N',
             };
             out.push_str(&format!(

@@ -7,7 +7,8 @@
 //! first bootstraps the cluster and the others join it. The nodes share the machine, so
 //! each gets `cores / N` request threads (at least one). `start` stays in the foreground
 //! and stops every node on Ctrl-C unless `--detach` is given; `stop` stops a detached
-//! cluster from its pid files.
+//! cluster from its pid files; `add` starts more nodes that join the running cluster
+//! (its tablets move to them while it serves).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -23,6 +24,27 @@ pub enum ClusterCommand {
     Stop(DirArg),
     /// Which nodes of a local cluster run, and the cluster's view of them.
     Status(DirArg),
+    /// Start more nodes (127.0.0.N+1 …) that join the running local cluster, data and
+    /// all; they stay running in the background.
+    Add(AddArgs),
+}
+
+#[derive(clap::Args)]
+pub struct AddArgs {
+    /// How many nodes to add.
+    #[arg(long, default_value_t = 1)]
+    pub count: u8,
+    #[command(flatten)]
+    pub dir: DirArg,
+    /// Request threads per new node (default: as `start` would give them).
+    #[arg(long)]
+    pub worker_threads: Option<usize>,
+    /// Commit log sync mode for the new nodes: periodic or group.
+    #[arg(long, default_value = "periodic")]
+    pub commitlog_sync: String,
+    /// The new nodes require logins (as the cluster's, see `start --auth`).
+    #[arg(long)]
+    pub auth: bool,
 }
 
 #[derive(clap::Args)]
@@ -153,7 +175,114 @@ pub fn run(command: ClusterCommand) -> anyhow::Result<()> {
             Ok(())
         }
         ClusterCommand::Status(args) => status(&args.dir),
+        ClusterCommand::Add(args) => add(args),
     }
+}
+
+/// How one node of a local cluster is started.
+struct NodeLaunch<'a> {
+    executable: &'a Path,
+    dir: &'a Path,
+    worker_threads: usize,
+    commitlog_sync: &'a str,
+    auth: bool,
+}
+
+impl NodeLaunch<'_> {
+    /// Starts node `index` and waits until it accepts clients.
+    fn spawn(&self, index: u8) -> anyhow::Result<std::process::Child> {
+        let data_dir = node_dir(self.dir, index);
+        std::fs::create_dir_all(&data_dir)?;
+        let log_path = data_dir.join("shoal.log");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)?;
+        let mut command = Command::new(self.executable);
+        command
+            .arg("server")
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .arg("--listen-address")
+            .arg(node_address(index).to_string())
+            .arg("--seeds")
+            .arg(node_address(1).to_string())
+            .arg("--commitlog-sync")
+            .arg(self.commitlog_sync)
+            .arg("--worker-threads")
+            .arg(self.worker_threads.to_string())
+            .args(self.auth.then_some("--auth"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        #[cfg(unix)]
+        {
+            use std::os::unix::process::CommandExt;
+            // Its own process group: Ctrl-C reaches `shoal cluster`, which stops
+            // the nodes cleanly.
+            command.process_group(0);
+        }
+        let child = command.spawn()?;
+        std::fs::write(data_dir.join("pid"), child.id().to_string())?;
+        if let Err(error) = wait_for_port(
+            SocketAddr::new(node_address(index), 9042),
+            child.id(),
+            &log_path,
+        ) {
+            signal(child.id(), "TERM");
+            reap(vec![child]);
+            return Err(error);
+        }
+        println!(
+            "node {index} up on {} (log: {})",
+            node_address(index),
+            log_path.display()
+        );
+        Ok(child)
+    }
+}
+
+fn add(args: AddArgs) -> anyhow::Result<()> {
+    let dir = &args.dir.dir;
+    let existing = node_indexes(dir);
+    anyhow::ensure!(
+        !existing.is_empty(),
+        "no local cluster in {}: start one with `shoal cluster start`",
+        dir.display()
+    );
+    anyhow::ensure!(
+        existing
+            .iter()
+            .any(|i| read_pid(dir, *i).is_some_and(pid_alive)),
+        "no node of the local cluster in {} runs: start it first",
+        dir.display()
+    );
+    let first = existing.len() as u8 + 1;
+    let last = first
+        .checked_add(args.count.saturating_sub(1))
+        .filter(|last| *last < 255)
+        .ok_or_else(|| anyhow::anyhow!("a local cluster has at most 254 nodes"))?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let executable = std::env::current_exe()?;
+    let launch = NodeLaunch {
+        executable: &executable,
+        dir,
+        worker_threads: args
+            .worker_threads
+            .unwrap_or((cores / last as usize).max(1)),
+        commitlog_sync: &args.commitlog_sync,
+        auth: args.auth,
+    };
+    for index in first..=last {
+        // Detached: the node outlives this command (`shoal cluster stop` stops it).
+        let child = launch.spawn(index)?;
+        drop(child);
+    }
+    println!(
+        "{} node(s) added; they take their share of tablets in the background (watch with: shoal admin status, shoal admin streams)",
+        last - first + 1
+    );
+    Ok(())
 }
 
 fn start(args: StartArgs) -> anyhow::Result<()> {
@@ -168,6 +297,13 @@ fn start(args: StartArgs) -> anyhow::Result<()> {
     let worker_threads = args
         .worker_threads
         .unwrap_or((cores / args.nodes as usize).max(1));
+    let launch = NodeLaunch {
+        executable: &executable,
+        dir,
+        worker_threads,
+        commitlog_sync: &args.commitlog_sync,
+        auth: args.auth,
+    };
     let mut started = Vec::new();
     let result = (|| -> anyhow::Result<()> {
         for index in 1..=args.nodes {
@@ -175,47 +311,7 @@ fn start(args: StartArgs) -> anyhow::Result<()> {
                 println!("node {index} already running (pid {pid})");
                 continue;
             }
-            let data_dir = node_dir(dir, index);
-            std::fs::create_dir_all(&data_dir)?;
-            let log_path = data_dir.join("shoal.log");
-            let log = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&log_path)?;
-            let mut command = Command::new(&executable);
-            command
-                .arg("server")
-                .arg("--data-dir")
-                .arg(&data_dir)
-                .arg("--listen-address")
-                .arg(node_address(index).to_string())
-                .arg("--seeds")
-                .arg(node_address(1).to_string())
-                .arg("--commitlog-sync")
-                .arg(&args.commitlog_sync)
-                .arg("--worker-threads")
-                .arg(worker_threads.to_string())
-                .args(args.auth.then_some("--auth"))
-                .stdin(Stdio::null())
-                .stdout(log.try_clone()?)
-                .stderr(log);
-            #[cfg(unix)]
-            {
-                use std::os::unix::process::CommandExt;
-                // Its own process group: Ctrl-C reaches `shoal cluster`, which stops
-                // the nodes cleanly.
-                command.process_group(0);
-            }
-            let child = command.spawn()?;
-            std::fs::write(data_dir.join("pid"), child.id().to_string())?;
-            let pid = child.id();
-            started.push(child);
-            wait_for_port(SocketAddr::new(node_address(index), 9042), pid, &log_path)?;
-            println!(
-                "node {index} up on {} (log: {})",
-                node_address(index),
-                log_path.display()
-            );
+            started.push(launch.spawn(index)?);
         }
         Ok(())
     })();

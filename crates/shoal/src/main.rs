@@ -76,6 +76,10 @@ struct ServerArgs {
     /// gets the superuser cassandra/cassandra: change its password first.
     #[arg(long)]
     auth: bool,
+    /// Start as the replacement of the dead node at this address (its replicas are
+    /// rebuilt here from the surviving ones; overrides the file).
+    #[arg(long)]
+    replace_address: Option<IpAddr>,
 }
 
 fn parse_sync_mode(text: &str) -> Result<CommitLogSync, String> {
@@ -149,6 +153,9 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
     }
     if let Some(mode) = args.commitlog_sync {
         config.commitlog_sync = mode;
+    }
+    if let Some(address) = args.replace_address {
+        config.replace_address = Some(address);
     }
     config.validate()?;
     init_logging(&config.log_level);

@@ -130,6 +130,23 @@ pub trait Engine: Send + Sync + 'static {
         reverse: bool,
     ) -> Result<Box<dyn Cursor + 'a>>;
 
+    /// A forward cursor over `[lower, upper)` for streaming a range to another node: one
+    /// consistent view of the range, read sequentially, without filling the block cache
+    /// that foreground reads rely on.
+    fn stream_range<'a>(&'a self, lower: &[u8], upper: &[u8]) -> Result<Box<dyn Cursor + 'a>> {
+        self.scan(lower, upper, false)
+    }
+
+    /// Adds `entries` — `(key, stored value)`, in strictly increasing key order, as
+    /// another node's [`Engine::stream_range`] returned them — merging each with what the
+    /// key holds by last-write-wins, like [`Engine::write`], but as a whole file that
+    /// bypasses the memtable and the write-ahead log where the engine can. Durable on
+    /// return.
+    fn ingest(&self, entries: Vec<(Vec<u8>, Vec<u8>)>) -> Result<()> {
+        self.write(&WriteBatch::from(entries))?;
+        self.sync()
+    }
+
     /// Removes every key in `[lower, upper)` (TRUNCATE, DROP TABLE).
     fn delete_range(&self, lower: &[u8], upper: &[u8]) -> Result<()>;
 

@@ -231,7 +231,7 @@ impl ModifyPlan {
             .read_partitions(self.table.id, &partitions, consistency)
             .await?
         {
-            PartitionSource::Local => Ok(CurrentState::Local),
+            PartitionSource::Local(_) => Ok(CurrentState::Local),
             PartitionSource::Merged(engine) => Ok(CurrentState::Read(engine)),
             PartitionSource::TooLarge => Err(CqlError::invalid(
                 "List element operations on a partition too large to read whole from its replicas are not supported by Shoal yet; use ONE on a replica or rewrite the whole list",

@@ -28,9 +28,14 @@
 //! - `truncate ts=MICROS [except=nX]` — TRUNCATE as every node applies it: the truncation
 //!   recorded, the table's data removed (not on the `except` node, whose removal failed).
 //!
+//! - `join`, `move`, `stage`, `end`, `barrier`, `stream` — a tablet moving between
+//!   nodes ([`migrations`]).
+//!
 //! After every command the clock moves on 10 s, so writes still on their way to slow or
 //! paused replicas finish (or time out) before the next one: the output never depends on
 //! scheduling.
+
+mod migrations;
 
 use super::sim::{Behaviour, SimCluster, TABLE};
 use crate::consistency::WriteType;
@@ -207,7 +212,7 @@ impl Runner {
             .block_on(proxy.read_partitions(TABLE, &partitions, level));
         let cells = match source {
             Err(error) => return Ok(show_error(&error)),
-            Ok(PartitionSource::Local) => visible_cells(local.as_ref())?,
+            Ok(PartitionSource::Local(_in_flight)) => visible_cells(local.as_ref())?,
             Ok(PartitionSource::Merged(merged)) => visible_cells(&merged)?,
             Ok(PartitionSource::TooLarge) => return Ok("too large to gather".into()),
         };
@@ -510,16 +515,33 @@ impl goldenscript::Runner for Runner {
                 args.reject_next()?;
                 let cluster = self.cluster()?;
                 let (token, _) = partition(&key);
-                let state = cluster.nodes[0].proxy.topology.state();
-                let names: Vec<&str> = state
-                    .replicas(&TABLE, token)
-                    .unwrap_or(&[])
-                    .iter()
-                    .filter_map(|host| cluster.nodes.iter().find(|n| n.member.host_id == *host))
-                    .map(|n| n.name.as_str())
-                    .collect();
-                format!("{key}: {}", names.join(" "))
+                let name = |host: &shoal_model::HostId| {
+                    cluster
+                        .nodes
+                        .iter()
+                        .find(|n| n.member.host_id == *host)
+                        .map_or("?", |n| n.name.as_str())
+                };
+                let tablet = cluster.state.tables[&TABLE].tablets.tablet_for(token);
+                let names: Vec<&str> = tablet.replicas.iter().map(name).collect();
+                let moving = match &tablet.transition {
+                    None => String::new(),
+                    Some(t) => format!(
+                        " (moving {} → {}, {})",
+                        t.leaving.as_ref().map_or("-", name),
+                        t.pending.as_ref().map_or("-", name),
+                        t.stage.name()
+                    ),
+                };
+                format!("{key}: {}{moving}", names.join(" "))
             }
+            "join" => self.join()?,
+            "move" => self.start_move(command)?,
+            "stage" => self.stage(command)?,
+            "end" => self.end(command)?,
+            "barrier" => self.barrier(command)?,
+            "sync" => self.sync()?,
+            "stream" => self.stream(command)?,
             other => return Err(format!("unknown command {other}").into()),
         };
         // Let deliveries still on their way finish or time out.
@@ -581,4 +603,9 @@ fn truncate() {
 #[test]
 fn tombstone_ties() {
     run_script("tombstone_ties");
+}
+
+#[test]
+fn tablet_migrations() {
+    run_script("tablet_migrations");
 }

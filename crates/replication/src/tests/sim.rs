@@ -66,6 +66,7 @@ impl ReplicaTransport for SimTransport {
         &self,
         to: SocketAddr,
         request: ReplicaRequest,
+        topology_version: u64,
         timeout: Duration,
     ) -> BoxFuture<'static, Result<ReplicaResponse, String>> {
         let target = self.0.nodes.lock().get(&to).cloned();
@@ -77,7 +78,7 @@ impl ReplicaTransport for SimTransport {
             let timed_out = || Err(format!("{to} did not answer within {timeout:?}"));
             match behaviour {
                 Behaviour::Up => {
-                    let response = replica.serve(request).await;
+                    let response = replica.serve_routed(request, topology_version).await;
                     if let ReplicaResponse::Cells { cells, .. }
                     | ReplicaResponse::CellsFrom { cells, .. } = &response
                     {
@@ -94,7 +95,7 @@ impl ReplicaTransport for SimTransport {
                 }
                 Behaviour::Slow(delay) if delay < timeout => {
                     tokio::time::sleep(delay).await;
-                    Ok(replica.serve(request).await)
+                    Ok(replica.serve_routed(request, topology_version).await)
                 }
                 Behaviour::Slow(_) => {
                     tokio::time::sleep(timeout).await;
@@ -105,7 +106,7 @@ impl ReplicaTransport for SimTransport {
                     ReplicaRequest::Apply(_) => {
                         Ok(ReplicaResponse::Error("injected write failure".into()))
                     }
-                    request => Ok(replica.serve(request).await),
+                    request => Ok(replica.serve_routed(request, topology_version).await),
                 },
             }
         })
@@ -153,10 +154,10 @@ impl Liveness for SimLiveness {
     }
 }
 
-/// One node's fixed view of the cluster.
-struct SimTopology {
+/// One node's view of the cluster: the metadata it has applied so far.
+pub struct SimTopology {
     me: Member,
-    state: Arc<ClusterState>,
+    state: Mutex<Arc<ClusterState>>,
 }
 
 impl Topology for SimTopology {
@@ -165,7 +166,20 @@ impl Topology for SimTopology {
     }
 
     fn state(&self) -> Arc<ClusterState> {
-        Arc::clone(&self.state)
+        Arc::clone(&self.state.lock())
+    }
+
+    fn reached(&self, version: u64, timeout: Duration) -> BoxFuture<'_, bool> {
+        Box::pin(async move {
+            let deadline = Instant::now() + timeout;
+            while self.state.lock().topology_version < version {
+                if Instant::now() >= deadline {
+                    return false;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            true
+        })
     }
 }
 
@@ -175,6 +189,8 @@ pub struct SimNode {
     pub member: Member,
     pub engine: Arc<MemoryEngine>,
     pub proxy: Arc<StorageProxy>,
+    /// The metadata this node has applied.
+    pub view: Arc<SimTopology>,
 }
 
 /// A simulated cluster of `n1`, `n2`, … with one table.
@@ -182,7 +198,8 @@ pub struct SimCluster {
     pub nodes: Vec<SimNode>,
     pub network: Arc<Network>,
     pub liveness: Arc<SimLiveness>,
-    state: Arc<ClusterState>,
+    /// The metadata as committed; nodes apply it when [`SimCluster::publish`] says.
+    pub state: ClusterState,
     hint_window: Duration,
     max_hint_bytes: u64,
 }
@@ -196,6 +213,7 @@ fn member(index: usize) -> Member {
         datacenter: "dc1".into(),
         rack: "rack1".into(),
         state: MemberState::Normal,
+        replaces: None,
     }
 }
 
@@ -229,26 +247,58 @@ impl SimCluster {
             nodes: Vec::new(),
             network: Arc::default(),
             liveness: Arc::default(),
-            state: Arc::new(state),
+            state,
             hint_window,
             max_hint_bytes,
         };
-        for index in 0..nodes {
-            let engine = Arc::new(MemoryEngine::new());
-            engine.set_gc_grace_seconds(TABLE, 864_000);
-            let node = cluster.node(index, engine);
-            cluster.network.nodes.lock().insert(
-                node.member.internode_address,
-                (Arc::clone(node.proxy.local()), Behaviour::Up),
-            );
-            cluster.nodes.push(node);
+        for _ in 0..nodes {
+            cluster.start_node();
         }
         cluster
+    }
+
+    /// Starts the next node (`n1`, `n2`, …) with an empty engine, listening at once; it is
+    /// a member only once a command adds it.
+    pub fn start_node(&mut self) -> usize {
+        let index = self.nodes.len();
+        let engine = Arc::new(MemoryEngine::new());
+        engine.set_gc_grace_seconds(TABLE, 864_000);
+        let node = self.node(index, engine);
+        self.network.nodes.lock().insert(
+            node.member.internode_address,
+            (Arc::clone(node.proxy.local()), Behaviour::Up),
+        );
+        self.nodes.push(node);
+        index
+    }
+
+    /// The member node `index` is (whether or not it has joined).
+    pub fn member(&self, index: usize) -> Member {
+        member(index)
+    }
+
+    /// Commits `command` to the metadata; returns its outcome. Nodes see it once
+    /// published.
+    pub fn commit(&mut self, command: Command) -> shoal_cluster::CommandOutcome {
+        self.state.apply(command)
+    }
+
+    /// Nodes `only` (every node when `None`) apply the metadata committed so far.
+    pub fn publish(&self, only: Option<&[usize]>) {
+        for (index, node) in self.nodes.iter().enumerate() {
+            if only.is_none_or(|only| only.contains(&index)) {
+                *node.view.state.lock() = Arc::new(self.state.clone());
+            }
+        }
     }
 
     /// Builds node `index` over `engine` (a restart keeps the engine).
     fn node(&self, index: usize, engine: Arc<MemoryEngine>) -> SimNode {
         let member = member(index);
+        let view = Arc::new(SimTopology {
+            me: member.clone(),
+            state: Mutex::new(Arc::new(self.state.clone())),
+        });
         let log = Arc::new(ImmediateWriteLog(engine.clone()));
         let local = Arc::new(LocalReplica::new(engine.clone(), log.clone()));
         let hints = Arc::new(Hints::new(
@@ -259,10 +309,7 @@ impl SimCluster {
             self.max_hint_bytes,
         ));
         let proxy = Arc::new(StorageProxy::new(
-            Arc::new(SimTopology {
-                me: member.clone(),
-                state: Arc::clone(&self.state),
-            }),
+            Arc::clone(&view) as Arc<dyn Topology>,
             Arc::new(SimTransport(Arc::clone(&self.network))),
             self.liveness.clone() as Arc<dyn Liveness>,
             local,
@@ -273,6 +320,7 @@ impl SimCluster {
             member,
             engine,
             proxy,
+            view,
         }
     }
 

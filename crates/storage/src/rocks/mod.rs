@@ -35,6 +35,8 @@ pub use writer::WriteDeferral;
 use writer::{Operation, Writer};
 
 const DATA_FAMILY: &str = "data";
+/// Read-ahead of a streaming cursor: it reads its range once, sequentially.
+const STREAM_READAHEAD_BYTES: usize = 4 << 20;
 const METADATA_FAMILY: &str = "metadata";
 /// Metadata key of the storage format version ([`keys::STORAGE_FORMAT_VERSION`]).
 const FORMAT_KEY: &[u8] = b"storage/format";
@@ -62,6 +64,12 @@ impl Default for RocksOptions {
 
 pub struct RocksEngine {
     db: Arc<DB>,
+    /// The data column family's options, for files built to be ingested.
+    data_options: Options,
+    /// Where files to ingest are built.
+    ingest_dir: std::path::PathBuf,
+    /// Names files to ingest uniquely.
+    ingest_count: std::sync::atomic::AtomicU64,
     rules: Arc<TableRules>,
     /// Keys of expired covering deletions compaction met, for [`RocksEngine::collect_garbage`].
     garbage: Arc<Mutex<BTreeSet<Vec<u8>>>>,
@@ -144,7 +152,7 @@ impl RocksEngine {
 
         let metadata_options = Options::default();
         let families = vec![
-            ColumnFamilyDescriptor::new(DATA_FAMILY, data_options),
+            ColumnFamilyDescriptor::new(DATA_FAMILY, data_options.clone()),
             ColumnFamilyDescriptor::new(METADATA_FAMILY, metadata_options),
         ];
         let db = Arc::new(DB::open_cf_descriptors(&db_options, path, families).map_err(io_error)?);
@@ -156,8 +164,14 @@ impl RocksEngine {
                 move || writer.run()
             })
             .map_err(|e| StorageError::Io(format!("cannot start the writer thread: {e}")))?;
+        let ingest_dir = path.join("ingest");
+        // Files left by an ingestion a crash interrupted are of no use.
+        let _ = std::fs::remove_dir_all(&ingest_dir);
         let engine = RocksEngine {
             db,
+            data_options,
+            ingest_dir,
+            ingest_count: std::sync::atomic::AtomicU64::new(0),
             rules,
             garbage,
             writer,
@@ -376,6 +390,59 @@ impl Engine for RocksEngine {
             iterator.seek_to_first();
         }
         Ok(Box::new(RocksCursor { iterator, reverse }))
+    }
+
+    fn stream_range<'a>(&'a self, lower: &[u8], upper: &[u8]) -> Result<Box<dyn Cursor + 'a>> {
+        let data = self.data()?;
+        let mut read_options = ReadOptions::default();
+        read_options.set_iterate_lower_bound(lower.to_vec());
+        read_options.set_iterate_upper_bound(upper.to_vec());
+        read_options.set_total_order_seek(true);
+        // Streaming reads a range once, front to back: large sequential reads, and no
+        // eviction of the blocks foreground reads keep hot.
+        read_options.fill_cache(false);
+        read_options.set_readahead_size(STREAM_READAHEAD_BYTES);
+        let mut iterator = self.db.raw_iterator_cf_opt(data, read_options);
+        iterator.seek_to_first();
+        Ok(Box::new(RocksCursor {
+            iterator,
+            reverse: false,
+        }))
+    }
+
+    fn ingest(&self, entries: Vec<(Vec<u8>, Vec<u8>)>) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        std::fs::create_dir_all(&self.ingest_dir)
+            .map_err(|e| StorageError::Io(format!("cannot create the ingest directory: {e}")))?;
+        let number = self
+            .ingest_count
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = self.ingest_dir.join(format!("stream-{number}.sst"));
+        let built = (|| -> std::result::Result<(), rocksdb::Error> {
+            let mut file = rocksdb::SstFileWriter::create(&self.data_options);
+            file.open(&path)?;
+            for (key, value) in &entries {
+                // Merge operands, like every write: the stored cell reconciles with the
+                // ingested one by last-write-wins whichever is newer in RocksDB's order.
+                file.merge(key, value)?;
+            }
+            file.finish()
+        })();
+        if let Err(error) = built {
+            let _ = std::fs::remove_file(&path);
+            return Err(io_error(error));
+        }
+        let mut options = rocksdb::IngestExternalFileOptions::default();
+        options.set_move_files(true);
+        let ingested = {
+            let _paused = self.writer.pause_collapsing();
+            self.db
+                .ingest_external_file_cf_opts(self.data()?, &options, vec![&path])
+        };
+        let _ = std::fs::remove_file(&path);
+        ingested.map_err(io_error)
     }
 
     fn delete_range(&self, lower: &[u8], upper: &[u8]) -> Result<()> {

@@ -95,6 +95,9 @@ struct Queue {
 struct Applier {
     counts: foldhash::HashMap<u64, u32>,
     hasher: foldhash::fast::RandomState,
+    /// Files being ingested (streaming): a collapse's read-then-rewrite could hide what an
+    /// ingested file adds between the two, so none happens while this is above zero.
+    collapse_paused: usize,
 }
 
 /// What applying a batch inline came to.
@@ -132,6 +135,7 @@ impl Writer {
             applier: Mutex::new(Applier {
                 counts: Default::default(),
                 hasher: Default::default(),
+                collapse_paused: 0,
             }),
             queue: Mutex::new(Queue::default()),
             wake: Condvar::new(),
@@ -229,6 +233,13 @@ impl Writer {
         Ok(())
     }
 
+    /// No hot key is collapsed until the returned pause is dropped (a collapse running now
+    /// finishes first: it holds the applier).
+    pub(super) fn pause_collapsing(&self) -> CollapsePause<'_> {
+        self.applier.lock().collapse_paused += 1;
+        CollapsePause(self)
+    }
+
     /// Stops accepting submissions; the writer thread ends once it has applied what is
     /// queued.
     pub(super) fn close(&self) {
@@ -282,6 +293,15 @@ impl Writer {
                 queue.sleeping = false;
             }
         }
+    }
+}
+
+/// While it lives, hot keys are not collapsed ([`Writer::pause_collapsing`]).
+pub(super) struct CollapsePause<'w>(&'w Writer);
+
+impl Drop for CollapsePause<'_> {
+    fn drop(&mut self) {
+        self.0.applier.lock().collapse_paused -= 1;
     }
 }
 
@@ -361,7 +381,7 @@ impl Applier {
     /// the read and the rewrite. Optional work: it never waits on a write stall, and a
     /// failure only leaves the operands for a later collapse.
     fn collapse_hot(&self, db: &DB, family: &str, hot: &[Vec<u8>]) {
-        if hot.is_empty() {
+        if hot.is_empty() || self.collapse_paused > 0 {
             return;
         }
         match Self::collapse(db, family, hot) {

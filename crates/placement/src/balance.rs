@@ -1,0 +1,382 @@
+//! The tablet balancer: which replica moves to start now, as a pure function of one table's
+//! tablets, its replication and the nodes (no I/O, no clock: the cluster's migration driver
+//! calls it and commits what it returns).
+//!
+//! It works from the current map, never from a fresh layout, and moves as few replicas as
+//! it can, in this order:
+//!
+//! 1. **Replicas that must go**: a replica on a node that is leaving or being removed moves
+//!    to another node — the node replacing it, if there is one, otherwise the least loaded
+//!    node on a rack the tablet does not use yet.
+//! 2. **Replica counts**: a tablet with fewer replicas than its factor (in a datacenter,
+//!    for NetworkTopologyStrategy) gets one more; one with more loses one.
+//! 3. **Even load**: while the most loaded node holds more than one replica more than the
+//!    least loaded one, a tablet moves from the first to the second.
+//!
+//! Load counts a move under way as done. Each node takes part in at most
+//! [`Budget::per_node`] moves at once (as the one giving a replica up or receiving it), so
+//! streaming stays within what a node's disk and network can carry; the rest waits for a
+//! later round. Nodes that are down neither give nor receive.
+//!
+//! [`plan_primaries`] evens out which replica is first (the primary, whose tokens drivers
+//! route by): a metadata-only change, no data moves.
+
+use crate::tablet::{apply_move, TabletMap};
+use crate::ReplicationStrategy;
+use shoal_model::{HostId, TabletId};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A node as the balancer sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BalancerNode {
+    pub id: HostId,
+    pub datacenter: String,
+    pub rack: String,
+    /// Joining or normal: may be given replicas.
+    pub accepts: bool,
+    /// Leaving or being removed: must give up every replica.
+    pub draining: bool,
+    /// Up, as the failure detector sees it.
+    pub alive: bool,
+    /// The dead node this one replaces: that node's replicas come here first.
+    pub replaces: Option<HostId>,
+}
+
+/// A replica move to start: `leaving` gives the tablet up, `pending` receives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Move {
+    pub tablet: TabletId,
+    pub leaving: Option<HostId>,
+    pub pending: Option<HostId>,
+}
+
+/// How many moves each node may take part in at once, and how many it does now.
+#[derive(Debug, Clone)]
+pub struct Budget {
+    pub per_node: usize,
+    pub busy: BTreeMap<HostId, usize>,
+}
+
+impl Budget {
+    pub fn new(per_node: usize) -> Budget {
+        Budget {
+            per_node,
+            busy: BTreeMap::new(),
+        }
+    }
+
+    /// Counts a move under way (or just planned) against the nodes it involves.
+    pub fn charge(&mut self, leaving: Option<HostId>, pending: Option<HostId>) {
+        for host in leaving.into_iter().chain(pending) {
+            *self.busy.entry(host).or_default() += 1;
+        }
+    }
+
+    fn has_room(&self, host: &HostId) -> bool {
+        self.busy.get(host).copied().unwrap_or(0) < self.per_node
+    }
+}
+
+/// The replicas one group must hold: every datacenter together (SimpleStrategy), or one
+/// datacenter (NetworkTopologyStrategy).
+struct Group<'n> {
+    factor: usize,
+    /// The group's nodes, by id.
+    nodes: BTreeMap<HostId, &'n BalancerNode>,
+}
+
+fn groups<'n>(strategy: &ReplicationStrategy, nodes: &'n [BalancerNode]) -> Vec<Group<'n>> {
+    match strategy {
+        ReplicationStrategy::Simple { factor } => vec![Group {
+            factor: *factor,
+            nodes: nodes.iter().map(|n| (n.id, n)).collect(),
+        }],
+        ReplicationStrategy::NetworkTopology { factors } => factors
+            .iter()
+            .map(|(datacenter, factor)| Group {
+                factor: *factor,
+                nodes: nodes
+                    .iter()
+                    .filter(|n| &n.datacenter == datacenter)
+                    .map(|n| (n.id, n))
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+impl Group<'_> {
+    /// Nodes that may receive replicas now.
+    fn receivers(&self) -> impl Iterator<Item = &BalancerNode> {
+        self.nodes
+            .values()
+            .copied()
+            .filter(|n| n.accepts && n.alive && !n.draining)
+    }
+
+    /// Replicas of this group among `replicas`.
+    fn members_of(&self, replicas: &[HostId]) -> Vec<HostId> {
+        replicas
+            .iter()
+            .filter(|host| self.nodes.contains_key(host))
+            .copied()
+            .collect()
+    }
+
+    fn draining(&self, host: &HostId) -> bool {
+        self.nodes.get(host).is_none_or(|n| n.draining)
+    }
+
+    fn rack_of(&self, host: &HostId) -> Option<&str> {
+        self.nodes.get(host).map(|n| n.rack.as_str())
+    }
+
+    /// Replicas of this group per node, counting moves under way as done.
+    fn loads(&self, map: &TabletMap) -> BTreeMap<HostId, usize> {
+        let mut loads: BTreeMap<HostId, usize> = self.receivers().map(|n| (n.id, 0)).collect();
+        for tablet in map.tablets() {
+            for host in tablet.new_replicas() {
+                if let Some(load) = loads.get_mut(&host) {
+                    *load += 1;
+                }
+            }
+        }
+        loads
+    }
+
+    /// The best node to receive a replica of a tablet now held by `others` (and given up
+    /// by `leaving`): the node replacing `leaving`, then a rack the tablet does not use,
+    /// then the least loaded, then the lowest id.
+    fn destination(
+        &self,
+        others: &[HostId],
+        leaving: Option<HostId>,
+        loads: &BTreeMap<HostId, usize>,
+        budget: &Budget,
+    ) -> Option<HostId> {
+        let racks_used: BTreeSet<&str> = others.iter().filter_map(|h| self.rack_of(h)).collect();
+        self.receivers()
+            .filter(|n| !others.contains(&n.id) && Some(n.id) != leaving && budget.has_room(&n.id))
+            .min_by_key(|n| {
+                (
+                    !(leaving.is_some() && n.replaces == leaving),
+                    racks_used.contains(n.rack.as_str()),
+                    loads.get(&n.id).copied().unwrap_or(0),
+                    n.id,
+                )
+            })
+            .map(|n| n.id)
+    }
+}
+
+/// Moves to start now for one table (at most one per tablet, none for a tablet already
+/// moving), charged to `budget`.
+pub fn plan_moves(
+    map: &TabletMap,
+    strategy: &ReplicationStrategy,
+    nodes: &[BalancerNode],
+    budget: &mut Budget,
+) -> Vec<Move> {
+    let mut moves: Vec<Move> = Vec::new();
+    let mut moving: BTreeSet<TabletId> = map.transitions().map(|(t, _)| t.id).collect();
+    let groups = groups(strategy, nodes);
+    let alive = |host: &HostId| nodes.iter().any(|n| n.id == *host && n.alive);
+    for group in &groups {
+        let mut loads = group.loads(map);
+        // 1 and 2: replicas that must go, and replica counts.
+        for tablet in map.tablets() {
+            if moving.contains(&tablet.id) {
+                continue;
+            }
+            let held = group.members_of(&tablet.replicas);
+            let (draining, staying): (Vec<HostId>, Vec<HostId>) =
+                held.iter().partition(|host| group.draining(host));
+            let planned = if let Some(leaving) = draining.first().copied() {
+                let source_ok = !alive(&leaving) || budget.has_room(&leaving);
+                let others: Vec<HostId> = tablet
+                    .replicas
+                    .iter()
+                    .filter(|h| **h != leaving)
+                    .copied()
+                    .collect();
+                match group.destination(&others, Some(leaving), &loads, budget) {
+                    Some(pending) if source_ok => Some(Move {
+                        tablet: tablet.id,
+                        leaving: Some(leaving),
+                        pending: Some(pending),
+                    }),
+                    // Nowhere to go: with more than enough replicas left it may simply
+                    // be dropped.
+                    _ if staying.len() >= group.factor => Some(Move {
+                        tablet: tablet.id,
+                        leaving: Some(leaving),
+                        pending: None,
+                    }),
+                    _ => None,
+                }
+            } else if staying.len() < group.factor {
+                group
+                    .destination(&tablet.replicas, None, &loads, budget)
+                    .map(|pending| Move {
+                        tablet: tablet.id,
+                        leaving: None,
+                        pending: Some(pending),
+                    })
+            } else if staying.len() > group.factor {
+                staying
+                    .iter()
+                    .max_by_key(|h| (loads.get(h).copied().unwrap_or(0), **h))
+                    .filter(|h| budget.has_room(h))
+                    .map(|leaving| Move {
+                        tablet: tablet.id,
+                        leaving: Some(*leaving),
+                        pending: None,
+                    })
+            } else {
+                None
+            };
+            if let Some(planned) = planned {
+                account(&mut loads, &planned);
+                budget.charge(planned.leaving.filter(|h| alive(h)), planned.pending);
+                moving.insert(planned.tablet);
+                moves.push(planned);
+            }
+        }
+        // 3: even load.
+        balance_group(map, group, &mut loads, budget, &mut moving, &mut moves);
+    }
+    moves
+}
+
+fn account(loads: &mut BTreeMap<HostId, usize>, planned: &Move) {
+    if let Some(load) = planned.leaving.and_then(|h| loads.get_mut(&h)) {
+        *load = load.saturating_sub(1);
+    }
+    if let Some(load) = planned.pending.and_then(|h| loads.get_mut(&h)) {
+        *load += 1;
+    }
+}
+
+/// Moves replicas from the most to the least loaded nodes of `group` until no two differ
+/// by more than one, or the budget runs out.
+fn balance_group(
+    map: &TabletMap,
+    group: &Group<'_>,
+    loads: &mut BTreeMap<HostId, usize>,
+    budget: &mut Budget,
+    moving: &mut BTreeSet<TabletId>,
+    moves: &mut Vec<Move>,
+) {
+    // Each round moves one replica; a bound keeps a bug from looping forever.
+    for _ in 0..map.tablets().len() * 4 + 8 {
+        let mut by_load: Vec<(usize, HostId)> = loads.iter().map(|(h, l)| (*l, *h)).collect();
+        by_load.sort();
+        let mut found: Option<Move> = None;
+        'pairs: for &(heavy_load, heavy) in by_load.iter().rev() {
+            if !budget.has_room(&heavy) {
+                continue;
+            }
+            for &(light_load, light) in &by_load {
+                if heavy_load <= light_load + 1 {
+                    break 'pairs;
+                }
+                if !budget.has_room(&light) {
+                    continue;
+                }
+                let light_rack = group.rack_of(&light);
+                let candidate = map.tablets().iter().find(|tablet| {
+                    if moving.contains(&tablet.id)
+                        || !tablet.replicas.contains(&heavy)
+                        || tablet.replicas.contains(&light)
+                    {
+                        return false;
+                    }
+                    // Never put two replicas on one rack where they were apart.
+                    let others: Vec<&str> = tablet
+                        .replicas
+                        .iter()
+                        .filter(|h| **h != heavy)
+                        .filter_map(|h| group.rack_of(h))
+                        .collect();
+                    let collisions_after =
+                        others.iter().filter(|r| Some(**r) == light_rack).count();
+                    let collisions_before = others
+                        .iter()
+                        .filter(|r| Some(**r) == group.rack_of(&heavy))
+                        .count();
+                    collisions_after <= collisions_before
+                });
+                if let Some(tablet) = candidate {
+                    found = Some(Move {
+                        tablet: tablet.id,
+                        leaving: Some(heavy),
+                        pending: Some(light),
+                    });
+                    break 'pairs;
+                }
+            }
+        }
+        let Some(planned) = found else { return };
+        account(loads, &planned);
+        budget.charge(planned.leaving, planned.pending);
+        moving.insert(planned.tablet);
+        moves.push(planned);
+    }
+}
+
+/// Tablets whose primary should change (tablet, new primary) so that every node taking
+/// replicas is first replica of an even share (±1) of the tablets. Tablets under a move
+/// keep theirs.
+pub fn plan_primaries(map: &TabletMap, nodes: &[BalancerNode]) -> Vec<(TabletId, HostId)> {
+    let accepting: BTreeSet<HostId> = nodes
+        .iter()
+        .filter(|n| n.accepts && !n.draining)
+        .map(|n| n.id)
+        .collect();
+    let mut primaries: BTreeMap<HostId, usize> = accepting.iter().map(|h| (*h, 0)).collect();
+    let mut first: BTreeMap<TabletId, HostId> = BTreeMap::new();
+    for tablet in map.tablets() {
+        if let Some(primary) = tablet.replicas.first() {
+            first.insert(tablet.id, *primary);
+            if let Some(count) = primaries.get_mut(primary) {
+                *count += 1;
+            }
+        }
+    }
+    let mut changes: BTreeMap<TabletId, HostId> = BTreeMap::new();
+    for _ in 0..map.tablets().len() + 1 {
+        let Some((&most, &most_count)) = primaries.iter().max_by_key(|(h, c)| (**c, **h)) else {
+            break;
+        };
+        // Among the replicas of a tablet led by `most`, the one leading the fewest.
+        let swap = map
+            .tablets()
+            .iter()
+            .filter(|t| t.transition.is_none() && first.get(&t.id) == Some(&most))
+            .flat_map(|t| {
+                t.replicas
+                    .iter()
+                    .filter(|h| **h != most)
+                    .filter_map(|h| primaries.get(h).map(|c| (*c, *h, t.id)))
+            })
+            .min();
+        match swap {
+            Some((count, host, tablet)) if count + 1 < most_count => {
+                first.insert(tablet, host);
+                changes.insert(tablet, host);
+                *primaries.entry(most).or_default() -= 1;
+                *primaries.entry(host).or_default() += 1;
+            }
+            _ => break,
+        }
+    }
+    changes.into_iter().collect()
+}
+
+/// The replica set a move leaves behind (for callers checking a plan).
+pub fn after_move(replicas: &[HostId], planned: &Move) -> Vec<HostId> {
+    apply_move(replicas, planned.leaving, planned.pending)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,286 @@
+use super::*;
+use crate::tablet::{MigrationId, MigrationStage, Transition};
+use crate::{place, NodeDescriptor};
+
+fn host(id: u8) -> HostId {
+    HostId([id; 16])
+}
+
+fn node(id: u8, rack: &str) -> BalancerNode {
+    BalancerNode {
+        id: host(id),
+        datacenter: "dc1".into(),
+        rack: rack.into(),
+        accepts: true,
+        draining: false,
+        alive: true,
+        replaces: None,
+    }
+}
+
+fn nodes(count: u8) -> Vec<BalancerNode> {
+    (1..=count).map(|id| node(id, "r1")).collect()
+}
+
+fn initial(count: u8, tablets: usize, factor: usize) -> TabletMap {
+    let descriptors: Vec<NodeDescriptor> = (1..=count)
+        .map(|id| NodeDescriptor {
+            id: host(id),
+            datacenter: "dc1".into(),
+            rack: "r1".into(),
+        })
+        .collect();
+    place(
+        tablets,
+        &ReplicationStrategy::Simple { factor },
+        &descriptors,
+    )
+    .unwrap()
+}
+
+/// Plans and completes moves (each at once) until the balancer has nothing left to do;
+/// returns the map, the moves made, and the largest number of moves one round started
+/// on one node.
+fn settle(
+    mut map: TabletMap,
+    strategy: &ReplicationStrategy,
+    nodes: &[BalancerNode],
+    per_node: usize,
+) -> (TabletMap, Vec<Move>, usize) {
+    let mut made = Vec::new();
+    let mut busiest = 0;
+    for _ in 0..1000 {
+        let mut budget = Budget::new(per_node);
+        let moves = plan_moves(&map, strategy, nodes, &mut budget);
+        if moves.is_empty() {
+            return (map, made, busiest);
+        }
+        busiest = busiest.max(budget.busy.values().copied().max().unwrap_or(0));
+        for planned in moves {
+            let tablet = map.get_mut(planned.tablet).unwrap();
+            tablet.replicas = after_move(&tablet.replicas, &planned);
+            made.push(planned);
+        }
+    }
+    panic!("the balancer never settled");
+}
+
+fn replica_counts(map: &TabletMap, nodes: &[BalancerNode]) -> Vec<usize> {
+    nodes
+        .iter()
+        .map(|n| {
+            map.tablets()
+                .iter()
+                .filter(|t| t.replicas.contains(&n.id))
+                .count()
+        })
+        .collect()
+}
+
+fn assert_even(counts: &[usize]) {
+    let (min, max) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
+    assert!(max - min <= 1, "uneven: {counts:?}");
+}
+
+fn assert_distinct_replicas(map: &TabletMap, factor: usize) {
+    for tablet in map.tablets() {
+        let mut replicas = tablet.replicas.clone();
+        replicas.sort();
+        replicas.dedup();
+        assert_eq!(replicas.len(), factor, "{tablet:?}");
+    }
+}
+
+#[test]
+fn a_balanced_table_plans_nothing() {
+    let map = initial(3, 24, 3);
+    let mut budget = Budget::new(4);
+    let strategy = ReplicationStrategy::Simple { factor: 3 };
+    assert!(plan_moves(&map, &strategy, &nodes(3), &mut budget).is_empty());
+    assert!(plan_primaries(&map, &nodes(3)).is_empty());
+}
+
+#[test]
+fn a_joining_node_receives_just_enough_replicas_and_nothing_else_moves() {
+    let strategy = ReplicationStrategy::Simple { factor: 3 };
+    let before = initial(3, 24, 3);
+    let (after, made, _) = settle(before, &strategy, &nodes(4), 8);
+    assert_even(&replica_counts(&after, &nodes(4)));
+    assert_distinct_replicas(&after, 3);
+    // 72 replicas over 4 nodes is 18 each: the new node takes 18, and every move goes to it.
+    assert_eq!(made.len(), 18);
+    assert!(made.iter().all(|m| m.pending == Some(host(4))));
+}
+
+#[test]
+fn two_nodes_joining_at_once_share_the_load() {
+    let strategy = ReplicationStrategy::Simple { factor: 3 };
+    let (after, made, _) = settle(initial(3, 24, 3), &strategy, &nodes(5), 8);
+    let counts = replica_counts(&after, &nodes(5));
+    assert_even(&counts);
+    assert_distinct_replicas(&after, 3);
+    // 72 / 5: the new nodes take 14 or 15 each, and nothing moves between old nodes.
+    assert!(made
+        .iter()
+        .all(|m| m.pending == Some(host(4)) || m.pending == Some(host(5))));
+    assert_eq!(made.len(), counts[3] + counts[4]);
+}
+
+#[test]
+fn each_node_takes_part_in_at_most_its_budget_of_moves_at_once() {
+    let strategy = ReplicationStrategy::Simple { factor: 3 };
+    let map = initial(3, 24, 3);
+    let mut budget = Budget::new(2);
+    let moves = plan_moves(&map, &strategy, &nodes(4), &mut budget);
+    assert_eq!(moves.len(), 2, "the new node receives two at a time");
+    let (_, _, busiest) = settle(initial(3, 24, 3), &strategy, &nodes(5), 2);
+    assert!(busiest <= 2);
+}
+
+#[test]
+fn moves_under_way_count_as_done_and_their_tablets_wait() {
+    let strategy = ReplicationStrategy::Simple { factor: 1 };
+    let mut map = initial(1, 4, 1);
+    map.get_mut(TabletId(0)).unwrap().transition = Some(Transition {
+        id: MigrationId(1),
+        leaving: Some(host(1)),
+        pending: Some(host(2)),
+        stage: MigrationStage::WriteBoth,
+    });
+    let mut budget = Budget::new(8);
+    let moves = plan_moves(&map, &strategy, &nodes(2), &mut budget);
+    // 4 tablets on 2 nodes: one more moves, never the one already moving.
+    assert_eq!(moves.len(), 1);
+    assert_ne!(moves[0].tablet, TabletId(0));
+}
+
+#[test]
+fn a_leaving_node_gives_up_every_replica_and_the_rest_stay_even() {
+    let strategy = ReplicationStrategy::Simple { factor: 2 };
+    let mut view = nodes(4);
+    view[3].draining = true;
+    view[3].accepts = false;
+    let (after, _, _) = settle(initial(4, 32, 2), &strategy, &view, 4);
+    assert!(after
+        .tablets()
+        .iter()
+        .all(|t| !t.replicas.contains(&host(4))));
+    assert_even(&replica_counts(&after, &view[..3]));
+    assert_distinct_replicas(&after, 2);
+}
+
+#[test]
+fn a_dead_node_being_removed_is_rebuilt_elsewhere_and_never_onto_dead_nodes() {
+    let strategy = ReplicationStrategy::Simple { factor: 3 };
+    let mut view = nodes(5);
+    // Node 5 is removed (dead); node 4 is down for now.
+    view[4].draining = true;
+    view[4].accepts = false;
+    view[4].alive = false;
+    view[3].alive = false;
+    let (after, made, _) = settle(initial(5, 40, 3), &strategy, &view, 4);
+    assert!(after
+        .tablets()
+        .iter()
+        .all(|t| !t.replicas.contains(&host(5))));
+    assert!(made.iter().all(|m| m.pending != Some(host(4))));
+    assert_distinct_replicas(&after, 3);
+}
+
+#[test]
+fn a_replacing_node_takes_over_the_dead_nodes_replicas() {
+    let strategy = ReplicationStrategy::Simple { factor: 3 };
+    let mut view = nodes(4);
+    view[2].draining = true;
+    view[2].accepts = false;
+    view[2].alive = false;
+    let mut replacement = node(9, "r1");
+    replacement.replaces = Some(host(3));
+    view.push(replacement);
+    let before = initial(4, 32, 3);
+    let dead_held: Vec<TabletId> = before
+        .tablets()
+        .iter()
+        .filter(|t| t.replicas.contains(&host(3)))
+        .map(|t| t.id)
+        .collect();
+    let (after, made, _) = settle(before, &strategy, &view, 64);
+    for id in dead_held {
+        assert!(after.get(id).unwrap().replicas.contains(&host(9)));
+    }
+    assert!(made.iter().all(|m| m.pending == Some(host(9))));
+}
+
+#[test]
+fn the_factor_growing_adds_replicas_and_shrinking_drops_them() {
+    let (grown, _, _) = settle(
+        initial(3, 12, 1),
+        &ReplicationStrategy::Simple { factor: 3 },
+        &nodes(3),
+        64,
+    );
+    assert_distinct_replicas(&grown, 3);
+    let (shrunk, _, _) = settle(
+        grown,
+        &ReplicationStrategy::Simple { factor: 2 },
+        &nodes(3),
+        64,
+    );
+    assert_distinct_replicas(&shrunk, 2);
+    assert_even(&replica_counts(&shrunk, &nodes(3)));
+}
+
+#[test]
+fn network_topology_keeps_replicas_on_distinct_racks_and_in_their_datacenter() {
+    let mut view = vec![node(1, "a"), node(2, "b"), node(3, "c"), node(4, "a")];
+    let mut other = node(5, "x");
+    other.datacenter = "dc2".into();
+    view.push(other);
+    let strategy = ReplicationStrategy::NetworkTopology {
+        factors: BTreeMap::from([("dc1".to_string(), 3), ("dc2".to_string(), 1)]),
+    };
+    let descriptors: Vec<NodeDescriptor> = view
+        .iter()
+        .filter(|n| n.id != host(4))
+        .map(|n| NodeDescriptor {
+            id: n.id,
+            datacenter: n.datacenter.clone(),
+            rack: n.rack.clone(),
+        })
+        .collect();
+    let before = place(16, &strategy, &descriptors).unwrap();
+    // Node 4 joins on rack a: it may only relieve node 1, the other node on rack a.
+    let (after, _, _) = settle(before, &strategy, &view, 8);
+    let rack = |h: &HostId| view.iter().find(|n| n.id == *h).unwrap().rack.clone();
+    for tablet in after.tablets() {
+        let dc1: Vec<String> = tablet
+            .replicas
+            .iter()
+            .filter(|h| **h != host(5))
+            .map(rack)
+            .collect();
+        assert_eq!(dc1.len(), 3);
+        let mut racks = dc1.clone();
+        racks.sort();
+        racks.dedup();
+        assert_eq!(racks.len(), 3, "replicas of a tablet share a rack: {dc1:?}");
+        assert!(tablet.replicas.contains(&host(5)));
+    }
+}
+
+#[test]
+fn primaries_even_out_without_moving_data() {
+    let strategy = ReplicationStrategy::Simple { factor: 3 };
+    let (mut map, _, _) = settle(initial(3, 24, 3), &strategy, &nodes(4), 8);
+    for (tablet, primary) in plan_primaries(&map, &nodes(4)) {
+        let tablet = map.get_mut(tablet).unwrap();
+        let position = tablet.replicas.iter().position(|h| *h == primary).unwrap();
+        tablet.replicas.swap(0, position);
+    }
+    let primaries: Vec<usize> = nodes(4)
+        .iter()
+        .map(|n| map.tokens_of(&n.id).len())
+        .collect();
+    assert_even(&primaries);
+    assert_eq!(primaries.iter().sum::<usize>(), 24);
+}

@@ -1,0 +1,317 @@
+//! Tablets, their replica sets, and a replica set in the middle of changing.
+//!
+//! A [`Tablet`] is a token range with the nodes that hold it. When a replica moves (a node
+//! joins, leaves or is replaced, the balancer evens out load, the replication factor
+//! changes), the tablet carries a [`Transition`] through four [`MigrationStage`]s, each a
+//! committed metadata change:
+//!
+//! | stage | writes go to | reads come from |
+//! |---|---|---|
+//! | `Allocated` | the old replicas | the old replicas |
+//! | `WriteBoth` | old and new replicas (the level must be met in both) | the old replicas |
+//! | `ReadNew` | old and new replicas | the new replicas |
+//! | `Cleanup` | the new replicas (`replicas` now holds them) | the new replicas |
+//!
+//! The pending replica is told to clear any leftover of the range while nobody writes to it
+//! (`Allocated`), receives every write from `WriteBoth` on, is streamed the data written
+//! before, and only then serves reads (`ReadNew`); the leaving replica drops its copy once
+//! nobody reads or writes it any more (`Cleanup`).
+
+use serde::{Deserialize, Serialize};
+use shoal_model::{HostId, TabletId, Token};
+use std::fmt;
+
+/// One replica move, unique in the cluster's life (the metadata hands them out in order).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct MigrationId(pub u64);
+
+impl fmt::Display for MigrationId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "migration {}", self.0)
+    }
+}
+
+/// Where a replica move stands (see the module documentation for what each stage means to
+/// requests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum MigrationStage {
+    /// Chosen; nothing changed for requests yet. The pending replica clears the range.
+    Allocated,
+    /// Writes reach the pending replica too; its data is being streamed.
+    WriteBoth,
+    /// The pending replica has the data: reads use the new replica set.
+    ReadNew,
+    /// The new set is the tablet's replica set; the leaving replica drops its copy.
+    Cleanup,
+}
+
+impl MigrationStage {
+    pub fn name(self) -> &'static str {
+        match self {
+            MigrationStage::Allocated => "allocated",
+            MigrationStage::WriteBoth => "write both",
+            MigrationStage::ReadNew => "read new",
+            MigrationStage::Cleanup => "cleanup",
+        }
+    }
+
+    /// The stage after this one, `None` after `Cleanup` (the transition ends).
+    pub fn next(self) -> Option<MigrationStage> {
+        match self {
+            MigrationStage::Allocated => Some(MigrationStage::WriteBoth),
+            MigrationStage::WriteBoth => Some(MigrationStage::ReadNew),
+            MigrationStage::ReadNew => Some(MigrationStage::Cleanup),
+            MigrationStage::Cleanup => None,
+        }
+    }
+}
+
+/// A replica set changing: `leaving` gives up the tablet, `pending` takes it. A move has
+/// both; adding a replica (the factor grew, a replica was lost with its node) has only
+/// `pending`; dropping one (the factor shrank) only `leaving`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transition {
+    pub id: MigrationId,
+    pub leaving: Option<HostId>,
+    pub pending: Option<HostId>,
+    pub stage: MigrationStage,
+}
+
+/// One tablet: the tokens `(previous tablet's last token, last_token]`, the nodes that hold
+/// them (primary first), and the move under way, if any.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tablet {
+    /// Stable while the tablet exists (a move keeps it; a split makes new ones).
+    pub id: TabletId,
+    pub last_token: Token,
+    pub replicas: Vec<HostId>,
+    pub transition: Option<Transition>,
+}
+
+/// The replicas a write must reach: the `old` set, and while a move is under way the `new`
+/// one too. The consistency level must be met in each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteReplicas {
+    pub old: Vec<HostId>,
+    pub new: Option<Vec<HostId>>,
+}
+
+impl WriteReplicas {
+    /// Every node a write goes to, each once, old set first.
+    pub fn all(&self) -> Vec<HostId> {
+        let mut all = self.old.clone();
+        for host in self.new.iter().flatten() {
+            if !all.contains(host) {
+                all.push(*host);
+            }
+        }
+        all
+    }
+}
+
+impl Tablet {
+    /// The replica set once the transition is done (the current set without one).
+    /// The pending replica takes the leaving one's place, so the primary stays first.
+    pub fn new_replicas(&self) -> Vec<HostId> {
+        let Some(transition) = &self.transition else {
+            return self.replicas.clone();
+        };
+        if transition.stage == MigrationStage::Cleanup {
+            return self.replicas.clone();
+        }
+        apply_move(&self.replicas, transition.leaving, transition.pending)
+    }
+
+    /// The replicas reads ask.
+    pub fn read_replicas(&self) -> Vec<HostId> {
+        match &self.transition {
+            Some(transition) if transition.stage == MigrationStage::ReadNew => self.new_replicas(),
+            _ => self.replicas.clone(),
+        }
+    }
+
+    /// The replicas writes reach.
+    pub fn write_replicas(&self) -> WriteReplicas {
+        let new = match &self.transition {
+            Some(transition)
+                if matches!(
+                    transition.stage,
+                    MigrationStage::WriteBoth | MigrationStage::ReadNew
+                ) =>
+            {
+                Some(self.new_replicas())
+            }
+            _ => None,
+        };
+        WriteReplicas {
+            old: self.replicas.clone(),
+            new,
+        }
+    }
+
+    /// True when `host` holds or receives data of this tablet (a replica, or the pending
+    /// replica of a move).
+    pub fn involves(&self, host: &HostId) -> bool {
+        self.replicas.contains(host)
+            || self.transition.as_ref().is_some_and(|t| {
+                t.pending.as_ref() == Some(host) || t.leaving.as_ref() == Some(host)
+            })
+    }
+}
+
+/// `replicas` with `leaving` replaced by `pending` (or removed, or `pending` added).
+pub fn apply_move(
+    replicas: &[HostId],
+    leaving: Option<HostId>,
+    pending: Option<HostId>,
+) -> Vec<HostId> {
+    let mut next: Vec<HostId> = Vec::with_capacity(replicas.len() + 1);
+    let mut placed = false;
+    for host in replicas {
+        if Some(*host) == leaving {
+            if let Some(pending) = pending {
+                next.push(pending);
+                placed = true;
+            }
+        } else {
+            next.push(*host);
+        }
+    }
+    if let (false, Some(pending)) = (placed, pending) {
+        if !next.contains(&pending) {
+            next.push(pending);
+        }
+    }
+    next
+}
+
+/// A table's tablets, in token order, covering the whole ring.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TabletMap {
+    tablets: Vec<Tablet>,
+}
+
+impl TabletMap {
+    /// A map of `tablets`, which must be in token order and end at `Token::MAX`.
+    pub fn new(tablets: Vec<Tablet>) -> TabletMap {
+        TabletMap { tablets }
+    }
+
+    /// The tablets, in token order.
+    pub fn tablets(&self) -> &[Tablet] {
+        &self.tablets
+    }
+
+    /// The tablet with `id`, to change.
+    pub fn get_mut(&mut self, id: TabletId) -> Option<&mut Tablet> {
+        self.tablets.iter_mut().find(|tablet| tablet.id == id)
+    }
+
+    /// The tablet with `id`.
+    pub fn get(&self, id: TabletId) -> Option<&Tablet> {
+        self.tablets.iter().find(|tablet| tablet.id == id)
+    }
+
+    /// The index of the tablet holding `token`.
+    pub fn tablet_index(&self, token: Token) -> usize {
+        self.tablets
+            .partition_point(|tablet| tablet.last_token < token)
+            .min(self.tablets.len().saturating_sub(1))
+    }
+
+    /// The tablet holding `token`.
+    pub fn tablet_for(&self, token: Token) -> &Tablet {
+        &self.tablets[self.tablet_index(token)]
+    }
+
+    /// The first token after the previous tablet (`None`: the tablet starts the ring), and
+    /// the last token, of the tablet with `id`: `(after, last]`.
+    pub fn bounds_of(&self, id: TabletId) -> Option<(Option<Token>, Token)> {
+        let index = self.tablets.iter().position(|tablet| tablet.id == id)?;
+        let after = index
+            .checked_sub(1)
+            .map(|previous| self.tablets[previous].last_token);
+        Some((after, self.tablets[index].last_token))
+    }
+
+    /// The tokens `node` reports in `system.local`/`system.peers`: the last tokens of the
+    /// tablets it is the primary replica of.
+    pub fn tokens_of(&self, node: &HostId) -> Vec<Token> {
+        self.tablets
+            .iter()
+            .filter(|tablet| tablet.replicas.first() == Some(node))
+            .map(|tablet| tablet.last_token)
+            .collect()
+    }
+
+    /// Transitions under way.
+    pub fn transitions(&self) -> impl Iterator<Item = (&Tablet, &Transition)> {
+        self.tablets
+            .iter()
+            .filter_map(|tablet| tablet.transition.as_ref().map(|t| (tablet, t)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(id: u8) -> HostId {
+        HostId([id; 16])
+    }
+
+    fn moving(stage: MigrationStage) -> Tablet {
+        Tablet {
+            id: TabletId(1),
+            last_token: Token(0),
+            replicas: vec![host(1), host(2), host(3)],
+            transition: Some(Transition {
+                id: MigrationId(7),
+                leaving: Some(host(2)),
+                pending: Some(host(4)),
+                stage,
+            }),
+        }
+    }
+
+    #[test]
+    fn each_stage_sends_reads_and_writes_where_the_table_says() {
+        let old = vec![host(1), host(2), host(3)];
+        let new = vec![host(1), host(4), host(3)];
+        let allocated = moving(MigrationStage::Allocated);
+        assert_eq!(allocated.read_replicas(), old);
+        assert_eq!(allocated.write_replicas().new, None);
+        let write_both = moving(MigrationStage::WriteBoth);
+        assert_eq!(write_both.read_replicas(), old);
+        assert_eq!(write_both.write_replicas().new, Some(new.clone()));
+        assert_eq!(
+            write_both.write_replicas().all(),
+            vec![host(1), host(2), host(3), host(4)]
+        );
+        let read_new = moving(MigrationStage::ReadNew);
+        assert_eq!(read_new.read_replicas(), new);
+        assert_eq!(read_new.write_replicas().old, old);
+        // At cleanup the replica set already is the new one.
+        let mut cleanup = moving(MigrationStage::Cleanup);
+        cleanup.replicas = new.clone();
+        assert_eq!(cleanup.read_replicas(), new);
+        assert_eq!(cleanup.write_replicas().all(), new);
+    }
+
+    #[test]
+    fn a_move_keeps_the_primary_first_and_adds_or_drops_replicas() {
+        let replicas = [host(1), host(2)];
+        assert_eq!(
+            apply_move(&replicas, Some(host(1)), Some(host(9))),
+            vec![host(9), host(2)]
+        );
+        assert_eq!(
+            apply_move(&replicas, None, Some(host(9))),
+            vec![host(1), host(2), host(9)]
+        );
+        assert_eq!(apply_move(&replicas, Some(host(2)), None), vec![host(1)]);
+    }
+}

@@ -1,0 +1,188 @@
+//! Topology barriers: how a tablet migration knows that every request routed by an older
+//! tablet map is over, and that none will arrive late.
+//!
+//! A migration stage changes where requests go (the pending replica starts receiving
+//! writes, reads switch to the new replicas, the leaving replica stops being used). Before
+//! the next step may rely on it — streaming from a snapshot that must be followed by every
+//! later write, dropping the leaving replica's copy — the migration driver runs a barrier
+//! for the new [`shoal_cluster::ClusterState::topology_version`] on every live node. On
+//! each node the barrier:
+//!
+//! 1. waits until the node has applied that version;
+//! 2. starts a new [`Epoch`]: requests that begin from now on hold it;
+//! 3. waits until no request holds an older epoch (a request takes its epoch *before* it
+//!    reads the tablet map, so one holding an older epoch may have routed by an older map;
+//!    one holding the new epoch has not);
+//! 4. raises the node's *fence* to that version: as a replica it now refuses requests a
+//!    coordinator routed by an older map — a node that missed the barrier (partitioned,
+//!    paused) cannot slip a stale write past it.
+//!
+//! Taking an epoch costs one atomic reference count (`arc-swap`); nothing on the request
+//! path locks.
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// Requests that began between two barriers.
+#[derive(Debug)]
+pub struct Epoch {
+    /// The topology version of the barrier that started the epoch (0: since start-up).
+    version: u64,
+}
+
+/// Held by a request from before it reads the tablet map until its last message to a
+/// replica is answered: a barrier waits for it.
+#[derive(Debug, Clone)]
+pub struct TopologyGuard(#[allow(dead_code)] Arc<Epoch>);
+
+impl TopologyGuard {
+    /// A guard no barrier waits for (replication without a cluster).
+    pub fn detached() -> TopologyGuard {
+        TopologyGuard(Arc::new(Epoch { version: 0 }))
+    }
+}
+
+/// The epochs of one node's requests.
+pub struct InFlight {
+    current: ArcSwap<Epoch>,
+    /// Epochs a barrier retired that requests may still hold.
+    retired: Mutex<Vec<Weak<Epoch>>>,
+}
+
+impl Default for InFlight {
+    fn default() -> Self {
+        InFlight {
+            current: ArcSwap::from_pointee(Epoch { version: 0 }),
+            retired: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+/// How often a draining barrier looks again.
+const DRAIN_POLL: Duration = Duration::from_millis(1);
+
+impl InFlight {
+    /// Enters the current epoch (before reading the tablet map).
+    pub fn enter(&self) -> TopologyGuard {
+        TopologyGuard(self.current.load_full())
+    }
+
+    /// Starts the epoch of `version` (unless one at least as new is current) and waits, at
+    /// most `bound`, until no request holds an earlier one. Errs when requests are still
+    /// running at the bound.
+    pub async fn drain_before(&self, version: u64, bound: Duration) -> Result<(), String> {
+        {
+            let mut retired = self.retired.lock();
+            let current = self.current.load();
+            if current.version < version {
+                let previous = self.current.swap(Arc::new(Epoch { version }));
+                retired.push(Arc::downgrade(&previous));
+            }
+        }
+        let deadline = tokio::time::Instant::now() + bound;
+        loop {
+            let waiting = {
+                let mut retired = self.retired.lock();
+                retired.retain(|epoch| epoch.strong_count() > 0);
+                retired
+                    .iter()
+                    .filter_map(Weak::upgrade)
+                    .filter(|epoch| epoch.version < version)
+                    .count()
+            };
+            if waiting == 0 {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(format!(
+                    "requests routed by a topology older than version {version} are still running after {bound:?}"
+                ));
+            }
+            tokio::time::sleep(DRAIN_POLL).await;
+        }
+    }
+}
+
+/// The oldest topology version this node, as a replica, still serves requests from.
+#[derive(Debug, Default)]
+pub struct Fence(AtomicU64);
+
+impl Fence {
+    /// Refuses requests routed by a topology older than `version` from now on.
+    pub fn raise(&self, version: u64) {
+        self.0.fetch_max(version, Ordering::AcqRel);
+    }
+
+    /// `Err` with the reason when a request routed by `version` must be refused.
+    pub fn check(&self, version: u64) -> Result<(), String> {
+        let fence = self.0.load(Ordering::Acquire);
+        if version < fence {
+            return Err(format!(
+                "stale topology: the coordinator routed by version {version}, and this replica only serves version {fence} or later"
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn version(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_barrier_waits_for_requests_of_older_epochs_only() {
+        let in_flight = Arc::new(InFlight::default());
+        let old = in_flight.enter();
+        let drained = {
+            let in_flight = Arc::clone(&in_flight);
+            tokio::spawn(async move { in_flight.drain_before(5, Duration::from_secs(10)).await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // A request starting now holds the new epoch: the barrier does not wait for it.
+        let new = in_flight.enter();
+        assert!(!drained.is_finished(), "the old request still runs");
+        drop(old);
+        assert_eq!(drained.await.unwrap(), Ok(()));
+        drop(new);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_barrier_gives_up_at_its_bound_and_a_later_one_succeeds() {
+        let in_flight = InFlight::default();
+        let stuck = in_flight.enter();
+        assert!(in_flight
+            .drain_before(3, Duration::from_millis(100))
+            .await
+            .is_err());
+        drop(stuck);
+        assert_eq!(
+            in_flight.drain_before(3, Duration::from_millis(100)).await,
+            Ok(())
+        );
+        // An older barrier arriving late does not move the epoch back.
+        assert_eq!(
+            in_flight.drain_before(2, Duration::from_millis(100)).await,
+            Ok(())
+        );
+        assert_eq!(in_flight.current.load().version, 3);
+    }
+
+    #[test]
+    fn the_fence_refuses_requests_routed_by_an_older_topology() {
+        let fence = Fence::default();
+        assert!(fence.check(0).is_ok());
+        fence.raise(7);
+        fence.raise(3);
+        assert_eq!(fence.version(), 7);
+        assert!(fence.check(6).unwrap_err().contains("stale topology"));
+        assert!(fence.check(7).is_ok());
+        assert!(fence.check(8).is_ok());
+    }
+}

@@ -1,0 +1,573 @@
+//! The migration driver: on the metadata leader, it moves tablets between nodes — when
+//! nodes join, leave or are removed, when a keyspace's replication changes, and to keep
+//! load even — one committed stage at a time (see `shoal_placement::tablet` for what each
+//! stage means to requests).
+//!
+//! Each round ([`ROUND`], or sooner when the metadata changes) it:
+//!
+//! 1. drives every migration under way, each in a task of its own
+//!    ([`MigrationDriver::drive`]):
+//!    - `Allocated`: the pending replica clears any leftover of the range → `WriteBoth`;
+//!    - `WriteBoth`: a topology barrier (every node routes writes to the pending replica
+//!      and stale coordinators are fenced out), then the pending replica streams the
+//!      range → `ReadNew`;
+//!    - `ReadNew`: a barrier (nobody reads the old set any more) → `Cleanup`;
+//!    - `Cleanup`: a barrier (nobody writes the leaving replica any more), the leaving
+//!      replica drops the range → done.
+//!
+//!    Every step re-reads the metadata first and only acts if the migration is still
+//!    where it was, so a driver on a new leader picks up where the old one stopped (a
+//!    repeated step is harmless). A pending replica that dies aborts the migration before
+//!    `Cleanup` (the old replicas still hold everything: writes went to both); a dead
+//!    source is replaced by the tablet's other replicas.
+//! 2. moves members along: `Joining` → `Normal` once nothing more is coming to them;
+//!    `Leaving`/`Removing` → gone once they hold nothing (a voter's place in the metadata
+//!    Raft group goes to another node first).
+//! 3. starts the moves the balancer (`shoal_placement::balance`) plans, within each node's
+//!    budget of migrations at once, and evens out primaries when a table is settled.
+//!
+//! The decisions are the pure functions' (balancer, stage order); this module performs
+//! them: messages, barriers, streaming requests, proposals.
+
+use crate::internode::{Message, Peers, Reply};
+use crate::membership::FailureDetector;
+use crate::streaming::{StreamReply, StreamRequest, Streaming};
+use parking_lot::Mutex;
+use shoal_cluster::{ClusterMetadata, ClusterState, Command, CommandOutcome, Member, MemberState};
+use shoal_model::{keys, HostId, TableId, TabletId};
+use shoal_placement::{
+    plan_moves, plan_primaries, BalancerNode, Budget, MigrationId, MigrationStage, Transition,
+};
+use shoal_replication::{Liveness, StorageProxy};
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often the driver looks at the cluster when nothing changes.
+const ROUND: Duration = Duration::from_millis(500);
+/// How long a barrier may take on one node.
+const BARRIER_BOUND: Duration = Duration::from_secs(15);
+/// Pause before a failed step is tried again.
+const RETRY: Duration = Duration::from_millis(500);
+/// A `Receive` call's timeout (the destination answers within about 10 s).
+const RECEIVE_CALL: Duration = Duration::from_secs(40);
+
+/// Drives tablet migrations while this node leads the metadata.
+pub struct MigrationDriver {
+    pub metadata: Arc<ClusterMetadata>,
+    pub proxy: Arc<StorageProxy>,
+    pub peers: Arc<Peers>,
+    pub streaming: Arc<Streaming>,
+    pub detector: Arc<FailureDetector>,
+    /// Migrations one node takes part in at once.
+    pub migrations_per_node: usize,
+    /// Migrations with a task driving them.
+    running: Mutex<HashSet<MigrationId>>,
+}
+
+/// Why a step could not be taken (it is retried, or the migration aborted).
+#[derive(Debug)]
+enum Step {
+    /// Try again later.
+    Retry(String),
+    /// The migration is no longer where this task thought: stop driving it.
+    Gone,
+}
+
+impl MigrationDriver {
+    pub fn new(
+        metadata: Arc<ClusterMetadata>,
+        proxy: Arc<StorageProxy>,
+        peers: Arc<Peers>,
+        streaming: Arc<Streaming>,
+        detector: Arc<FailureDetector>,
+        migrations_per_node: usize,
+    ) -> Arc<MigrationDriver> {
+        Arc::new(MigrationDriver {
+            metadata,
+            proxy,
+            peers,
+            streaming,
+            detector,
+            migrations_per_node,
+            running: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// Runs rounds for as long as the node runs; only the leader acts.
+    pub async fn run(self: Arc<Self>) {
+        let mut states = self.metadata.subscribe();
+        loop {
+            let _ = tokio::time::timeout(ROUND, states.changed()).await;
+            if !self.metadata.is_leader().await {
+                continue;
+            }
+            if let Err(error) = self.round().await {
+                tracing::info!(%error, "tablet balancing round stopped early");
+            }
+        }
+    }
+
+    fn alive(&self, host: &HostId) -> bool {
+        self.detector.is_alive(host)
+    }
+
+    async fn propose(&self, command: Command) -> Result<CommandOutcome, String> {
+        self.metadata
+            .propose(command)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn round(self: &Arc<Self>) -> Result<(), String> {
+        let state = self.metadata.state();
+        // 1. Migrations under way.
+        for (table, tablet, transition) in state.migrations() {
+            if self.running.lock().insert(transition.id) {
+                let driver = Arc::clone(self);
+                tokio::spawn(async move {
+                    driver.drive(table, tablet, transition.id).await;
+                    driver.running.lock().remove(&transition.id);
+                });
+            }
+        }
+        // 2. Members.
+        self.settle_members(&state).await?;
+        // 3. New moves.
+        self.start_moves(&state).await
+    }
+
+    fn balancer_nodes(&self, state: &ClusterState) -> Vec<BalancerNode> {
+        state
+            .members
+            .values()
+            .map(|member| BalancerNode {
+                id: member.host_id,
+                datacenter: member.datacenter.clone(),
+                rack: member.rack.clone(),
+                accepts: member.state.accepts_replicas(),
+                draining: matches!(member.state, MemberState::Leaving | MemberState::Removing),
+                alive: self.alive(&member.host_id),
+                replaces: member.replaces,
+            })
+            .collect()
+    }
+
+    /// The budget with the migrations under way already charged.
+    fn budget(&self, state: &ClusterState) -> Budget {
+        let mut budget = Budget::new(self.migrations_per_node);
+        for (_, _, transition) in state.migrations() {
+            budget.charge(
+                transition.leaving.filter(|h| self.alive(h)),
+                transition.pending,
+            );
+        }
+        budget
+    }
+
+    async fn start_moves(&self, state: &ClusterState) -> Result<(), String> {
+        let nodes = self.balancer_nodes(state);
+        let mut budget = self.budget(state);
+        for (table, placement) in &state.tables {
+            let moves = plan_moves(&placement.tablets, &placement.strategy, &nodes, &mut budget);
+            let settled = moves.is_empty() && placement.tablets.transitions().next().is_none();
+            for planned in moves {
+                tracing::info!(
+                    %table,
+                    tablet = planned.tablet.0,
+                    from = ?planned.leaving.and_then(|h| address_of(state, &h)),
+                    to = ?planned.pending.and_then(|h| address_of(state, &h)),
+                    "starting a tablet migration"
+                );
+                let outcome = self
+                    .propose(Command::StartMigration {
+                        table: *table,
+                        tablet: planned.tablet,
+                        leaving: planned.leaving,
+                        pending: planned.pending,
+                    })
+                    .await?;
+                if let CommandOutcome::Rejected(reason) = outcome {
+                    tracing::info!(%reason, "a planned migration was refused");
+                }
+            }
+            if settled {
+                let primaries = plan_primaries(&placement.tablets, &nodes);
+                if !primaries.is_empty() {
+                    self.propose(Command::SetPrimaries {
+                        table: *table,
+                        primaries,
+                    })
+                    .await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn settle_members(&self, state: &ClusterState) -> Result<(), String> {
+        let nodes = self.balancer_nodes(state);
+        // What the balancer would still move, ignoring budgets: a joining node with
+        // nothing more coming is normal.
+        let mut unlimited = Budget::new(usize::MAX);
+        let mut incoming: HashSet<HostId> = HashSet::new();
+        for placement in state.tables.values() {
+            for planned in plan_moves(
+                &placement.tablets,
+                &placement.strategy,
+                &nodes,
+                &mut unlimited,
+            ) {
+                incoming.extend(planned.pending);
+            }
+            for (_, transition) in placement.tablets.transitions() {
+                incoming.extend(transition.pending);
+            }
+        }
+        for member in state.members.values() {
+            let host = member.host_id;
+            match member.state {
+                MemberState::Joining if self.alive(&host) && !incoming.contains(&host) => {
+                    tracing::info!(node = %member.internode_address, "node has its share of tablets: normal");
+                    self.propose(Command::SetMemberState {
+                        host_id: host,
+                        from: vec![MemberState::Joining],
+                        to: MemberState::Normal,
+                    })
+                    .await?;
+                }
+                MemberState::Leaving | MemberState::Removing => {
+                    let involved = state
+                        .tables
+                        .values()
+                        .flat_map(|p| p.tablets.tablets())
+                        .any(|t| t.involves(&host));
+                    if !involved {
+                        self.retire(state, member).await?;
+                    }
+                }
+                _ => {}
+            }
+        }
+        // Keep the metadata group at its full count of voters.
+        let mut candidates: Vec<&Member> = state
+            .members
+            .values()
+            .filter(|m| m.state == MemberState::Normal && self.alive(&m.host_id))
+            .collect();
+        candidates.sort_by_key(|m| m.host_id);
+        let ids: Vec<u64> = candidates.iter().map(|m| m.node_id()).collect();
+        self.metadata
+            .fill_voters(&ids)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn retire(&self, state: &ClusterState, member: &Member) -> Result<(), String> {
+        tracing::info!(node = %member.internode_address, state = member.state.name(), "node holds no tablets any more: removing it from the cluster");
+        // A voter's place goes to another node before it leaves.
+        if self.metadata.voters().contains(&member.node_id()) {
+            let mut candidates: Vec<&Member> = state
+                .members
+                .values()
+                .filter(|m| m.state == MemberState::Normal && self.alive(&m.host_id))
+                .filter(|m| !self.metadata.voters().contains(&m.node_id()))
+                .collect();
+            candidates.sort_by_key(|m| m.host_id);
+            if let Some(next) = candidates.first() {
+                self.metadata
+                    .promote(next.node_id())
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        match self
+            .metadata
+            .retire(member.host_id)
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            CommandOutcome::Applied => Ok(()),
+            other => Err(format!("removing {}: {other:?}", member.internode_address)),
+        }
+    }
+
+    /// Drives one migration until it ends (or another leader takes over).
+    async fn drive(&self, table: TableId, tablet: TabletId, migration: MigrationId) {
+        loop {
+            if !self.metadata.is_leader().await {
+                return;
+            }
+            match self.step(table, tablet, migration).await {
+                Ok(true) => continue,
+                Ok(false) | Err(Step::Gone) => return,
+                Err(Step::Retry(reason)) => {
+                    tracing::info!(%table, tablet = tablet.0, %migration, %reason, "migration step will be retried");
+                    tokio::time::sleep(RETRY).await;
+                }
+            }
+        }
+    }
+
+    /// Takes the migration's next step: `Ok(true)` when it moved on, `Ok(false)` when it
+    /// has ended.
+    async fn step(
+        &self,
+        table: TableId,
+        tablet: TabletId,
+        migration: MigrationId,
+    ) -> Result<bool, Step> {
+        let state = self.metadata.state();
+        let Some(placement) = state.tables.get(&table) else {
+            return Ok(false);
+        };
+        let Some(current) = placement.tablets.get(tablet) else {
+            return Ok(false);
+        };
+        let Some(transition) = current.transition.clone().filter(|t| t.id == migration) else {
+            return Ok(false);
+        };
+        let (after, last) = placement.tablets.bounds_of(tablet).ok_or(Step::Gone)?;
+        let (lower, upper) = keys::token_range(&table, after, last);
+        let pending_member = transition
+            .pending
+            .and_then(|h| state.member_by_host(&h).cloned());
+        // A pending replica that died takes the migration back, as long as the replica set
+        // has not switched.
+        if transition.stage < MigrationStage::Cleanup {
+            if let Some(pending) = &pending_member {
+                if !self.alive(&pending.host_id) {
+                    tracing::info!(%table, tablet = tablet.0, %migration, node = %pending.internode_address, "the node receiving the tablet is down: aborting the migration");
+                    self.end(table, tablet, migration, true).await?;
+                    return Ok(false);
+                }
+            }
+        }
+        match transition.stage {
+            MigrationStage::Allocated => {
+                let pending = pending_member.ok_or(Step::Gone)?;
+                self.stream_call(
+                    &pending,
+                    StreamRequest::Prepare { lower, upper },
+                    BARRIER_BOUND,
+                )
+                .await?;
+                self.advance(table, tablet, migration, MigrationStage::WriteBoth)
+                    .await
+            }
+            MigrationStage::WriteBoth => {
+                self.barrier(&state).await?;
+                if let Some(pending) = &pending_member {
+                    let sources = self.sources(&state, current.replicas.as_slice(), &transition)?;
+                    self.receive(pending, table, tablet, migration, lower, upper, sources)
+                        .await?;
+                }
+                self.advance(table, tablet, migration, MigrationStage::ReadNew)
+                    .await
+            }
+            MigrationStage::ReadNew => {
+                self.barrier(&state).await?;
+                self.advance(table, tablet, migration, MigrationStage::Cleanup)
+                    .await
+            }
+            MigrationStage::Cleanup => {
+                self.barrier(&state).await?;
+                let leaving = transition
+                    .leaving
+                    .and_then(|h| state.member_by_host(&h).cloned());
+                if let Some(leaving) = leaving.filter(|m| self.alive(&m.host_id)) {
+                    self.stream_call(
+                        &leaving,
+                        StreamRequest::Drop { lower, upper },
+                        BARRIER_BOUND,
+                    )
+                    .await?;
+                }
+                self.end(table, tablet, migration, false).await?;
+                Ok(false)
+            }
+        }
+    }
+
+    /// Where the pending replica streams from: the leaving replica while it is up (it
+    /// holds exactly what the new one replaces), otherwise every live old replica (their
+    /// union holds every acknowledged write).
+    fn sources(
+        &self,
+        state: &ClusterState,
+        replicas: &[HostId],
+        transition: &Transition,
+    ) -> Result<Vec<SocketAddr>, Step> {
+        let address = |host: &HostId| state.member_by_host(host).map(|m| m.internode_address);
+        if let Some(leaving) = transition.leaving.filter(|h| self.alive(h)) {
+            return Ok(address(&leaving).into_iter().collect());
+        }
+        let others: Vec<SocketAddr> = replicas
+            .iter()
+            .filter(|h| Some(**h) != transition.leaving && self.alive(h))
+            .filter_map(address)
+            .collect();
+        if !others.is_empty() {
+            return Ok(others);
+        }
+        // Nobody alive holds the tablet. A node being removed took its only copy with it
+        // (replication factor 1): the new replica starts empty, as in Cassandra. A node
+        // that is merely down may come back: wait for it.
+        let leaving_removed = transition
+            .leaving
+            .and_then(|h| state.member_by_host(&h))
+            .is_some_and(|m| m.state == MemberState::Removing);
+        if leaving_removed || replicas.is_empty() {
+            tracing::warn!(
+                "no live replica holds the tablet: its data is lost with the removed node"
+            );
+            return Ok(Vec::new());
+        }
+        Err(Step::Retry("no live replica holds the tablet yet".into()))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn receive(
+        &self,
+        pending: &Member,
+        table: TableId,
+        tablet: TabletId,
+        migration: MigrationId,
+        lower: Vec<u8>,
+        upper: Vec<u8>,
+        sources: Vec<SocketAddr>,
+    ) -> Result<(), Step> {
+        loop {
+            let request = StreamRequest::Receive {
+                migration,
+                table,
+                tablet,
+                lower: lower.clone(),
+                upper: upper.clone(),
+                sources: sources.clone(),
+            };
+            match self.stream_call(pending, request, RECEIVE_CALL).await? {
+                StreamReply::Received { done: true, bytes } => {
+                    tracing::info!(%table, tablet = tablet.0, %migration, bytes, node = %pending.internode_address, "tablet streamed");
+                    return Ok(());
+                }
+                StreamReply::Received { done: false, .. } => {
+                    if !self.alive(&pending.host_id) || !self.metadata.is_leader().await {
+                        return Err(Step::Retry(
+                            "the stream's destination or leader changed".into(),
+                        ));
+                    }
+                }
+                other => return Err(Step::Retry(format!("unexpected answer {other:?}"))),
+            }
+        }
+    }
+
+    async fn stream_call(
+        &self,
+        member: &Member,
+        request: StreamRequest,
+        timeout: Duration,
+    ) -> Result<StreamReply, Step> {
+        if member.host_id == self.metadata.me().host_id {
+            return self.streaming.handle(request).await.map_err(Step::Retry);
+        }
+        match self
+            .peers
+            .call(member.internode_address, &Message::Stream(request), timeout)
+            .await
+        {
+            Ok(Reply::Stream(reply)) => Ok(reply),
+            Ok(Reply::Error(error)) => Err(Step::Retry(format!(
+                "{}: {error}",
+                member.internode_address
+            ))),
+            Ok(other) => Err(Step::Retry(format!("unexpected answer {other:?}"))),
+            Err(error) => Err(Step::Retry(error)),
+        }
+    }
+
+    /// The topology barrier for the current version on every member the failure detector
+    /// sees up (the ones it does not are fenced out by those that pass it).
+    async fn barrier(&self, state: &ClusterState) -> Result<(), Step> {
+        let version = state.topology_version;
+        let me = self.metadata.me().host_id;
+        let calls = state
+            .members
+            .values()
+            .filter(|m| m.host_id == me || self.alive(&m.host_id))
+            .map(|member| async move {
+                if member.host_id == me {
+                    return self.proxy.barrier(version, BARRIER_BOUND).await;
+                }
+                match self
+                    .peers
+                    .call(
+                        member.internode_address,
+                        &Message::Barrier { version },
+                        BARRIER_BOUND + Duration::from_secs(5),
+                    )
+                    .await
+                {
+                    Ok(Reply::Done) => Ok(()),
+                    Ok(Reply::Error(error)) => Err(error),
+                    Ok(other) => Err(format!("unexpected answer {other:?}")),
+                    Err(error) => Err(error),
+                }
+                .map_err(|e| format!("barrier on {}: {e}", member.internode_address))
+            });
+        for outcome in futures::future::join_all(calls).await {
+            outcome.map_err(Step::Retry)?;
+        }
+        Ok(())
+    }
+
+    async fn advance(
+        &self,
+        table: TableId,
+        tablet: TabletId,
+        migration: MigrationId,
+        to: MigrationStage,
+    ) -> Result<bool, Step> {
+        match self
+            .propose(Command::AdvanceMigration {
+                table,
+                tablet,
+                migration,
+                to,
+            })
+            .await
+            .map_err(Step::Retry)?
+        {
+            CommandOutcome::Applied => Ok(true),
+            _ => Err(Step::Gone),
+        }
+    }
+
+    async fn end(
+        &self,
+        table: TableId,
+        tablet: TabletId,
+        migration: MigrationId,
+        aborted: bool,
+    ) -> Result<(), Step> {
+        match self
+            .propose(Command::EndMigration {
+                table,
+                tablet,
+                migration,
+                aborted,
+            })
+            .await
+            .map_err(Step::Retry)?
+        {
+            CommandOutcome::Applied => Ok(()),
+            _ => Err(Step::Gone),
+        }
+    }
+}
+
+fn address_of(state: &ClusterState, host: &HostId) -> Option<SocketAddr> {
+    state.member_by_host(host).map(|m| m.internode_address)
+}

@@ -1,0 +1,247 @@
+//! The destination side of streaming: a job per migration that pulls a tablet's range from
+//! its sources, chunk by chunk over the streaming lane, and ingests it as files.
+//!
+//! Chunks are collected into a file's worth ([`FILE_BYTES`]) and ingested on a blocking
+//! thread while the next file's chunks arrive (at most one file waiting, so a job holds at
+//! most two files' worth of memory). The migration driver asks for the job again and again
+//! (`Receive`); each time it starts the job if there is none, or waits a while for the one
+//! running, and answers how far it got. A failed job is forgotten, so the next ask starts
+//! over — ingesting a range twice is harmless (every cell reconciles by last-write-wins).
+
+use super::throttle::Throttle;
+use super::{StreamReply, StreamRequest};
+use crate::internode::{Message, Peers, Reply};
+use parking_lot::Mutex;
+use shoal_model::{TableId, TabletId};
+use shoal_placement::MigrationId;
+use shoal_storage::Engine;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// Bytes ingested as one file.
+pub const FILE_BYTES: usize = 32 << 20;
+/// How long one request for a chunk may take.
+const CHUNK_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a `Receive` waits for the job before answering its progress.
+const RECEIVE_WAIT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum JobState {
+    Running,
+    Done,
+    Failed(String),
+}
+
+/// One tablet being received.
+struct Job {
+    table: TableId,
+    tablet: TabletId,
+    sources: Vec<SocketAddr>,
+    started: Instant,
+    received_bytes: AtomicU64,
+    estimated_bytes: AtomicU64,
+    state: watch::Sender<JobState>,
+}
+
+/// One job as `shoal admin streams` shows it.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct IncomingStatus {
+    pub migration: u64,
+    pub table: String,
+    pub tablet: u64,
+    pub sources: Vec<String>,
+    pub bytes_received: u64,
+    pub bytes_estimated: u64,
+    pub seconds: f64,
+    pub state: String,
+}
+
+/// What to receive.
+pub struct Receive {
+    pub migration: MigrationId,
+    pub table: TableId,
+    pub tablet: TabletId,
+    pub lower: Vec<u8>,
+    pub upper: Vec<u8>,
+    pub sources: Vec<SocketAddr>,
+}
+
+/// The node's incoming streams.
+pub struct Incoming {
+    engine: Arc<dyn Engine>,
+    throttle: Arc<Throttle>,
+    /// The streaming lane: connections of their own, so chunks never queue in front of
+    /// client requests' messages.
+    lane: Arc<Peers>,
+    jobs: Mutex<HashMap<MigrationId, Arc<Job>>>,
+}
+
+impl Incoming {
+    pub fn new(engine: Arc<dyn Engine>, throttle: Arc<Throttle>, lane: Arc<Peers>) -> Incoming {
+        Incoming {
+            engine,
+            throttle,
+            lane,
+            jobs: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Starts (or finds) the job for `receive.migration` and waits a while for it:
+    /// `Ok(true)` once it is done, `Ok(false)` while it runs.
+    pub async fn receive(self: &Arc<Self>, receive: Receive) -> Result<(bool, u64), String> {
+        let job = {
+            let mut jobs = self.jobs.lock();
+            let job = jobs.entry(receive.migration).or_insert_with(|| {
+                let (state, _) = watch::channel(JobState::Running);
+                let job = Arc::new(Job {
+                    table: receive.table,
+                    tablet: receive.tablet,
+                    sources: receive.sources.clone(),
+                    started: Instant::now(),
+                    received_bytes: AtomicU64::new(0),
+                    estimated_bytes: AtomicU64::new(0),
+                    state,
+                });
+                let incoming = Arc::clone(self);
+                let running = Arc::clone(&job);
+                let (lower, upper) = (receive.lower.clone(), receive.upper.clone());
+                tokio::spawn(async move {
+                    let outcome = incoming.run(&running, lower, upper).await;
+                    let _ = running.state.send(match outcome {
+                        Ok(()) => JobState::Done,
+                        Err(error) => JobState::Failed(error),
+                    });
+                });
+                job
+            });
+            Arc::clone(job)
+        };
+        let mut state = job.state.subscribe();
+        let _ =
+            tokio::time::timeout(RECEIVE_WAIT, state.wait_for(|s| *s != JobState::Running)).await;
+        let bytes = job.received_bytes.load(Ordering::Relaxed);
+        let outcome = state.borrow().clone();
+        match outcome {
+            JobState::Running => Ok((false, bytes)),
+            JobState::Done => {
+                self.jobs.lock().remove(&receive.migration);
+                Ok((true, bytes))
+            }
+            JobState::Failed(error) => {
+                self.jobs.lock().remove(&receive.migration);
+                Err(error)
+            }
+        }
+    }
+
+    async fn call(
+        &self,
+        source: SocketAddr,
+        request: StreamRequest,
+    ) -> Result<StreamReply, String> {
+        match self
+            .lane
+            .call(source, &Message::Stream(request), CHUNK_TIMEOUT)
+            .await?
+        {
+            Reply::Stream(reply) => Ok(reply),
+            Reply::Error(error) => Err(format!("{source}: {error}")),
+            other => Err(format!("{source} answered {other:?}")),
+        }
+    }
+
+    /// Pulls the range from each source in turn and ingests it.
+    async fn run(&self, job: &Job, lower: Vec<u8>, upper: Vec<u8>) -> Result<(), String> {
+        for source in &job.sources {
+            let session = match self
+                .call(
+                    *source,
+                    StreamRequest::Open {
+                        lower: lower.clone(),
+                        upper: upper.clone(),
+                    },
+                )
+                .await?
+            {
+                StreamReply::Opened { session, estimate } => {
+                    job.estimated_bytes.fetch_add(estimate, Ordering::Relaxed);
+                    session
+                }
+                other => return Err(format!("{source} answered {other:?} to Open")),
+            };
+            let pulled = self.pull(job, *source, session).await;
+            if pulled.is_err() {
+                let _ = self.call(*source, StreamRequest::Close { session }).await;
+            }
+            pulled?;
+        }
+        Ok(())
+    }
+
+    async fn pull(&self, job: &Job, source: SocketAddr, session: u64) -> Result<(), String> {
+        let mut file: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        let mut file_bytes = 0usize;
+        let mut ingesting: Option<tokio::task::JoinHandle<Result<(), String>>> = None;
+        loop {
+            let chunk = match self.call(source, StreamRequest::Next { session }).await? {
+                StreamReply::Chunk(chunk) => chunk,
+                other => return Err(format!("{source} answered {other:?} to Next")),
+            };
+            let bytes = chunk.bytes();
+            self.throttle.acquire(bytes as u64).await;
+            job.received_bytes
+                .fetch_add(bytes as u64, Ordering::Relaxed);
+            file_bytes += bytes;
+            file.extend(chunk.entries);
+            if file_bytes >= FILE_BYTES || chunk.done {
+                // One file waits at most: the previous one must be in before this goes.
+                if let Some(previous) = ingesting.take() {
+                    previous
+                        .await
+                        .map_err(|e| format!("ingestion failed: {e}"))??;
+                }
+                let entries = std::mem::take(&mut file);
+                file_bytes = 0;
+                let engine = Arc::clone(&self.engine);
+                ingesting = Some(tokio::task::spawn_blocking(move || {
+                    engine.ingest(entries).map_err(|e| e.to_string())
+                }));
+            }
+            if chunk.done {
+                break;
+            }
+        }
+        if let Some(last) = ingesting {
+            last.await.map_err(|e| format!("ingestion failed: {e}"))??;
+        }
+        Ok(())
+    }
+
+    pub fn status(&self) -> Vec<IncomingStatus> {
+        let mut status: Vec<IncomingStatus> = self
+            .jobs
+            .lock()
+            .iter()
+            .map(|(migration, job)| IncomingStatus {
+                migration: migration.0,
+                table: job.table.to_string(),
+                tablet: job.tablet.0,
+                sources: job.sources.iter().map(|s| s.ip().to_string()).collect(),
+                bytes_received: job.received_bytes.load(Ordering::Relaxed),
+                bytes_estimated: job.estimated_bytes.load(Ordering::Relaxed),
+                seconds: job.started.elapsed().as_secs_f64(),
+                state: match &*job.state.borrow() {
+                    JobState::Running => "receiving".into(),
+                    JobState::Done => "done".into(),
+                    JobState::Failed(error) => format!("failed: {error}"),
+                },
+            })
+            .collect();
+        status.sort_by_key(|s| s.migration);
+        status
+    }
+}

@@ -1,0 +1,272 @@
+//! Streaming: moving a tablet's data to the node taking it over, as files, at a rate that
+//! yields to client requests (seed 004).
+//!
+//! - The **destination** ([`incoming`]) pulls the tablet's key range from its source(s)
+//!   in chunks of a couple of MiB and ingests them as sorted files
+//!   ([`shoal_storage::Engine::ingest`]): no memtable, no write-ahead log, no compaction
+//!   of the data on the way in.
+//! - The **source** ([`outgoing`]) reads the range from one consistent view, front to back
+//!   (sequential reads, block cache left alone), a thread per session reading ahead of
+//!   the destination.
+//! - Both sides run on the **streaming lane**: internode connections of their own (a
+//!   second [`Peers`]), so multi-MiB chunks never queue in front of the small messages
+//!   client requests wait for.
+//! - Both sides take every chunk's bytes from the node's [`throttle::Throttle`], whose
+//!   rate the [`policy`] sets every 250 ms from the latency of the client requests the
+//!   node serves: full speed when idle, backing off when clients slow down, never above
+//!   `stream_throughput_mib_per_s`.
+//!
+//! Writes that arrive while a tablet streams reach the destination through the normal
+//! write path (the tablet is in `WriteBoth`), so nothing written after the source's view
+//! was taken is missed; what is in both reconciles by last-write-wins.
+
+pub mod incoming;
+pub mod outgoing;
+pub mod policy;
+pub mod throttle;
+
+use crate::internode::Peers;
+use incoming::{Incoming, IncomingStatus, Receive};
+use outgoing::{Outgoing, OutgoingStatus};
+use policy::{Decision, Measurement, StreamPolicy, POLICY_INTERVAL};
+use serde::{Deserialize, Serialize};
+use shoal_model::{TableId, TabletId};
+use shoal_placement::MigrationId;
+use shoal_storage::Engine;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use throttle::Throttle;
+
+/// Cells of a range, in key order, as stored: `(key, value)`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Chunk {
+    pub entries: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The last chunk of the range.
+    pub done: bool,
+}
+
+impl Chunk {
+    pub fn bytes(&self) -> usize {
+        self.entries.iter().map(|(k, v)| k.len() + v.len()).sum()
+    }
+}
+
+/// What the migration driver and streaming destinations ask a node.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum StreamRequest {
+    /// Source: read `[lower, upper)` from one consistent view.
+    Open { lower: Vec<u8>, upper: Vec<u8> },
+    /// Source: the next chunk of a session.
+    Next { session: u64 },
+    /// Source: end a session early.
+    Close { session: u64 },
+    /// Pending replica, before it receives writes: remove whatever an earlier stay left of
+    /// the range.
+    Prepare { lower: Vec<u8>, upper: Vec<u8> },
+    /// Pending replica: receive a tablet from `sources` (start or keep waiting for it).
+    Receive {
+        migration: MigrationId,
+        table: TableId,
+        tablet: TabletId,
+        lower: Vec<u8>,
+        upper: Vec<u8>,
+        sources: Vec<SocketAddr>,
+    },
+    /// Leaving replica, once nobody reads or writes it: drop the range.
+    Drop { lower: Vec<u8>, upper: Vec<u8> },
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum StreamReply {
+    Opened {
+        session: u64,
+        estimate: u64,
+    },
+    Chunk(Chunk),
+    /// How far a `Receive` got.
+    Received {
+        done: bool,
+        bytes: u64,
+    },
+    Done,
+}
+
+/// A node's streams, as `shoal admin streams` shows them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StreamsStatus {
+    pub incoming: Vec<IncomingStatus>,
+    pub outgoing: Vec<OutgoingStatus>,
+    /// The throttle's rate now (bytes per second; `None`: unlimited).
+    pub rate_bytes_per_s: Option<u64>,
+    /// Why.
+    pub policy: String,
+    /// Bytes streamed through this node since it started.
+    pub total_bytes: u64,
+}
+
+/// This node's streaming: both sides, the throttle and its policy.
+pub struct Streaming {
+    engine: Arc<dyn Engine>,
+    pub incoming: Arc<Incoming>,
+    pub outgoing: Outgoing,
+    pub throttle: Arc<Throttle>,
+    policy: StreamPolicy,
+}
+
+/// The first bytes of a key, as hex (to show where a range starts).
+pub(crate) fn hex_prefix(key: &[u8]) -> String {
+    key.iter().take(24).map(|b| format!("{b:02x}")).collect()
+}
+
+impl Streaming {
+    pub fn new(engine: Arc<dyn Engine>, lane: Arc<Peers>, policy: StreamPolicy) -> Streaming {
+        let throttle = Arc::new(Throttle::new(policy.cap_bytes_per_s));
+        Streaming {
+            incoming: Arc::new(Incoming::new(
+                Arc::clone(&engine),
+                Arc::clone(&throttle),
+                lane,
+            )),
+            outgoing: Outgoing::new(Arc::clone(&engine), Arc::clone(&throttle)),
+            engine,
+            throttle,
+            policy,
+        }
+    }
+
+    /// Answers a streaming request from a peer.
+    pub async fn handle(&self, request: StreamRequest) -> Result<StreamReply, String> {
+        match request {
+            StreamRequest::Open { lower, upper } => {
+                let (session, estimate) = self.outgoing.open(lower, upper)?;
+                Ok(StreamReply::Opened { session, estimate })
+            }
+            StreamRequest::Next { session } => {
+                Ok(StreamReply::Chunk(self.outgoing.next(session).await?))
+            }
+            StreamRequest::Close { session } => {
+                self.outgoing.close(session);
+                Ok(StreamReply::Done)
+            }
+            StreamRequest::Prepare { lower, upper } | StreamRequest::Drop { lower, upper } => {
+                let engine = Arc::clone(&self.engine);
+                tokio::task::spawn_blocking(move || engine.delete_range(&lower, &upper))
+                    .await
+                    .map_err(|e| format!("removing the range failed: {e}"))?
+                    .map_err(|e| e.to_string())?;
+                Ok(StreamReply::Done)
+            }
+            StreamRequest::Receive {
+                migration,
+                table,
+                tablet,
+                lower,
+                upper,
+                sources,
+            } => {
+                let (done, bytes) = self
+                    .incoming
+                    .receive(Receive {
+                        migration,
+                        table,
+                        tablet,
+                        lower,
+                        upper,
+                        sources,
+                    })
+                    .await?;
+                Ok(StreamReply::Received { done, bytes })
+            }
+        }
+    }
+
+    pub fn status(&self) -> StreamsStatus {
+        let decision = self.throttle.last_decision();
+        StreamsStatus {
+            incoming: self.incoming.status(),
+            outgoing: self.outgoing.status(),
+            rate_bytes_per_s: (decision.bytes_per_s != policy::UNLIMITED)
+                .then_some(decision.bytes_per_s),
+            policy: decision.reason.describe().to_string(),
+            total_bytes: self.throttle.total_bytes(),
+        }
+    }
+
+    /// Sets the throttle's rate from the client latency every [`POLICY_INTERVAL`], for as
+    /// long as the node runs. `foreground` gives the cumulative count of client requests
+    /// per latency bucket `(upper bound in seconds, count)`.
+    pub async fn run_policy(self: Arc<Self>, foreground: impl Fn() -> Vec<(f64, u64)>) {
+        let mut previous = foreground();
+        let mut previous_bytes = self.throttle.total_bytes();
+        let mut interval = tokio::time::interval(POLICY_INTERVAL);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_logged: Option<Decision> = None;
+        loop {
+            interval.tick().await;
+            let now = foreground();
+            let bytes = self.throttle.total_bytes();
+            let measured = measure(&previous, &now, bytes - previous_bytes);
+            previous = now;
+            previous_bytes = bytes;
+            let decision = self.policy.decide(self.throttle.rate(), &measured);
+            self.throttle.set(decision);
+            let streaming = measured.streamed_bytes_per_s > 0;
+            if streaming && last_logged.map(|d| d.reason) != Some(decision.reason) {
+                tracing::info!(
+                    rate_mib_per_s = (decision.bytes_per_s != policy::UNLIMITED)
+                        .then_some(decision.bytes_per_s >> 20),
+                    client_p99_ms = measured.p99.map(|p| p.as_secs_f64() * 1000.0),
+                    streamed_mib_per_s = measured.streamed_bytes_per_s >> 20,
+                    "streaming rate: {}",
+                    decision.reason.describe()
+                );
+                last_logged = Some(decision);
+            }
+        }
+    }
+}
+
+/// What one interval saw, from the cumulative latency buckets before and after it.
+fn measure(before: &[(f64, u64)], after: &[(f64, u64)], streamed_bytes: u64) -> Measurement {
+    let counts: Vec<(f64, u64)> = after
+        .iter()
+        .zip(before.iter().map(|(_, c)| *c).chain(std::iter::repeat(0)))
+        .map(|((bound, now), then)| (*bound, now.saturating_sub(then)))
+        .collect();
+    let requests: u64 = counts.iter().map(|(_, c)| c).sum();
+    let p99 = (requests > 0).then(|| {
+        let wanted = (requests as f64 * 0.99).ceil() as u64;
+        let mut seen = 0;
+        let bound = counts
+            .iter()
+            .find_map(|(bound, count)| {
+                seen += count;
+                (seen >= wanted).then_some(*bound)
+            })
+            .unwrap_or(f64::MAX);
+        std::time::Duration::from_secs_f64(bound.min(3600.0))
+    });
+    let seconds = POLICY_INTERVAL.as_secs_f64();
+    Measurement {
+        requests,
+        p99,
+        streamed_bytes_per_s: (streamed_bytes as f64 / seconds) as u64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_interval_is_measured_from_the_difference_of_cumulative_buckets() {
+        let before = vec![(0.001, 100), (0.01, 10), (1.0, 0)];
+        let after = vec![(0.001, 190), (0.01, 19), (1.0, 1)];
+        let measured = measure(&before, &after, 1 << 20);
+        assert_eq!(measured.requests, 100);
+        assert_eq!(measured.p99, Some(std::time::Duration::from_secs_f64(0.01)));
+        assert_eq!(measured.streamed_bytes_per_s, 4 << 20);
+        let idle = measure(&after, &after, 0);
+        assert_eq!((idle.requests, idle.p99), (0, None));
+    }
+}

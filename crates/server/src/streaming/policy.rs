@@ -1,0 +1,208 @@
+//! How fast streaming may go, decided from measurements only (seed 004: foreground and
+//! streaming I/O share the node by an explicit, adjustable priority, not by accident).
+//!
+//! Every [`POLICY_INTERVAL`] the node measures the requests it served (how many, their
+//! 99th-percentile latency) and the bytes it streamed, and [`StreamPolicy::decide`] turns
+//! that into the rate for the next interval:
+//!
+//! - no requests at all: full speed (the cap);
+//! - requests slower than the target: half of what streaming actually did, down to a floor
+//!   (so a stream always progresses);
+//! - requests well under the target (below [`RELAXED_SHARE`] of it): a quarter faster plus
+//!   a step, up to the cap;
+//! - otherwise: hold.
+//!
+//! Additive-increase/multiplicative-decrease, as congestion control does: it backs off
+//! fast when clients suffer and probes upward slowly. The decisions are data (the new
+//! rate and why), logged when they change and shown by `shoal admin streams`.
+
+use std::time::Duration;
+
+/// How often the policy looks at the measurements.
+pub const POLICY_INTERVAL: Duration = Duration::from_millis(250);
+/// Requests faster than this share of the target let streaming speed up.
+pub const RELAXED_SHARE: f64 = 0.5;
+/// The slowest streaming is throttled to (bytes per second).
+pub const FLOOR_BYTES_PER_S: u64 = 4 << 20;
+/// What an increase adds on top of the quarter (bytes per second).
+pub const STEP_BYTES_PER_S: u64 = 8 << 20;
+/// "No cap": the throttle does not hold streaming back at all.
+pub const UNLIMITED: u64 = u64::MAX;
+
+/// The node's streaming policy (from its configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamPolicy {
+    /// The client p99 streaming backs off to keep.
+    pub target_p99: Duration,
+    /// The hard cap in bytes per second ([`UNLIMITED`]: none).
+    pub cap_bytes_per_s: u64,
+}
+
+/// What the node saw during one interval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Measurement {
+    /// Client requests served.
+    pub requests: u64,
+    /// Their 99th-percentile latency (`None` without requests).
+    pub p99: Option<Duration>,
+    /// Bytes streamed per second (sent and received).
+    pub streamed_bytes_per_s: u64,
+}
+
+/// Why the rate is what it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    Idle,
+    BackingOff,
+    SpeedingUp,
+    Holding,
+}
+
+impl Reason {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Reason::Idle => "no client requests: full speed",
+            Reason::BackingOff => "client p99 above target: backing off",
+            Reason::SpeedingUp => "client p99 well under target: speeding up",
+            Reason::Holding => "client p99 near target: holding",
+        }
+    }
+}
+
+/// The rate for the next interval, and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    pub bytes_per_s: u64,
+    pub reason: Reason,
+}
+
+impl StreamPolicy {
+    /// The rate to stream at next, given the current one and what the last interval
+    /// measured.
+    pub fn decide(&self, current_bytes_per_s: u64, measured: &Measurement) -> Decision {
+        let cap = self.cap_bytes_per_s;
+        let floor = FLOOR_BYTES_PER_S.min(cap);
+        let Some(p99) = measured.p99.filter(|_| measured.requests > 0) else {
+            return Decision {
+                bytes_per_s: cap,
+                reason: Reason::Idle,
+            };
+        };
+        if p99 > self.target_p99 {
+            // Half of what streaming actually did: the current rate may be far above it
+            // (the cap, "unlimited") and halving that would change nothing.
+            let basis = current_bytes_per_s.min(measured.streamed_bytes_per_s.max(floor));
+            return Decision {
+                bytes_per_s: (basis / 2).clamp(floor, cap),
+                reason: Reason::BackingOff,
+            };
+        }
+        if p99.as_secs_f64() < self.target_p99.as_secs_f64() * RELAXED_SHARE {
+            if current_bytes_per_s >= cap {
+                return Decision {
+                    bytes_per_s: cap,
+                    reason: Reason::SpeedingUp,
+                };
+            }
+            let faster = current_bytes_per_s
+                .saturating_add(current_bytes_per_s / 4)
+                .saturating_add(STEP_BYTES_PER_S);
+            return Decision {
+                bytes_per_s: faster.min(cap),
+                reason: Reason::SpeedingUp,
+            };
+        }
+        Decision {
+            bytes_per_s: current_bytes_per_s.clamp(floor, cap),
+            reason: Reason::Holding,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn policy(cap: u64) -> StreamPolicy {
+        StreamPolicy {
+            target_p99: Duration::from_millis(20),
+            cap_bytes_per_s: cap,
+        }
+    }
+
+    fn load(requests: u64, p99_ms: u64, streamed: u64) -> Measurement {
+        Measurement {
+            requests,
+            p99: Some(Duration::from_millis(p99_ms)),
+            streamed_bytes_per_s: streamed,
+        }
+    }
+
+    #[test]
+    fn an_idle_node_streams_at_the_cap() {
+        let idle = Measurement {
+            requests: 0,
+            p99: None,
+            streamed_bytes_per_s: 0,
+        };
+        assert_eq!(
+            policy(100 * MIB).decide(10 * MIB, &idle),
+            Decision {
+                bytes_per_s: 100 * MIB,
+                reason: Reason::Idle
+            }
+        );
+        assert_eq!(
+            policy(UNLIMITED).decide(10 * MIB, &idle).bytes_per_s,
+            UNLIMITED
+        );
+    }
+
+    #[test]
+    fn slow_requests_halve_what_streaming_actually_did_down_to_the_floor() {
+        // Unlimited, streaming did 200 MiB/s: next 100 MiB/s, not half of "unlimited".
+        let decision = policy(UNLIMITED).decide(UNLIMITED, &load(1000, 50, 200 * MIB));
+        assert_eq!(decision.bytes_per_s, 100 * MIB);
+        assert_eq!(decision.reason, Reason::BackingOff);
+        // Repeated, it settles at the floor and never stops a stream.
+        let mut rate = 100 * MIB;
+        for _ in 0..20 {
+            rate = policy(UNLIMITED)
+                .decide(rate, &load(1000, 50, rate))
+                .bytes_per_s;
+        }
+        assert_eq!(rate, FLOOR_BYTES_PER_S);
+    }
+
+    #[test]
+    fn fast_requests_let_streaming_climb_back_to_the_cap() {
+        let mut rate = FLOOR_BYTES_PER_S;
+        let mut steps = 0;
+        while rate < 64 * MIB {
+            let decision = policy(64 * MIB).decide(rate, &load(1000, 2, rate));
+            assert_eq!(decision.reason, Reason::SpeedingUp);
+            assert!(decision.bytes_per_s > rate);
+            rate = decision.bytes_per_s;
+            steps += 1;
+        }
+        assert_eq!(rate, 64 * MIB, "never above the cap");
+        assert!(
+            steps <= 8,
+            "back to full speed within two seconds ({steps} steps)"
+        );
+    }
+
+    #[test]
+    fn requests_near_the_target_hold_the_rate() {
+        let decision = policy(UNLIMITED).decide(30 * MIB, &load(1000, 15, 30 * MIB));
+        assert_eq!(
+            decision,
+            Decision {
+                bytes_per_s: 30 * MIB,
+                reason: Reason::Holding
+            }
+        );
+    }
+}
