@@ -112,6 +112,10 @@ pub struct CommonArgs {
     /// Print throughput and latency every second.
     #[arg(long)]
     pub timeline: bool,
+    /// End the run phase as soon as this file exists (looked for every 200 ms): a run
+    /// that lasts as long as something else does (a node joining, say).
+    #[arg(long)]
+    pub until_file: Option<PathBuf>,
     /// Fields per record (YCSB `fieldcount`).
     #[arg(long, default_value_t = 10)]
     pub field_count: usize,
@@ -122,7 +126,7 @@ pub struct CommonArgs {
 
 #[derive(clap::Args, Debug)]
 pub struct YcsbArgs {
-    /// Core workload: a, b, c, d, e or f.
+    /// Core workload: a, b, c, d, e or f; or w (updates only, keys uniform).
     #[arg(long, default_value = "a")]
     pub workload: char,
     /// Override the workload's request distribution.
@@ -260,6 +264,8 @@ struct Shared {
     /// Operations claimed so far (for `--operations`).
     claimed: AtomicU64,
     completed: AtomicU64,
+    /// Set once `--until-file` exists.
+    stopped: std::sync::atomic::AtomicBool,
 }
 
 async fn execute(
@@ -370,6 +376,7 @@ async fn run_phase(shared: Arc<Shared>, load: bool) -> anyhow::Result<Summary> {
     let common = shared.common.clone();
     let workload = shared.workload.clone();
     let started = Instant::now();
+    let started_wall = std::time::SystemTime::now();
     let measure_from = if load {
         started
     } else {
@@ -405,6 +412,15 @@ async fn run_phase(shared: Arc<Shared>, load: bool) -> anyhow::Result<Summary> {
     };
     shared.completed.store(0, Ordering::Relaxed);
     shared.claimed.store(0, Ordering::Relaxed);
+    let watcher = common.until_file.clone().filter(|_| !load).map(|path| {
+        let shared = Arc::clone(&shared);
+        tokio::spawn(async move {
+            while !path.exists() {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            shared.stopped.store(true, Ordering::Relaxed);
+        })
+    });
     let workers = (0..common.concurrency).map(|worker| {
         let shared = Arc::clone(&shared);
         let workload = workload.clone();
@@ -453,7 +469,9 @@ async fn run_phase(shared: Arc<Shared>, load: bool) -> anyhow::Result<Summary> {
                     )
                 };
                 let finished = Instant::now();
-                if deadline.is_some_and(|d| finished >= d) {
+                if deadline.is_some_and(|d| finished >= d)
+                    || (!load && shared.stopped.load(Ordering::Relaxed))
+                {
                     break;
                 }
                 shared.completed.fetch_add(1, Ordering::Relaxed);
@@ -472,8 +490,11 @@ async fn run_phase(shared: Arc<Shared>, load: bool) -> anyhow::Result<Summary> {
     });
     let recorders = futures::future::join_all(workers).await;
     reporter.abort();
+    if let Some(watcher) = watcher {
+        watcher.abort();
+    }
     bar.finish_and_clear();
-    let elapsed = match deadline {
+    let elapsed = match deadline.filter(|_| !shared.stopped.load(Ordering::Relaxed)) {
         Some(deadline) => deadline
             .min(Instant::now())
             .saturating_duration_since(measure_from),
@@ -486,7 +507,11 @@ async fn run_phase(shared: Arc<Shared>, load: bool) -> anyhow::Result<Summary> {
     if load {
         shared.inserted.store(common.records, Ordering::Relaxed);
     }
-    Ok(merged.summary(&workload.name, label, elapsed.as_secs_f64()))
+    let mut summary = merged.summary(&workload.name, label, elapsed.as_secs_f64());
+    summary.measured_from_unix_ms = (started_wall + (measure_from - started))
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as u64);
+    Ok(summary)
 }
 
 fn run_workload(workload: Workload, common: CommonArgs) -> anyhow::Result<()> {
@@ -511,6 +536,7 @@ fn run_workload(workload: Workload, common: CommonArgs) -> anyhow::Result<()> {
             inserted: AtomicU64::new(common.records),
             claimed: AtomicU64::new(0),
             completed: AtomicU64::new(0),
+            stopped: std::sync::atomic::AtomicBool::new(false),
         });
         println!(
             "shoal bench {}: {} records, {} in flight, consistency {}, against {}",

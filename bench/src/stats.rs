@@ -139,6 +139,7 @@ impl Recorder {
         Summary {
             workload: workload.to_string(),
             phase: phase.to_string(),
+            measured_from_unix_ms: 0,
             elapsed_seconds,
             operations_total: total,
             throughput_ops_per_second: total as f64 / elapsed_seconds.max(1e-9),
@@ -185,6 +186,9 @@ pub struct TimelinePoint {
 pub struct Summary {
     pub workload: String,
     pub phase: String,
+    /// When second 0 of the timeline began (milliseconds since the Unix epoch), to line
+    /// the timeline up with events outside the benchmark (a node joining, say).
+    pub measured_from_unix_ms: u64,
     pub elapsed_seconds: f64,
     pub operations_total: u64,
     pub throughput_ops_per_second: f64,

@@ -1,7 +1,8 @@
 """A real three-node cluster (processes on 127.0.0.1-3): discovery and token-aware
 routing, consistency levels across nodes, last-write-wins between coordinators, node
 failure (kill -9), hints, schema catch-up, anti-entropy repair, paged scans across
-tablets, events, refused joins, and no lost QUORUM write when a node dies under load."""
+tablets, events, and no lost QUORUM write when a node dies under load. (Joins into a
+cluster holding data, leaving and replacing nodes: `test_elastic.py`.)"""
 
 import signal
 import socket
@@ -407,14 +408,6 @@ def test_admin_status_lists_every_node(cluster):
         assert address in result.stdout
     assert "Datacenter: datacenter1" in result.stdout
     assert result.stdout.count("voter") == 3
-
-
-def test_a_join_into_a_cluster_holding_data_is_refused(cluster, tmp_path):
-    newcomer = cluster.make_node(tmp_path, "127.0.0.4")
-    with pytest.raises(RuntimeError) as failed:
-        newcomer.start(timeout=60)
-    assert "cluster already holds data" in str(failed.value)
-    newcomer.kill()
 
 
 def test_no_acknowledged_quorum_write_is_lost_when_a_node_dies_under_load(cluster):

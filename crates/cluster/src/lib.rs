@@ -58,6 +58,9 @@ openraft::declare_raft_types!(
 /// Voters of the metadata Raft group; later members follow as learners.
 pub const MAX_VOTERS: usize = 3;
 
+/// Metadata key marking a node that has left its cluster.
+const LEFT_KEY: &[u8] = b"cluster/left";
+
 /// How long a node keeps trying to join through its seeds before giving up.
 const JOIN_DEADLINE: Duration = Duration::from_secs(120);
 
@@ -139,6 +142,7 @@ pub struct RaftStatus {
 /// This node's cluster metadata.
 pub struct ClusterMetadata {
     raft: Raft<TypeConfig>,
+    engine: Arc<dyn shoal_storage::Engine>,
     me: Member,
     transport: Arc<dyn ClusterTransport>,
     state: watch::Receiver<Arc<ClusterState>>,
@@ -176,7 +180,7 @@ impl ClusterMetadata {
         transport: Arc<dyn ClusterTransport>,
     ) -> Result<Arc<ClusterMetadata>, ClusterError> {
         let log = store::LogStore::open(std::sync::Arc::clone(&engine))?;
-        let (machine, state) = store::StateMachine::open(engine)?;
+        let (machine, state) = store::StateMachine::open(Arc::clone(&engine))?;
         let resuming = log.has_state().await;
         let network = Network {
             transport: Arc::clone(&transport),
@@ -188,6 +192,7 @@ impl ClusterMetadata {
             .map_err(|e| ClusterError::Raft(e.to_string()))?;
         Ok(Arc::new(ClusterMetadata {
             raft,
+            engine,
             me,
             transport,
             state,
@@ -205,6 +210,12 @@ impl ClusterMetadata {
         replacing: Option<std::net::IpAddr>,
     ) -> Result<(), ClusterError> {
         if self.resuming {
+            if self.has_left() {
+                return Err(ClusterError::Refused(format!(
+                    "this node ({}) has left the cluster (decommissioned or removed); to join again, start it with an empty data directory",
+                    self.me.internode_address
+                )));
+            }
             tracing::info!("resuming cluster membership from local metadata");
             self.reregister_if_moved().await;
             return Ok(());
@@ -257,6 +268,21 @@ impl ClusterMetadata {
             }
         }
         false
+    }
+
+    /// Records that this node has left its cluster (decommission), so that it refuses to
+    /// start again with this data directory instead of campaigning in a group it is no
+    /// longer part of.
+    pub fn mark_left(&self) {
+        if let Err(error) = self.engine.put_metadata(LEFT_KEY, b"1") {
+            tracing::warn!(%error, "could not record that this node has left the cluster");
+        }
+    }
+
+    fn has_left(&self) -> bool {
+        self.engine
+            .metadata_with_prefix(LEFT_KEY)
+            .is_ok_and(|entries| entries.iter().any(|(key, _)| key == LEFT_KEY))
     }
 
     /// True once this node belongs to a cluster.
@@ -417,10 +443,21 @@ impl ClusterMetadata {
                     Err(e) => error(&e),
                 }
             }
-            ClusterRequest::Vote { rpc, .. } => match self.raft.vote(rpc).await {
-                Ok(response) => ClusterResponse::Vote(response),
-                Err(e) => error(&e),
-            },
+            ClusterRequest::Vote { rpc, .. } => {
+                // A node removed from the group (decommissioned, replaced) may not know it
+                // yet and campaign: its elections must not disturb the members'.
+                let candidate = rpc.vote.leader_id().voted_for();
+                let known = self.raft.metrics().borrow().membership_config.clone();
+                if candidate.is_some_and(|c| known.membership().get_node(&c).is_none()) {
+                    return ClusterResponse::Error(
+                        "the candidate is not a member of the metadata group".into(),
+                    );
+                }
+                match self.raft.vote(rpc).await {
+                    Ok(response) => ClusterResponse::Vote(response),
+                    Err(e) => error(&e),
+                }
+            }
             ClusterRequest::InstallSnapshot { rpc, .. } => {
                 match self.raft.install_snapshot(rpc).await {
                     Ok(response) => ClusterResponse::InstallSnapshot(response),

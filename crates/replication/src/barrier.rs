@@ -5,17 +5,21 @@
 //! writes, reads switch to the new replicas, the leaving replica stops being used). Before
 //! the next step may rely on it — streaming from a snapshot that must be followed by every
 //! later write, dropping the leaving replica's copy — the migration driver runs a barrier
-//! for the new [`shoal_cluster::ClusterState::topology_version`] on every live node. On
-//! each node the barrier:
+//! for the new [`shoal_cluster::ClusterState::topology_version`] on every live node, in two
+//! rounds. First, on each node (`StorageProxy::settle`):
 //!
-//! 1. waits until the node has applied that version;
+//! 1. it waits until the node has applied that version;
 //! 2. starts a new [`Epoch`]: requests that begin from now on hold it;
 //! 3. waits until no request holds an older epoch (a request takes its epoch *before* it
 //!    reads the tablet map, so one holding an older epoch may have routed by an older map;
-//!    one holding the new epoch has not);
-//! 4. raises the node's *fence* to that version: as a replica it now refuses requests a
-//!    coordinator routed by an older map — a node that missed the barrier (partitioned,
-//!    paused) cannot slip a stale write past it.
+//!    one holding the new epoch has not).
+//!
+//! Once every live node has settled, none of them routes by an older map any more, and the
+//! second round raises each node's *fence* to that version (`StorageProxy::fence`): as a
+//! replica it now refuses requests a coordinator routed by an older map — a node that
+//! missed the barrier (partitioned, paused) cannot slip a stale write past it. (Raising the
+//! fence in the first round would refuse the requests of live nodes that simply had not
+//! applied the version yet.)
 //!
 //! Taking an epoch costs one atomic reference count (`arc-swap`); nothing on the request
 //! path locks.

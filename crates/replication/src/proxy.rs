@@ -81,11 +81,10 @@ impl StorageProxy {
         self.in_flight.enter()
     }
 
-    /// The topology barrier for `version` on this node (see [`crate::barrier`]): waits
-    /// until the node has applied it and every request routed by an older tablet map is
-    /// over, then refuses requests routed by an older map. Errs when that takes longer
-    /// than `bound`.
-    pub async fn barrier(&self, version: u64, bound: Duration) -> Result<(), String> {
+    /// The first half of the topology barrier for `version` on this node (see
+    /// [`crate::barrier`]): waits until the node has applied it and every request it
+    /// routed by an older tablet map is over. Errs when that takes longer than `bound`.
+    pub async fn settle(&self, version: u64, bound: Duration) -> Result<(), String> {
         let start = tokio::time::Instant::now();
         if !self.topology.reached(version, bound).await {
             return Err(format!(
@@ -93,9 +92,13 @@ impl StorageProxy {
             ));
         }
         let left = bound.saturating_sub(start.elapsed());
-        self.in_flight.drain_before(version, left).await?;
+        self.in_flight.drain_before(version, left).await
+    }
+
+    /// The second half, once every live node has settled: from now on this node, as a
+    /// replica, refuses requests routed by a tablet map older than `version`.
+    pub fn fence(&self, version: u64) {
         self.local.fence.raise(version);
-        Ok(())
     }
 
     /// The topology as this node has applied it.

@@ -41,6 +41,8 @@ pub struct LocalReplica {
     pub engine: Arc<dyn Engine>,
     pub log: Arc<dyn WriteLog>,
     pub fence: Fence,
+    /// Requests refused by the fence so far (the metrics).
+    pub fenced: std::sync::atomic::AtomicU64,
 }
 
 impl LocalReplica {
@@ -51,6 +53,7 @@ impl LocalReplica {
             engine,
             log,
             fence: Fence::default(),
+            fenced: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -70,6 +73,9 @@ impl LocalReplica {
         );
         if routed {
             if let Err(refusal) = self.fence.check(topology_version) {
+                self.fenced
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::debug!(%refusal, "refused a request routed by a stale tablet map");
                 return ReplicaResponse::Error(refusal);
             }
         }

@@ -74,9 +74,11 @@ pub enum Message {
     },
     /// `shoal admin flush|compact|snapshot|…`: an operation on the receiving node.
     Operate(crate::operations::Operation),
-    /// The topology barrier for `version` (`shoal_replication::barrier`).
+    /// A round of the topology barrier for `version` (`shoal_replication::barrier`):
+    /// settle (apply it, drain older requests), or raise the fence.
     Barrier {
         version: u64,
+        fence: bool,
     },
     /// Streaming and the steps of a tablet migration (`crate::streaming`).
     Stream(crate::streaming::StreamRequest),

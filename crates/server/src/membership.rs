@@ -318,8 +318,12 @@ impl Handler for NodeHandler {
                     }
                     None => Reply::Error("this node is still starting".into()),
                 },
-                Message::Barrier { version } => match self.proxy.get() {
-                    Some(proxy) => match proxy.barrier(version, BARRIER_BOUND).await {
+                Message::Barrier { version, fence } => match self.proxy.get() {
+                    Some(proxy) if fence => {
+                        proxy.fence(version);
+                        Reply::Done
+                    }
+                    Some(proxy) => match proxy.settle(version, BARRIER_BOUND).await {
                         Ok(()) => Reply::Done,
                         Err(error) => Reply::Error(error),
                     },
@@ -351,8 +355,14 @@ pub async fn run_failure_detection(
     let mut interval = tokio::time::interval(PING_INTERVAL);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let replaying: Arc<parking_lot::Mutex<BTreeSet<HostId>>> = Arc::default();
+    let mut states = cluster.subscribe();
     loop {
-        interval.tick().await;
+        // Every interval, and at once when the members change: a node that just joined
+        // is seen up (and given tablets) without waiting for the next tick.
+        tokio::select! {
+            _ = interval.tick() => {}
+            _ = states.changed() => {}
+        }
         let state = cluster.state();
         let schema_version = coordinator.schema().version;
         let load_bytes = coordinator.engine().approximate_size_bytes();

@@ -44,8 +44,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How often the driver looks at the cluster when nothing changes.
-const ROUND: Duration = Duration::from_millis(500);
+/// How often the driver looks at the cluster when the metadata does not change (a node
+/// seen up by the failure detector is one such change).
+const ROUND: Duration = Duration::from_millis(100);
 /// How long a barrier may take on one node.
 const BARRIER_BOUND: Duration = Duration::from_secs(15);
 /// Pause before a failed step is tried again.
@@ -489,23 +490,30 @@ impl MigrationDriver {
     }
 
     /// The topology barrier for the current version on every member the failure detector
-    /// sees up (the ones it does not are fenced out by those that pass it).
+    /// sees up (the ones it does not are fenced out by those that pass it): every one
+    /// settles first, then every one raises its fence.
     async fn barrier(&self, state: &ClusterState) -> Result<(), Step> {
         let version = state.topology_version;
         let me = self.metadata.me().host_id;
-        let calls = state
+        let members: Vec<&Member> = state
             .members
             .values()
             .filter(|m| m.host_id == me || self.alive(&m.host_id))
-            .map(|member| async move {
+            .collect();
+        for fence in [false, true] {
+            let rounds = members.iter().map(|member| async move {
                 if member.host_id == me {
-                    return self.proxy.barrier(version, BARRIER_BOUND).await;
+                    if fence {
+                        self.proxy.fence(version);
+                        return Ok(());
+                    }
+                    return self.proxy.settle(version, BARRIER_BOUND).await;
                 }
                 match self
                     .peers
                     .call(
                         member.internode_address,
-                        &Message::Barrier { version },
+                        &Message::Barrier { version, fence },
                         BARRIER_BOUND + Duration::from_secs(5),
                     )
                     .await
@@ -517,8 +525,9 @@ impl MigrationDriver {
                 }
                 .map_err(|e| format!("barrier on {}: {e}", member.internode_address))
             });
-        for outcome in futures::future::join_all(calls).await {
-            outcome.map_err(Step::Retry)?;
+            for outcome in futures::future::join_all(rounds).await {
+                outcome.map_err(Step::Retry)?;
+            }
         }
         Ok(())
     }

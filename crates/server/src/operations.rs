@@ -519,8 +519,11 @@ impl NodeOperations {
             tracing::info!("decommissioning: streaming every tablet replica to other nodes");
         }
         self.wait_until_gone(me).await?;
-        // A node outside the cluster routes by a tablet map nobody updates any more.
+        // A node outside the cluster routes by a tablet map nobody updates any more, and
+        // must not campaign in a metadata group it is no longer part of.
         let _ = self.close_clients.send(true);
+        cluster.metadata.mark_left();
+        cluster.metadata.shutdown().await;
         tracing::info!(
             "this node has left the cluster; it no longer serves clients and can be stopped"
         );

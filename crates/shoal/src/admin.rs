@@ -265,8 +265,9 @@ async fn operate(target: &Target, operation: Operation) -> anyhow::Result<serde_
 
 /// A host id as `shoal admin status` prints it (a UUID).
 fn parse_host_id(text: &str) -> anyhow::Result<shoal_model::HostId> {
-    let uuid = uuid::Uuid::parse_str(text.trim())
-        .map_err(|_| anyhow::anyhow!("'{text}' is not a host id (a UUID, as `shoal admin status` shows)"))?;
+    let uuid = uuid::Uuid::parse_str(text.trim()).map_err(|_| {
+        anyhow::anyhow!("'{text}' is not a host id (a UUID, as `shoal admin status` shows)")
+    })?;
     Ok(shoal_model::HostId(*uuid.as_bytes()))
 }
 

@@ -142,8 +142,12 @@ pub trait Engine: Send + Sync + 'static {
     /// key holds by last-write-wins, like [`Engine::write`], but as a whole file that
     /// bypasses the memtable and the write-ahead log where the engine can. Durable on
     /// return.
-    fn ingest(&self, entries: Vec<(Vec<u8>, Vec<u8>)>) -> Result<()> {
-        self.write(&WriteBatch::from(entries))?;
+    fn ingest(&self, entries: &[(&[u8], &[u8])]) -> Result<()> {
+        let mut batch = WriteBatch::new();
+        for (key, value) in entries {
+            batch.merge(key.to_vec(), value.to_vec());
+        }
+        self.write(&batch)?;
         self.sync()
     }
 

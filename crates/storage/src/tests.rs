@@ -1000,18 +1000,23 @@ fn a_streamed_range_reconciles_with_what_the_destination_already_holds() {
             Cell::live(WriteTimestamp(5), b"older".to_vec()),
         );
         let mut cursor = source.stream_range(&lower, &upper).expect("stream");
-        let mut chunk = Vec::new();
+        let mut chunk: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        let ingest = |chunk: &[(Vec<u8>, Vec<u8>)]| {
+            let borrowed: Vec<(&[u8], &[u8])> = chunk
+                .iter()
+                .map(|(k, v)| (k.as_slice(), v.as_slice()))
+                .collect();
+            destination.ingest(&borrowed).expect("ingest");
+        };
         while let Some((key, value)) = cursor.current() {
             chunk.push((key.to_vec(), value.to_vec()));
             if chunk.len() == 64 {
-                destination
-                    .ingest(std::mem::take(&mut chunk))
-                    .expect("ingest");
+                ingest(&std::mem::take(&mut chunk));
             }
             cursor.advance();
         }
         cursor.status().expect("stream status");
-        destination.ingest(chunk).expect("ingest the rest");
+        ingest(&chunk);
         let value = |row: u32| -> Option<Vec<u8>> {
             stored(destination, &lower, &upper)
                 .into_iter()

@@ -9,7 +9,7 @@
 //! over — ingesting a range twice is harmless (every cell reconciles by last-write-wins).
 
 use super::throttle::Throttle;
-use super::{StreamReply, StreamRequest};
+use super::{Chunk, StreamReply, StreamRequest};
 use crate::internode::{Message, Peers, Reply};
 use parking_lot::Mutex;
 use shoal_model::{TableId, TabletId};
@@ -183,7 +183,7 @@ impl Incoming {
     }
 
     async fn pull(&self, job: &Job, source: SocketAddr, session: u64) -> Result<(), String> {
-        let mut file: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        let mut file: Vec<Vec<u8>> = Vec::new();
         let mut file_bytes = 0usize;
         let mut ingesting: Option<tokio::task::JoinHandle<Result<(), String>>> = None;
         loop {
@@ -192,26 +192,31 @@ impl Incoming {
                 other => return Err(format!("{source} answered {other:?} to Next")),
             };
             let bytes = chunk.bytes();
-            self.throttle.acquire(bytes as u64).await;
             job.received_bytes
                 .fetch_add(bytes as u64, Ordering::Relaxed);
+            self.throttle.acquire(bytes as u64).await;
             file_bytes += bytes;
-            file.extend(chunk.entries);
-            if file_bytes >= FILE_BYTES || chunk.done {
+            let done = chunk.done;
+            file.push(chunk.cells);
+            if file_bytes >= FILE_BYTES || done {
                 // One file waits at most: the previous one must be in before this goes.
                 if let Some(previous) = ingesting.take() {
                     previous
                         .await
                         .map_err(|e| format!("ingestion failed: {e}"))??;
                 }
-                let entries = std::mem::take(&mut file);
+                let chunks = std::mem::take(&mut file);
                 file_bytes = 0;
                 let engine = Arc::clone(&self.engine);
                 ingesting = Some(tokio::task::spawn_blocking(move || {
-                    engine.ingest(entries).map_err(|e| e.to_string())
+                    let mut entries = Vec::new();
+                    for chunk in &chunks {
+                        entries.extend(Chunk::entries(chunk)?);
+                    }
+                    engine.ingest(&entries).map_err(|e| e.to_string())
                 }));
             }
-            if chunk.done {
+            if done {
                 break;
             }
         }

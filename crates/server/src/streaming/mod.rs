@@ -37,17 +37,57 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use throttle::Throttle;
 
-/// Cells of a range, in key order, as stored: `(key, value)`.
-#[derive(Debug, Serialize, Deserialize)]
+/// A cell as stored: `(key, value)`.
+pub type StoredCell<'a> = (&'a [u8], &'a [u8]);
+
+/// Cells of a range, in key order, as stored, packed in one buffer
+/// (`u32 key length | u32 value length | key | value`, lengths big-endian): one copy per
+/// cell on each side, and no allocation per cell.
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Chunk {
-    pub entries: Vec<(Vec<u8>, Vec<u8>)>,
+    #[serde(with = "serde_bytes")]
+    pub cells: Vec<u8>,
     /// The last chunk of the range.
     pub done: bool,
 }
 
 impl Chunk {
+    /// Bytes of the packed cells.
     pub fn bytes(&self) -> usize {
-        self.entries.iter().map(|(k, v)| k.len() + v.len()).sum()
+        self.cells.len()
+    }
+
+    /// Appends one cell.
+    pub fn push(&mut self, key: &[u8], value: &[u8]) {
+        self.cells.reserve(8 + key.len() + value.len());
+        self.cells
+            .extend_from_slice(&(key.len() as u32).to_be_bytes());
+        self.cells
+            .extend_from_slice(&(value.len() as u32).to_be_bytes());
+        self.cells.extend_from_slice(key);
+        self.cells.extend_from_slice(value);
+    }
+
+    /// The cells packed in `buffer`; an error if it is malformed (it came from the
+    /// network).
+    pub fn entries(buffer: &[u8]) -> Result<Vec<StoredCell<'_>>, String> {
+        let mut entries = Vec::new();
+        let mut rest = buffer;
+        while !rest.is_empty() {
+            let length = |bytes: &[u8]| -> Option<usize> {
+                Some(u32::from_be_bytes(bytes.try_into().ok()?) as usize)
+            };
+            let malformed = || "a malformed streaming chunk".to_string();
+            let key_length = rest.get(..4).and_then(length).ok_or_else(malformed)?;
+            let value_length = rest.get(4..8).and_then(length).ok_or_else(malformed)?;
+            let key = rest.get(8..8 + key_length).ok_or_else(malformed)?;
+            let value = rest
+                .get(8 + key_length..8 + key_length + value_length)
+                .ok_or_else(malformed)?;
+            entries.push((key, value));
+            rest = &rest[8 + key_length + value_length..];
+        }
+        Ok(entries)
     }
 }
 
@@ -257,6 +297,25 @@ fn measure(before: &[(f64, u64)], after: &[(f64, u64)], streamed_bytes: u64) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chunks_pack_cells_and_refuse_malformed_buffers() {
+        let mut chunk = Chunk::default();
+        chunk.push(b"key-1", b"value");
+        chunk.push(b"k2", b"");
+        assert_eq!(
+            Chunk::entries(&chunk.cells).unwrap(),
+            vec![(&b"key-1"[..], &b"value"[..]), (&b"k2"[..], &b""[..])]
+        );
+        for cut in 1..chunk.cells.len() {
+            if cut != 8 + 5 + 5 {
+                assert!(Chunk::entries(&chunk.cells[..cut]).is_err(), "cut at {cut}");
+            }
+        }
+        let mut huge = chunk.cells.clone();
+        huge[..4].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(Chunk::entries(&huge).is_err());
+    }
 
     #[test]
     fn an_interval_is_measured_from_the_difference_of_cumulative_buckets() {

@@ -174,23 +174,25 @@ fn read_range(
         }
     };
     loop {
-        let mut entries = Vec::new();
-        let mut bytes = 0usize;
-        while bytes < CHUNK_BYTES {
+        let mut chunk = Chunk {
+            cells: Vec::with_capacity(CHUNK_BYTES + CHUNK_BYTES / 8),
+            done: false,
+        };
+        while chunk.bytes() < CHUNK_BYTES {
             let Some((key, value)) = cursor.current() else {
                 break;
             };
-            bytes += key.len() + value.len();
-            entries.push((key.to_vec(), value.to_vec()));
+            chunk.push(key, value);
             cursor.advance();
         }
         if let Err(error) = cursor.status() {
             let _ = chunks.blocking_send(Err(error.to_string()));
             return;
         }
-        let done = cursor.current().is_none();
-        throttle.acquire_blocking(bytes as u64);
-        if chunks.blocking_send(Ok(Chunk { entries, done })).is_err() || done {
+        chunk.done = cursor.current().is_none();
+        let done = chunk.done;
+        throttle.acquire_blocking(chunk.bytes() as u64);
+        if chunks.blocking_send(Ok(chunk)).is_err() || done {
             return;
         }
     }

@@ -410,7 +410,7 @@ impl Engine for RocksEngine {
         }))
     }
 
-    fn ingest(&self, entries: Vec<(Vec<u8>, Vec<u8>)>) -> Result<()> {
+    fn ingest(&self, entries: &[(&[u8], &[u8])]) -> Result<()> {
         if entries.is_empty() {
             return Ok(());
         }
@@ -423,7 +423,7 @@ impl Engine for RocksEngine {
         let built = (|| -> std::result::Result<(), rocksdb::Error> {
             let mut file = rocksdb::SstFileWriter::create(&self.data_options);
             file.open(&path)?;
-            for (key, value) in &entries {
+            for (key, value) in entries {
                 // Merge operands, like every write: the stored cell reconciles with the
                 // ingested one by last-write-wins whichever is newer in RocksDB's order.
                 file.merge(key, value)?;

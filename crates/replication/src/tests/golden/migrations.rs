@@ -172,17 +172,26 @@ impl Runner {
         let skipped = node_names(cluster, &except)?;
         let version = cluster.state.topology_version;
         let mut out = String::new();
+        let mut settled = Vec::new();
         for (index, node) in cluster.nodes.iter().enumerate() {
             if skipped.contains(&index) {
                 continue;
             }
             let outcome = self
                 .runtime
-                .block_on(node.proxy.barrier(version, Duration::from_secs(5)));
+                .block_on(node.proxy.settle(version, Duration::from_secs(5)));
             match outcome {
-                Ok(()) => writeln!(out, "{}: fenced at version {version}", node.name)?,
+                Ok(()) => settled.push(index),
                 Err(error) => writeln!(out, "{}: {error}", node.name)?,
             }
+        }
+        if !out.is_empty() {
+            return Ok(out);
+        }
+        for index in settled {
+            let node = &cluster.nodes[index];
+            node.proxy.fence(version);
+            writeln!(out, "{}: fenced at version {version}", node.name)?;
         }
         Ok(out)
     }
