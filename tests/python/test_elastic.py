@@ -273,8 +273,13 @@ def test_a_cluster_with_data_grows_to_five_and_shrinks_back_under_quorum_load(el
         tablets = cluster.ring("elastic", "t")
         held = {a: sum(a in t["replicas"] for t in tablets) for a in ADDRESSES}
         assert max(held.values()) - min(held.values()) <= 1, held
-        primaries = {a: sum(t["replicas"][0] == a for t in tablets) for a in ADDRESSES}
-        assert max(primaries.values()) - min(primaries.values()) <= 1, primaries
+        # Primaries are evened out once the table has settled (a metadata-only change).
+        def primaries():
+            tablets = cluster.ring("elastic", "t")
+            return {a: sum(t["replicas"][0] == a for t in tablets) for a in ADDRESSES}
+
+        wait_until(lambda: max(primaries().values()) - min(primaries().values()) <= 1, timeout=30,
+                   message=f"even primaries, not {primaries()}")
         # Back to three by decommission, one after another.
         for address in reversed(ADDRESSES[3:6]):
             cluster.admin("decommission", host=address, timeout=300)

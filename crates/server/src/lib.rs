@@ -240,6 +240,7 @@ impl Node {
             &coordinator,
         ))));
         let metrics = metrics::Metrics::new(&coordinator, Some(Arc::clone(&proxy)));
+        metrics.set_streaming(Arc::clone(&streaming));
         coordinator.set_observer(
             Arc::clone(&metrics) as Arc<dyn shoal_coordinator::observe::StatementObserver>
         );

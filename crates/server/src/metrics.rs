@@ -165,6 +165,8 @@ pub struct Metrics {
     /// Every client request that touches a table (reads, scans, writes), whatever its
     /// class or level: what streaming yields to (`crate::streaming::policy`).
     foreground: Latency,
+    /// Streaming, for its figures (set once the node has it).
+    streaming: Arc<std::sync::OnceLock<Arc<crate::streaming::Streaming>>>,
 }
 
 fn consistency_name(code: usize) -> &'static str {
@@ -240,9 +242,11 @@ impl Metrics {
             "Client connections accepted since start",
             connections_total.clone(),
         );
+        let streaming: Arc<std::sync::OnceLock<Arc<crate::streaming::Streaming>>> = Arc::default();
         registry.register_collector(Box::new(NodeCollector {
             coordinator: Arc::downgrade(coordinator),
             proxy,
+            streaming: Arc::clone(&streaming),
         }));
         Arc::new(Metrics {
             registry,
@@ -259,7 +263,13 @@ impl Metrics {
             connections,
             connections_total,
             foreground: Latency::default(),
+            streaming,
         })
+    }
+
+    /// Exports the node's streaming figures from now on.
+    pub fn set_streaming(&self, streaming: Arc<crate::streaming::Streaming>) {
+        let _ = self.streaming.set(streaming);
     }
 
     /// The text exposition format Prometheus scrapes.
@@ -384,6 +394,7 @@ impl StatementObserver for Metrics {
 struct NodeCollector {
     coordinator: Weak<Coordinator>,
     proxy: Option<Arc<StorageProxy>>,
+    streaming: Arc<std::sync::OnceLock<Arc<crate::streaming::Streaming>>>,
 }
 
 impl std::fmt::Debug for NodeCollector {
@@ -481,11 +492,18 @@ impl Collector for NodeCollector {
                 "Index of the last Raft entry applied here",
                 raft.last_applied as i64,
             )?;
+            let state = cluster.metadata.state();
             gauge(
                 &mut encoder,
                 "cluster_members",
                 "Members of the cluster",
-                cluster.metadata.state().members.len() as i64,
+                state.members.len() as i64,
+            )?;
+            gauge(
+                &mut encoder,
+                "tablet_migrations",
+                "Tablet replica moves under way in the cluster",
+                state.migrations().len() as i64,
             )?;
         }
         if let Some(proxy) = &self.proxy {
@@ -513,13 +531,35 @@ impl Collector for NodeCollector {
                 counter(&mut encoder, name, help, value)?;
             }
         }
-        // Tablets do not move between nodes yet: no data streams (netstats).
-        gauge(
-            &mut encoder,
-            "streams_active",
-            "Data streams to or from other nodes running now (tablet moves)",
-            0,
-        )?;
+        if let Some(proxy) = &self.proxy {
+            counter(
+                &mut encoder,
+                "fenced_requests",
+                "Replica requests refused because their coordinator routed them by a tablet map a topology barrier had retired",
+                proxy.local().fenced.load(Ordering::Relaxed),
+            )?;
+        }
+        if let Some(streaming) = self.streaming.get() {
+            let status = streaming.status();
+            gauge(
+                &mut encoder,
+                "streams_active",
+                "Data streams to or from other nodes running now (tablet moves)",
+                (status.incoming.len() + status.outgoing.len()) as i64,
+            )?;
+            counter(
+                &mut encoder,
+                "streamed_bytes",
+                "Bytes of tablets this node sent or received",
+                status.total_bytes,
+            )?;
+            gauge(
+                &mut encoder,
+                "stream_rate_limit_bytes_per_second",
+                "The streaming rate the policy allows now (0: no limit)",
+                status.rate_bytes_per_s.unwrap_or(0) as i64,
+            )?;
+        }
         Ok(())
     }
 }

@@ -265,9 +265,30 @@ impl NodeOperations {
             }
         };
         let (hint_bytes, hints_dropped) = self.hints.stats();
+        let status = self.streaming.status();
+        let receiving = status.incoming.iter().map(|s| {
+            json!({
+                "direction": "receiving",
+                "tablet": s.tablet,
+                "peers": s.sources.join(","),
+                "bytes_done": s.bytes_received,
+                "bytes_total": s.bytes_estimated,
+            })
+        });
+        let sending = status.outgoing.iter().map(|s| {
+            json!({
+                "direction": "sending",
+                "tablet": null,
+                "peers": null,
+                "bytes_done": s.bytes_sent,
+                "bytes_total": null,
+            })
+        });
         json!({
             "mode": mode,
-            "streams": self.streaming.status(),
+            "streams": receiving.chain(sending).collect::<Vec<_>>(),
+            "stream_rate_limit_mib_per_s": status.rate_bytes_per_s.map(|b| b >> 20),
+            "stream_policy": status.policy,
             "hints_pending_bytes": hint_bytes,
             "hints_dropped": hints_dropped,
             "peers": self.peers.statistics(),
