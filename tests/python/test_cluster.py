@@ -68,6 +68,11 @@ class LocalCluster:
     def start(self):
         for node in self.nodes:
             node.start(timeout=60)
+        # As ccm does: ready once every node is up and normal (a joining node takes its
+        # share of the system tables' tablets first; drivers list it once it is normal).
+        first = self.nodes[0]
+        wait_until(lambda: peers_up_in_status(self, len(self.nodes), [first.address], first.config), timeout=60,
+                   message="every node up and normal")
         return self
 
     def stop(self):
@@ -390,11 +395,14 @@ def test_repair_heals_a_replica_that_missed_writes_past_the_hint_window(cluster)
     assert "0 cell(s) repaired" in again.stdout
 
 
-def peers_up_in_status(cluster, count, hosts=ADDRESSES[:1]):
-    """True when each of `hosts` sees `count` nodes up (`shoal admin status`)."""
+def peers_up_in_status(cluster, count, hosts=ADDRESSES[:1], config=None):
+    """True when each of `hosts` sees `count` nodes up and normal (`shoal admin status`;
+    `config`: a node's configuration, whose certificates the command needs under TLS)."""
     for host in hosts:
-        result = subprocess.run([shoal_binary(), "admin", "status", "--host", host,
-                                 "--port", str(cluster.internode_port)], capture_output=True, text=True, timeout=30)
+        command = [shoal_binary(), "admin", "status", "--host", host, "--port", str(cluster.internode_port)]
+        if config:
+            command += ["--config", str(config)]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=30)
         if result.returncode != 0 or result.stdout.count("UN ") != count:
             return False
     return True
@@ -575,7 +583,7 @@ def test_a_joining_node_is_announced_and_schema_changes_are_pushed_by_every_node
             return any(k == kind and c == change for k, c, _ in seen)
 
         wait_until(lambda: saw("TOPOLOGY_CHANGE", "NEW_NODE"), timeout=15, message="TOPOLOGY_CHANGE NEW_NODE")
-        new_node = next(rest for k, c, rest in seen if k == "TOPOLOGY_CHANGE")
+        new_node = next(rest for k, c, rest in seen if k == "TOPOLOGY_CHANGE" and c == "NEW_NODE")
         assert socket.inet_ntoa(new_node[1:5]) == addresses[1]
         # DDL through the second node; the first node pushes the event to its clients.
         driver = Cluster([addresses[1]], port=cql_port,

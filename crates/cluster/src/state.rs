@@ -493,15 +493,59 @@ impl ClusterState {
         shoal_placement::place(self.tablet_count(), strategy, &self.descriptors())
     }
 
-    /// The tokens `host_id` reports to drivers: the last tokens of the tablets it would be
-    /// first replica for in a table created now (tablet `i` starts at member `i`), which is
-    /// where a new table's tablets are. Tablets moved since route through a coordinator
-    /// that forwards (one hop more), as with any token-unaware client.
-    pub fn tokens_of(&self, host_id: &HostId) -> Vec<Token> {
-        match self.place(&ReplicationStrategy::Simple { factor: 1 }) {
-            Ok(ring) => ring.tokens_of(host_id),
-            Err(_) => Vec::new(),
+    /// The tokens `host_id` reports to drivers: the last tokens of the tablets it is first
+    /// replica of in the ring token-aware drivers route by. That ring is the table with
+    /// the most tablets (ties: the lowest id) among those `routed` accepts (clients'
+    /// tables, not system ones) that give every normal member at least one tablet to lead
+    /// — drivers ignore a node without tokens; without such a table, the ring a table
+    /// created now over the normal members would have. Tables laid out differently are reached through one more
+    /// hop, as with any token-unaware client.
+    pub fn tokens_of(&self, host_id: &HostId, routed: impl Fn(&TableId) -> bool) -> Vec<Token> {
+        match self.routing_ring(routed) {
+            Some(placement) => placement.tablets.tokens_of(host_id),
+            None => {
+                // Over normal members only: drivers do not know joining ones yet.
+                let normal: Vec<NodeDescriptor> = self
+                    .descriptors()
+                    .into_iter()
+                    .filter(|d| {
+                        self.member_by_host(&d.id)
+                            .is_some_and(|m| m.state == MemberState::Normal)
+                    })
+                    .collect();
+                let strategy = ReplicationStrategy::Simple { factor: 1 };
+                match shoal_placement::place(TABLETS_PER_NODE * normal.len(), &strategy, &normal) {
+                    Ok(ring) => ring.tokens_of(host_id),
+                    Err(_) => Vec::new(),
+                }
+            }
         }
+    }
+
+    /// The table whose primaries drivers are told about (see [`Self::tokens_of`]).
+    fn routing_ring(&self, routed: impl Fn(&TableId) -> bool) -> Option<&TablePlacement> {
+        let normal: Vec<&HostId> = self
+            .members
+            .values()
+            .filter(|m| m.state == MemberState::Normal)
+            .map(|m| &m.host_id)
+            .collect();
+        self.tables
+            .iter()
+            .filter(|(id, _)| routed(id))
+            .filter(|(_, placement)| {
+                let leaders: std::collections::BTreeSet<&HostId> = placement
+                    .tablets
+                    .tablets()
+                    .iter()
+                    .filter_map(|tablet| tablet.replicas.first())
+                    .collect();
+                normal.iter().all(|host| leaders.contains(host))
+            })
+            .max_by_key(|(id, placement)| {
+                (placement.tablets.tablets().len(), std::cmp::Reverse(**id))
+            })
+            .map(|(_, placement)| placement)
     }
 
     /// The replicas reads of `token` in table `table_id` ask, first replica first.
@@ -606,6 +650,44 @@ mod tests {
     }
 
     #[test]
+    fn drivers_route_by_a_table_only_while_every_normal_member_leads_some_of_it() {
+        let mut state = three_nodes_one_table(1);
+        let mut joining = member(4);
+        joining.state = MemberState::Joining;
+        state.apply(Command::AddMember(joining));
+        // While the fourth node joins, the table is the ring: it has no tokens yet.
+        for id in 1..=3u8 {
+            let host = HostId([id; 16]);
+            assert_eq!(
+                state.tokens_of(&host, |_| true),
+                state.tables[&TABLE].tablets.tokens_of(&host)
+            );
+        }
+        assert!(state.tokens_of(&HostId([4; 16]), |_| true).is_empty());
+        // A table drivers are not routed by (a system one) never is the ring; the ring a
+        // new table would have, over normal members, is.
+        assert!(state.tokens_of(&HostId([4; 16]), |_| false).is_empty());
+        assert_eq!(
+            state.tokens_of(&HostId([1; 16]), |_| false).len(),
+            TABLETS_PER_NODE
+        );
+        // Normal but leading nothing there: every node reports the ring a new table gets.
+        state.apply(Command::SetMemberState {
+            host_id: HostId([4; 16]),
+            from: vec![MemberState::Joining],
+            to: MemberState::Normal,
+        });
+        let all: Vec<Token> = (1..=4u8)
+            .flat_map(|id| state.tokens_of(&HostId([id; 16]), |_| true))
+            .collect();
+        assert_eq!(all.len(), 4 * TABLETS_PER_NODE);
+        assert_eq!(
+            state.tokens_of(&HostId([4; 16]), |_| true).len(),
+            TABLETS_PER_NODE
+        );
+    }
+
+    #[test]
     fn existing_tables_keep_their_tablets_when_members_join_and_replication_changes() {
         let mut state = three_nodes_one_table(2);
         let before = state.tables[&TABLE].tablets.clone();
@@ -640,7 +722,7 @@ mod tests {
         let new_table = &state.tables[&TableId([8; 16])].tablets;
         assert_eq!(new_table.tablets().len(), 4 * TABLETS_PER_NODE);
         for id in 1..=4u8 {
-            let tokens = state.tokens_of(&HostId([id; 16]));
+            let tokens = state.tokens_of(&HostId([id; 16]), |_| true);
             assert_eq!(tokens.len(), TABLETS_PER_NODE);
             for token in tokens {
                 assert_eq!(new_table.tablet_for(token).replicas[0], HostId([id; 16]));

@@ -257,7 +257,7 @@ impl Coordinator {
             Some(cluster) => cluster
                 .metadata
                 .state()
-                .tokens_of(&self.info.host_id)
+                .tokens_of(&self.info.host_id, system_tables::routed_table)
                 .into_iter()
                 .map(|t| t.0)
                 .collect(),

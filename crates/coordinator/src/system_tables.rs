@@ -277,7 +277,15 @@ fn local_row(
     )
 }
 
-/// `system.peers` and `system.peers_v2`: every other member.
+/// Whether token-aware drivers are routed by `table`'s tablets: clients' tables are, the
+/// stored system tables (tracing) are not.
+pub fn routed_table(table: &shoal_model::TableId) -> bool {
+    !shoal_schema::system::is_stored_system_table(table)
+}
+
+/// `system.peers` and `system.peers_v2`: every other member that owns tokens in the ring
+/// drivers route by. A joining node is listed once it is normal, as Cassandra lists it
+/// once its bootstrap is over (drivers ignore a row without tokens anyway).
 fn peer_rows(coordinator: &Coordinator, table: &TableMetadata) -> Vec<Vec<Option<Value>>> {
     let info = coordinator.info();
     let Some(cluster) = coordinator.cluster() else {
@@ -287,19 +295,16 @@ fn peer_rows(coordinator: &Coordinator, table: &TableMetadata) -> Vec<Vec<Option
     state
         .members
         .values()
-        .filter(|m| m.host_id != info.host_id)
-        .map(|member| {
+        .filter(|m| m.host_id != info.host_id && m.state != shoal_cluster::MemberState::Joining)
+        .map(|member| (member, state.tokens_of(&member.host_id, routed_table)))
+        .filter(|(_, tokens)| !tokens.is_empty())
+        .map(|(member, tokens)| {
             let address = Some(Value::Inet(member.cql_address.ip()));
             let version = cluster
                 .liveness
                 .schema_version(&member.host_id)
                 .map(Value::Uuid);
-            let tokens = text_set(
-                state
-                    .tokens_of(&member.host_id)
-                    .iter()
-                    .map(|t| t.0.to_string()),
-            );
+            let tokens = text_set(tokens.iter().map(|t| t.0.to_string()));
             row(
                 table,
                 vec![

@@ -154,6 +154,19 @@ pub fn stored_system_tables() -> Vec<(KeyspaceMetadata, Arc<TableMetadata>)> {
         .collect()
 }
 
+/// True for the id of a table [`stored_system_tables`] lists: placed on tablets, but not
+/// what clients' requests are routed by.
+pub fn is_stored_system_table(id: &shoal_model::TableId) -> bool {
+    static IDS: std::sync::OnceLock<Vec<shoal_model::TableId>> = std::sync::OnceLock::new();
+    IDS.get_or_init(|| {
+        stored_system_tables()
+            .iter()
+            .map(|(_, table)| table.id)
+            .collect()
+    })
+    .contains(id)
+}
+
 const TABLE_OPTION_COLUMNS: ColumnList<'static> = &[
     ("additional_write_policy", "text"),
     ("allow_auto_snapshot", "boolean"),

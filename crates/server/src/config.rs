@@ -120,8 +120,14 @@ pub struct Config {
     /// while requests served here are slower, streaming slows down; when they are faster,
     /// or there are none, it speeds up to the cap.
     pub stream_target_p99_ms: u64,
+    /// How many times the client p99 seen while nothing streams streaming may let it grow
+    /// (the target is the lower of this and `stream_target_p99_ms`).
+    pub stream_p99_growth: f64,
     /// Tablet migrations one node takes part in at once (as source or destination).
     pub migrations_per_node: usize,
+    /// CPU priority of streaming work, as a Unix niceness: 0 competes equally with client
+    /// requests, 19 yields to them the most.
+    pub stream_nice: u8,
 }
 
 impl Default for Config {
@@ -158,7 +164,9 @@ impl Default for Config {
             replace_address: None,
             stream_throughput_mib_per_s: 0,
             stream_target_p99_ms: 20,
+            stream_p99_growth: 2.0,
             migrations_per_node: 2,
+            stream_nice: 10,
         }
     }
 }
@@ -230,8 +238,18 @@ impl Config {
             self.migrations_per_node
         );
         anyhow::ensure!(
+            self.stream_nice <= 19,
+            "stream_nice must be between 0 and 19 (got {})",
+            self.stream_nice
+        );
+        anyhow::ensure!(
             self.stream_target_p99_ms >= 1,
             "stream_target_p99_ms must be at least 1"
+        );
+        anyhow::ensure!(
+            self.stream_p99_growth >= 1.0 && self.stream_p99_growth.is_finite(),
+            "stream_p99_growth must be a number of at least 1 (got {})",
+            self.stream_p99_growth
         );
         anyhow::ensure!(
             self.replace_address != Some(self.listen_address) || !self.seeds.is_empty(),

@@ -436,6 +436,20 @@ pub async fn follow_metadata(
         .values()
         .map(|m| m.host_id)
         .collect();
+    // The tokens each member reports, to announce those that move.
+    let mut tokens: HashMap<HostId, Vec<shoal_model::Token>> = {
+        let state = states.borrow();
+        state
+            .members
+            .values()
+            .map(|m| {
+                (
+                    m.host_id,
+                    state.tokens_of(&m.host_id, shoal_coordinator::system_tables::routed_table),
+                )
+            })
+            .collect()
+    };
     // Where each member's clients reach it, to announce its removal.
     let mut addresses: HashMap<HostId, SocketAddr> = states
         .borrow()
@@ -458,9 +472,14 @@ pub async fn follow_metadata(
         if let Err(error) = coordinator.sync_roles() {
             tracing::error!(message = %error.message, "cannot install the cluster's roles");
         }
+        // A node is announced once it has joined (normal), as Cassandra announces a node
+        // once its bootstrap is over: drivers then refresh their view of the cluster once,
+        // not while tablets are still moving to it.
+        let mut membership_changed = false;
         for member in state.members.values() {
-            if known.insert(member.host_id) {
+            if member.state != shoal_cluster::MemberState::Joining && known.insert(member.host_id) {
                 tracing::info!(peer = %member.internode_address, "a node joined the cluster");
+                membership_changed = true;
                 events.publish(Event::TopologyChange {
                     change: "NEW_NODE",
                     address: member.cql_address,
@@ -475,10 +494,32 @@ pub async fn follow_metadata(
         for (host, address) in gone {
             known.remove(&host);
             tracing::info!(peer = %address, "a node left the cluster");
+            membership_changed = true;
             events.publish(Event::TopologyChange {
                 change: "REMOVED_NODE",
                 address,
             });
+        }
+        // Tablets that moved change the ring drivers route by: tell them (MOVED_NODE, as
+        // Cassandra does when a node's tokens change) once the moves are over, rather than
+        // at every step of them — and not when a node was just announced or removed, for
+        // which drivers read the whole ring again anyway.
+        if state.migrations().is_empty() {
+            for member in state.members.values() {
+                let now = state.tokens_of(
+                    &member.host_id,
+                    shoal_coordinator::system_tables::routed_table,
+                );
+                if let Some(before) = tokens.insert(member.host_id, now.clone()) {
+                    if before != now && !membership_changed {
+                        events.publish(Event::TopologyChange {
+                            change: "MOVED_NODE",
+                            address: member.cql_address,
+                        });
+                    }
+                }
+            }
+            tokens.retain(|host, _| state.member_by_host(host).is_some());
         }
         addresses = state
             .members

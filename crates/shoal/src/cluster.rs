@@ -78,6 +78,8 @@ pub struct StartArgs {
 
 const START_TIMEOUT: Duration = Duration::from_secs(90);
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long `shoal cluster start` waits for every node to be up and normal.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn node_address(index: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 0, 0, index))
@@ -323,6 +325,9 @@ fn start(args: StartArgs) -> anyhow::Result<()> {
         reap(started);
         return Err(error);
     }
+    if !started.is_empty() {
+        wait_until_normal(args.nodes)?;
+    }
     println!(
         "{} node(s) running. Connect with: cqlsh 127.0.0.1   (status: shoal admin status)",
         args.nodes
@@ -340,6 +345,40 @@ fn start(args: StartArgs) -> anyhow::Result<()> {
     reap(started);
     println!("stopped {stopped} node(s)");
     Ok(())
+}
+
+/// Waits until node 1 sees `nodes` members up and normal (`UN`), as `ccm` waits for a
+/// cluster: a node that joins takes its share of tablets first, and drivers learn of it
+/// once it is normal. A cluster that does not settle in time is reported, not stopped.
+fn wait_until_normal(nodes: u8) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let target = crate::admin::Target {
+        host: node_address(1),
+        port: 7000,
+        config: None,
+    };
+    let deadline = Instant::now() + SETTLE_TIMEOUT;
+    loop {
+        let settled = runtime
+            .block_on(crate::admin::fetch_status(&target))
+            .is_ok_and(|members| {
+                members.len() >= nodes as usize
+                    && members.iter().all(|m| m.up && m.state == "normal")
+            });
+        if settled {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            eprintln!(
+                "the nodes are running but not all are up and normal after {}s: see shoal admin status",
+                SETTLE_TIMEOUT.as_secs()
+            );
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Waits for the nodes this command started once they were told to stop, so none is

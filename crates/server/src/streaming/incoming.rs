@@ -78,15 +78,23 @@ pub struct Incoming {
     /// client requests' messages.
     lane: Arc<Peers>,
     jobs: Mutex<HashMap<MigrationId, Arc<Job>>>,
+    /// Niceness of the threads building and ingesting files.
+    nice: u8,
 }
 
 impl Incoming {
-    pub fn new(engine: Arc<dyn Engine>, throttle: Arc<Throttle>, lane: Arc<Peers>) -> Incoming {
+    pub fn new(
+        engine: Arc<dyn Engine>,
+        throttle: Arc<Throttle>,
+        lane: Arc<Peers>,
+        nice: u8,
+    ) -> Incoming {
         Incoming {
             engine,
             throttle,
             lane,
             jobs: Mutex::new(HashMap::new()),
+            nice,
         }
     }
 
@@ -185,7 +193,7 @@ impl Incoming {
     async fn pull(&self, job: &Job, source: SocketAddr, session: u64) -> Result<(), String> {
         let mut file: Vec<Vec<u8>> = Vec::new();
         let mut file_bytes = 0usize;
-        let mut ingesting: Option<tokio::task::JoinHandle<Result<(), String>>> = None;
+        let mut ingesting: Option<tokio::sync::oneshot::Receiver<Result<(), String>>> = None;
         loop {
             let chunk = match self.call(source, StreamRequest::Next { session }).await? {
                 StreamReply::Chunk(chunk) => chunk,
@@ -203,27 +211,48 @@ impl Incoming {
                 if let Some(previous) = ingesting.take() {
                     previous
                         .await
-                        .map_err(|e| format!("ingestion failed: {e}"))??;
+                        .map_err(|_| "ingestion stopped unexpectedly".to_string())??;
                 }
                 let chunks = std::mem::take(&mut file);
                 file_bytes = 0;
-                let engine = Arc::clone(&self.engine);
-                ingesting = Some(tokio::task::spawn_blocking(move || {
-                    let mut entries = Vec::new();
-                    for chunk in &chunks {
-                        entries.extend(Chunk::entries(chunk)?);
-                    }
-                    engine.ingest(&entries).map_err(|e| e.to_string())
-                }));
+                ingesting = Some(self.ingest_in_background(chunks)?);
             }
             if done {
                 break;
             }
         }
         if let Some(last) = ingesting {
-            last.await.map_err(|e| format!("ingestion failed: {e}"))??;
+            last.await
+                .map_err(|_| "ingestion stopped unexpectedly".to_string())??;
         }
         Ok(())
+    }
+
+    /// Builds one file of `chunks` and ingests it, on a thread of its own at streaming's
+    /// lower priority; the receiver gets the outcome.
+    fn ingest_in_background(
+        &self,
+        chunks: Vec<Vec<u8>>,
+    ) -> Result<tokio::sync::oneshot::Receiver<Result<(), String>>, String> {
+        let (done, outcome) = tokio::sync::oneshot::channel();
+        let engine = Arc::clone(&self.engine);
+        let nice = self.nice;
+        std::thread::Builder::new()
+            .name("shoal-ingest".into())
+            .spawn(move || {
+                super::lower_priority(nice);
+                let ingested = chunks
+                    .iter()
+                    .map(|chunk| Chunk::entries(chunk))
+                    .collect::<Result<Vec<_>, String>>()
+                    .and_then(|files| {
+                        let entries: Vec<_> = files.into_iter().flatten().collect();
+                        engine.ingest(&entries).map_err(|e| e.to_string())
+                    });
+                let _ = done.send(ingested);
+            })
+            .map_err(|e| format!("cannot start an ingestion thread: {e}"))?;
+        Ok(outcome)
     }
 
     pub fn status(&self) -> Vec<IncomingStatus> {

@@ -15,6 +15,10 @@
 //!   rate the [`policy`] sets every 250 ms from the latency of the client requests the
 //!   node serves: full speed when idle, backing off when clients slow down, never above
 //!   `stream_throughput_mib_per_s`.
+//! - The CPU work of streaming — reading the source's range, building and ingesting the
+//!   destination's files — runs on threads of its own at a lower operating-system priority
+//!   (`stream_nice`, [`lower_priority`]): when client requests want the CPU they get it
+//!   first, and streaming takes what is left.
 //!
 //! Writes that arrive while a tablet streams reach the destination through the normal
 //! write path (the tablet is in `WriteBoth`), so nothing written after the source's view
@@ -153,21 +157,55 @@ pub struct Streaming {
     policy: StreamPolicy,
 }
 
+/// Lowers the calling thread's CPU priority to `nice` (0: unchanged, up to 19: the
+/// lowest) under Linux's batch policy, for a thread that only ever does streaming work (a
+/// thread cannot raise its priority back without privileges).
+pub fn lower_priority(nice: u8) {
+    if nice == 0 {
+        return;
+    }
+    use thread_priority::unix::{
+        set_thread_priority_and_policy, thread_native_id, NormalThreadSchedulePolicy,
+        ThreadSchedulePolicy,
+    };
+    use thread_priority::{ThreadPriority, ThreadPriorityValue};
+    // thread-priority maps 0..=99 onto niceness 19..=-20.
+    let nice = u32::from(nice.min(19));
+    let value = 99 - ((nice + 20) * 99).div_ceil(39).min(99);
+    let Ok(value) = ThreadPriorityValue::try_from(value as u8) else {
+        return;
+    };
+    let policy = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Batch);
+    if let Err(error) = set_thread_priority_and_policy(
+        thread_native_id(),
+        ThreadPriority::Crossplatform(value),
+        policy,
+    ) {
+        tracing::debug!(?error, "could not lower a streaming thread's priority");
+    }
+}
+
 /// The first bytes of a key, as hex (to show where a range starts).
 pub(crate) fn hex_prefix(key: &[u8]) -> String {
     key.iter().take(24).map(|b| format!("{b:02x}")).collect()
 }
 
 impl Streaming {
-    pub fn new(engine: Arc<dyn Engine>, lane: Arc<Peers>, policy: StreamPolicy) -> Streaming {
+    pub fn new(
+        engine: Arc<dyn Engine>,
+        lane: Arc<Peers>,
+        policy: StreamPolicy,
+        nice: u8,
+    ) -> Streaming {
         let throttle = Arc::new(Throttle::new(policy.cap_bytes_per_s));
         Streaming {
             incoming: Arc::new(Incoming::new(
                 Arc::clone(&engine),
                 Arc::clone(&throttle),
                 lane,
+                nice,
             )),
-            outgoing: Outgoing::new(Arc::clone(&engine), Arc::clone(&throttle)),
+            outgoing: Outgoing::new(Arc::clone(&engine), Arc::clone(&throttle), nice),
             engine,
             throttle,
             policy,
@@ -241,6 +279,7 @@ impl Streaming {
         let mut interval = tokio::time::interval(POLICY_INTERVAL);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_logged: Option<Decision> = None;
+        let mut baseline = policy::Baseline::default();
         loop {
             interval.tick().await;
             let now = foreground();
@@ -248,7 +287,10 @@ impl Streaming {
             let measured = measure(&previous, &now, bytes - previous_bytes);
             previous = now;
             previous_bytes = bytes;
-            let decision = self.policy.decide(self.throttle.rate(), &measured);
+            let decision = self
+                .policy
+                .decide(self.throttle.rate(), &measured, &baseline);
+            baseline.observe(&measured);
             self.throttle.set(decision);
             let streaming = measured.streamed_bytes_per_s > 0;
             if streaming && last_logged.map(|d| d.reason) != Some(decision.reason) {
@@ -256,6 +298,7 @@ impl Streaming {
                     rate_mib_per_s = (decision.bytes_per_s != policy::UNLIMITED)
                         .then_some(decision.bytes_per_s >> 20),
                     client_p99_ms = measured.p99.map(|p| p.as_secs_f64() * 1000.0),
+                    target_p99_ms = self.policy.target(&baseline).as_secs_f64() * 1000.0,
                     streamed_mib_per_s = measured.streamed_bytes_per_s >> 20,
                     "streaming rate: {}",
                     decision.reason.describe()

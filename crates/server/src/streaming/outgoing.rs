@@ -48,15 +48,17 @@ pub struct OutgoingStatus {
 pub struct Outgoing {
     engine: Arc<dyn Engine>,
     throttle: Arc<Throttle>,
+    nice: u8,
     sessions: Mutex<HashMap<u64, Session>>,
     next_session: AtomicU64,
 }
 
 impl Outgoing {
-    pub fn new(engine: Arc<dyn Engine>, throttle: Arc<Throttle>) -> Outgoing {
+    pub fn new(engine: Arc<dyn Engine>, throttle: Arc<Throttle>, nice: u8) -> Outgoing {
         Outgoing {
             engine,
             throttle,
+            nice,
             sessions: Mutex::new(HashMap::new()),
             next_session: AtomicU64::new(1),
         }
@@ -86,9 +88,13 @@ impl Outgoing {
         let engine = Arc::clone(&self.engine);
         let throttle = Arc::clone(&self.throttle);
         let start = lower.clone();
+        let nice = self.nice;
         std::thread::Builder::new()
             .name("shoal-stream-out".into())
-            .spawn(move || read_range(engine.as_ref(), &throttle, &start, &upper, &sender))
+            .spawn(move || {
+                super::lower_priority(nice);
+                read_range(engine.as_ref(), &throttle, &start, &upper, &sender)
+            })
             .map_err(|e| format!("cannot start a streaming thread: {e}"))?;
         self.sessions.lock().insert(
             id,

@@ -8,9 +8,14 @@
 //! - no requests at all: full speed (the cap);
 //! - requests slower than the target: half of what streaming actually did, down to a floor
 //!   (so a stream always progresses);
-//! - requests well under the target (below [`RELAXED_SHARE`] of it): a quarter faster plus
-//!   a step, up to the cap;
+//! - requests well under the target (at most [`RELAXED_SHARE`] of it): a quarter faster
+//!   plus a step, up to the cap;
 //! - otherwise: hold.
+//!
+//! The target is the lower of two: an absolute one (`stream_target_p99_ms`) and a relative
+//! one, `stream_p99_growth` times the p99 this node's clients saw while nothing streamed
+//! ([`Baseline`]) — a store whose requests take 2 ms should not let them reach 20 ms just
+//! because that is under the absolute bound.
 //!
 //! Additive-increase/multiplicative-decrease, as congestion control does: it backs off
 //! fast when clients suffer and probes upward slowly. The decisions are data (the new
@@ -29,13 +34,46 @@ pub const STEP_BYTES_PER_S: u64 = 8 << 20;
 /// "No cap": the throttle does not hold streaming back at all.
 pub const UNLIMITED: u64 = u64::MAX;
 
+/// The weight of a new interval in the [`Baseline`] (an exponential moving average).
+pub const BASELINE_WEIGHT: f64 = 0.2;
+
 /// The node's streaming policy (from its configuration).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StreamPolicy {
-    /// The client p99 streaming backs off to keep.
+    /// The client p99 streaming backs off to keep, whatever the baseline.
     pub target_p99: Duration,
+    /// How much higher than the [`Baseline`] client p99 may go while streaming.
+    pub p99_growth: f64,
     /// The hard cap in bytes per second ([`UNLIMITED`]: none).
     pub cap_bytes_per_s: u64,
+}
+
+/// The client p99 of intervals in which nothing streamed: what requests take here when
+/// streaming is not competing with them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Baseline {
+    seconds: Option<f64>,
+}
+
+impl Baseline {
+    /// Takes an interval into account: only one with requests and without streaming.
+    pub fn observe(&mut self, measured: &Measurement) {
+        let Some(p99) = measured.p99.filter(|_| measured.requests > 0) else {
+            return;
+        };
+        if measured.streamed_bytes_per_s > 0 {
+            return;
+        }
+        let now = p99.as_secs_f64();
+        self.seconds = Some(match self.seconds {
+            Some(before) => before + BASELINE_WEIGHT * (now - before),
+            None => now,
+        });
+    }
+
+    pub fn p99(&self) -> Option<Duration> {
+        self.seconds.map(Duration::from_secs_f64)
+    }
 }
 
 /// What the node saw during one interval.
@@ -77,9 +115,22 @@ pub struct Decision {
 }
 
 impl StreamPolicy {
-    /// The rate to stream at next, given the current one and what the last interval
-    /// measured.
-    pub fn decide(&self, current_bytes_per_s: u64, measured: &Measurement) -> Decision {
+    /// The client p99 streaming keeps to, given the baseline.
+    pub fn target(&self, baseline: &Baseline) -> Duration {
+        match baseline.p99() {
+            Some(p99) => self.target_p99.min(p99.mul_f64(self.p99_growth)),
+            None => self.target_p99,
+        }
+    }
+
+    /// The rate to stream at next, given the current one, what the last interval
+    /// measured and the baseline before it.
+    pub fn decide(
+        &self,
+        current_bytes_per_s: u64,
+        measured: &Measurement,
+        baseline: &Baseline,
+    ) -> Decision {
         let cap = self.cap_bytes_per_s;
         let floor = FLOOR_BYTES_PER_S.min(cap);
         let Some(p99) = measured.p99.filter(|_| measured.requests > 0) else {
@@ -88,7 +139,8 @@ impl StreamPolicy {
                 reason: Reason::Idle,
             };
         };
-        if p99 > self.target_p99 {
+        let target = self.target(baseline);
+        if p99 > target {
             // Half of what streaming actually did: the current rate may be far above it
             // (the cap, "unlimited") and halving that would change nothing.
             let basis = current_bytes_per_s.min(measured.streamed_bytes_per_s.max(floor));
@@ -97,7 +149,7 @@ impl StreamPolicy {
                 reason: Reason::BackingOff,
             };
         }
-        if p99.as_secs_f64() < self.target_p99.as_secs_f64() * RELAXED_SHARE {
+        if p99.as_secs_f64() <= target.as_secs_f64() * RELAXED_SHARE {
             if current_bytes_per_s >= cap {
                 return Decision {
                     bytes_per_s: cap,
@@ -128,6 +180,7 @@ mod tests {
     fn policy(cap: u64) -> StreamPolicy {
         StreamPolicy {
             target_p99: Duration::from_millis(20),
+            p99_growth: 2.0,
             cap_bytes_per_s: cap,
         }
     }
@@ -148,14 +201,16 @@ mod tests {
             streamed_bytes_per_s: 0,
         };
         assert_eq!(
-            policy(100 * MIB).decide(10 * MIB, &idle),
+            policy(100 * MIB).decide(10 * MIB, &idle, &Baseline::default()),
             Decision {
                 bytes_per_s: 100 * MIB,
                 reason: Reason::Idle
             }
         );
         assert_eq!(
-            policy(UNLIMITED).decide(10 * MIB, &idle).bytes_per_s,
+            policy(UNLIMITED)
+                .decide(10 * MIB, &idle, &Baseline::default())
+                .bytes_per_s,
             UNLIMITED
         );
     }
@@ -163,14 +218,15 @@ mod tests {
     #[test]
     fn slow_requests_halve_what_streaming_actually_did_down_to_the_floor() {
         // Unlimited, streaming did 200 MiB/s: next 100 MiB/s, not half of "unlimited".
-        let decision = policy(UNLIMITED).decide(UNLIMITED, &load(1000, 50, 200 * MIB));
+        let decision =
+            policy(UNLIMITED).decide(UNLIMITED, &load(1000, 50, 200 * MIB), &Baseline::default());
         assert_eq!(decision.bytes_per_s, 100 * MIB);
         assert_eq!(decision.reason, Reason::BackingOff);
         // Repeated, it settles at the floor and never stops a stream.
         let mut rate = 100 * MIB;
         for _ in 0..20 {
             rate = policy(UNLIMITED)
-                .decide(rate, &load(1000, 50, rate))
+                .decide(rate, &load(1000, 50, rate), &Baseline::default())
                 .bytes_per_s;
         }
         assert_eq!(rate, FLOOR_BYTES_PER_S);
@@ -181,7 +237,8 @@ mod tests {
         let mut rate = FLOOR_BYTES_PER_S;
         let mut steps = 0;
         while rate < 64 * MIB {
-            let decision = policy(64 * MIB).decide(rate, &load(1000, 2, rate));
+            let decision =
+                policy(64 * MIB).decide(rate, &load(1000, 2, rate), &Baseline::default());
             assert_eq!(decision.reason, Reason::SpeedingUp);
             assert!(decision.bytes_per_s > rate);
             rate = decision.bytes_per_s;
@@ -196,7 +253,8 @@ mod tests {
 
     #[test]
     fn requests_near_the_target_hold_the_rate() {
-        let decision = policy(UNLIMITED).decide(30 * MIB, &load(1000, 15, 30 * MIB));
+        let decision =
+            policy(UNLIMITED).decide(30 * MIB, &load(1000, 15, 30 * MIB), &Baseline::default());
         assert_eq!(
             decision,
             Decision {
@@ -204,5 +262,36 @@ mod tests {
                 reason: Reason::Holding
             }
         );
+    }
+
+    #[test]
+    fn the_target_is_a_multiple_of_the_latency_seen_without_streaming() {
+        let mut baseline = Baseline::default();
+        // Intervals that streamed do not count; those without requests neither.
+        baseline.observe(&load(1000, 9, 50 * MIB));
+        baseline.observe(&Measurement {
+            requests: 0,
+            p99: None,
+            streamed_bytes_per_s: 0,
+        });
+        assert_eq!(baseline.p99(), None);
+        assert_eq!(
+            policy(UNLIMITED).target(&baseline),
+            Duration::from_millis(20)
+        );
+        baseline.observe(&load(1000, 3, 0));
+        assert_eq!(
+            policy(UNLIMITED).target(&baseline),
+            Duration::from_millis(6)
+        );
+        // 9 ms is under the absolute 20 ms but three times what clients saw: back off.
+        let decision = policy(UNLIMITED).decide(UNLIMITED, &load(1000, 9, 100 * MIB), &baseline);
+        assert_eq!(decision.reason, Reason::BackingOff);
+        // Back at the baseline: climb again.
+        let decision = policy(UNLIMITED).decide(50 * MIB, &load(1000, 3, 50 * MIB), &baseline);
+        assert_eq!(decision.reason, Reason::SpeedingUp);
+        // A slow baseline never lifts the absolute target.
+        baseline.observe(&load(1000, 40, 0));
+        assert!(policy(UNLIMITED).target(&baseline) <= Duration::from_millis(20));
     }
 }

@@ -24,7 +24,7 @@ use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBRawIteratorWithThreadMode, MergeOperands,
-    Options, ReadOptions, SliceTransform, WriteOptions, DB,
+    Options, ReadOptions, SliceTransform, DB,
 };
 use shoal_model::keys::{self, TOKEN_PREFIX_LENGTH};
 use shoal_model::{Cell, CellKind, TableId};
@@ -221,6 +221,14 @@ impl RocksEngine {
         self.db
             .cf_handle(METADATA_FAMILY)
             .ok_or_else(|| StorageError::Corrupt("missing metadata column family".into()))
+    }
+
+    /// Makes every write so far durable with a WAL sync of its own. A write with
+    /// `sync = true` would instead make RocksDB's whole write group wait for the fsync —
+    /// every client write that happened to join it — which cluster metadata, written on
+    /// every tablet-migration step, must not do to foreground traffic.
+    fn sync_wal_alone(&self) -> Result<()> {
+        self.db.flush_wal(true).map_err(io_error)
     }
 
     /// Compacts the keys of `[lower, upper)` (and whatever files they share).
@@ -434,13 +442,28 @@ impl Engine for RocksEngine {
             let _ = std::fs::remove_file(&path);
             return Err(io_error(error));
         }
+        // An ingestion whose file overlaps the memtable flushes it first, stopping every
+        // write to the store meanwhile (the node keeps receiving the tablet's writes while it
+        // streams). So the memtable is flushed first — which does not stop writes — and the
+        // ingestion told not to flush; if writes landed in the range meanwhile, once more.
         let mut options = rocksdb::IngestExternalFileOptions::default();
         options.set_move_files(true);
-        let ingested = {
-            let _paused = self.writer.pause_collapsing();
-            self.db
-                .ingest_external_file_cf_opts(self.data()?, &options, vec![&path])
-        };
+        options.set_allow_blocking_flush(false);
+        let mut ingested = Ok(());
+        for attempt in 0..3 {
+            self.db.flush_cf(self.data()?).map_err(io_error)?;
+            if attempt == 2 {
+                options.set_allow_blocking_flush(true);
+            }
+            ingested = {
+                let _paused = self.writer.pause_collapsing();
+                self.db
+                    .ingest_external_file_cf_opts(self.data()?, &options, vec![&path])
+            };
+            if ingested.is_ok() {
+                break;
+            }
+        }
         let _ = std::fs::remove_file(&path);
         ingested.map_err(io_error)
     }
@@ -465,19 +488,15 @@ impl Engine for RocksEngine {
     }
 
     fn put_metadata(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        let mut write_options = WriteOptions::default();
-        write_options.set_sync(true);
         self.db
-            .put_cf_opt(self.metadata()?, key, value, &write_options)
-            .map_err(io_error)
+            .put_cf(self.metadata()?, key, value)
+            .map_err(io_error)?;
+        self.sync_wal_alone()
     }
 
     fn delete_metadata(&self, key: &[u8]) -> Result<()> {
-        let mut write_options = WriteOptions::default();
-        write_options.set_sync(true);
-        self.db
-            .delete_cf_opt(self.metadata()?, key, &write_options)
-            .map_err(io_error)
+        self.db.delete_cf(self.metadata()?, key).map_err(io_error)?;
+        self.sync_wal_alone()
     }
 
     fn metadata_with_prefix(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {

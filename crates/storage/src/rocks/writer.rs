@@ -58,8 +58,9 @@ type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 pub(super) enum Operation {
     /// Merge these `(key, encoded cell)` entries.
     Cells(Entries),
-    /// Remove every key of `[lower, upper)` (TRUNCATE, DROP, delivered hints); the group
-    /// it is in is synced. Always applied by the writer thread.
+    /// Remove every key of `[lower, upper)` (TRUNCATE, DROP, delivered hints, tablets
+    /// leaving); durable when applied (the WAL is synced after its group). Always applied by
+    /// the writer thread.
     DeleteRange { lower: Vec<u8>, upper: Vec<u8> },
 }
 
@@ -251,11 +252,20 @@ impl Writer {
     pub(super) fn run(self: Arc<Self>) {
         while let Some(group) = self.next_group() {
             let mut applier = self.applier.lock();
-            let (result, hot) = applier.write_group(&self.db, self.family, &group);
+            let (mut result, hot) = applier.write_group(&self.db, self.family, &group);
             if result.is_ok() {
                 applier.collapse_hot(&self.db, self.family, &hot);
             }
             drop(applier);
+            // A range removal is durable when it returns. The WAL is synced on its own,
+            // after the group, with the applier free: a synced write would make every
+            // write that joins RocksDB's write group wait for the fsync.
+            let removes_range = group
+                .iter()
+                .any(|s| matches!(s.operation, Operation::DeleteRange { .. }));
+            if removes_range && result.is_ok() {
+                result = self.db.flush_wal(true).map_err(io_error);
+            }
             for submission in group {
                 let _ = submission.done.send(result.clone());
             }
@@ -342,8 +352,7 @@ impl Applier {
         prepared
     }
 
-    /// Writes a group as one batch (synced when it removes a range); returns the outcome
-    /// and the keys that became hot.
+    /// Writes a group as one batch; returns the outcome and the keys that became hot.
     fn write_group(
         &mut self,
         db: &DB,
@@ -361,15 +370,13 @@ impl Applier {
             Err(error) => return (Err(error), Vec::new()),
         };
         let mut prepared = self.batch(data, cells);
-        let mut sync = false;
         for submission in group {
             if let Operation::DeleteRange { lower, upper } = &submission.operation {
                 prepared.batch.delete_range_cf(data, lower, upper);
-                sync = true;
             }
         }
         let mut options = WriteOptions::default();
-        options.set_sync(sync);
+        options.set_sync(false);
         (
             db.write_opt(prepared.batch, &options).map_err(io_error),
             prepared.hot,
