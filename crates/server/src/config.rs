@@ -121,7 +121,7 @@ pub struct Config {
     /// or there are none, it speeds up to the cap.
     pub stream_target_p99_ms: u64,
     /// How many times the client p99 seen while nothing streams streaming may let it grow
-    /// (the target is the lower of this and `stream_target_p99_ms`).
+    /// (the target is then the lower of this and `stream_target_p99_ms`); 0: off.
     pub stream_p99_growth: f64,
     /// Tablet migrations one node takes part in at once (as source or destination).
     pub migrations_per_node: usize,
@@ -164,7 +164,7 @@ impl Default for Config {
             replace_address: None,
             stream_throughput_mib_per_s: 0,
             stream_target_p99_ms: 20,
-            stream_p99_growth: 2.0,
+            stream_p99_growth: 0.0,
             migrations_per_node: 2,
             stream_nice: 10,
         }
@@ -247,8 +247,9 @@ impl Config {
             "stream_target_p99_ms must be at least 1"
         );
         anyhow::ensure!(
-            self.stream_p99_growth >= 1.0 && self.stream_p99_growth.is_finite(),
-            "stream_p99_growth must be a number of at least 1 (got {})",
+            self.stream_p99_growth == 0.0
+                || (self.stream_p99_growth >= 1.0 && self.stream_p99_growth.is_finite()),
+            "stream_p99_growth must be 0 (off) or a number of at least 1 (got {})",
             self.stream_p99_growth
         );
         anyhow::ensure!(

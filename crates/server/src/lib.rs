@@ -111,7 +111,7 @@ impl Node {
             Arc::clone(&lane),
             streaming::policy::StreamPolicy {
                 target_p99: std::time::Duration::from_millis(config.stream_target_p99_ms),
-                p99_growth: config.stream_p99_growth,
+                p99_growth: (config.stream_p99_growth > 0.0).then_some(config.stream_p99_growth),
                 cap_bytes_per_s: match config.stream_throughput_mib_per_s {
                     0 => streaming::policy::UNLIMITED,
                     mib => mib << 20,
