@@ -493,8 +493,15 @@ pub async fn follow_metadata(
             .collect();
         for (host, address) in gone {
             known.remove(&host);
-            tracing::info!(peer = %address, "a node left the cluster");
             membership_changed = true;
+            // Drivers know nodes by address: a node replaced by one at the same address
+            // has not left for them (Cassandra announces no removal either), and a
+            // REMOVED_NODE would make them drop the replacement.
+            if state.members.values().any(|m| m.cql_address == address) {
+                tracing::info!(peer = %address, "a node was replaced at the same address");
+                continue;
+            }
+            tracing::info!(peer = %address, "a node left the cluster");
             events.publish(Event::TopologyChange {
                 change: "REMOVED_NODE",
                 address,

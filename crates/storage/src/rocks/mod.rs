@@ -469,6 +469,21 @@ impl Engine for RocksEngine {
     }
 
     fn delete_range(&self, lower: &[u8], upper: &[u8]) -> Result<()> {
+        // Nothing stored there (a node about to receive a tablet it never held): no range
+        // tombstone. One would overlap every file ingested into the range afterwards and
+        // keep them all in level 0, where they pile up and stall writes until compacted.
+        let mut read_options = ReadOptions::default();
+        read_options.set_iterate_lower_bound(lower.to_vec());
+        read_options.set_iterate_upper_bound(upper.to_vec());
+        read_options.set_total_order_seek(true);
+        read_options.fill_cache(false);
+        let mut iterator = self.db.raw_iterator_cf_opt(self.data()?, read_options);
+        iterator.seek_to_first();
+        if !iterator.valid() {
+            iterator.status().map_err(io_error)?;
+            return Ok(());
+        }
+        drop(iterator);
         futures::executor::block_on(self.writer.submit_now(Operation::DeleteRange {
             lower: lower.to_vec(),
             upper: upper.to_vec(),
