@@ -29,7 +29,8 @@ use shoal_model::{HostId, TableId, TabletId, Token};
 use shoal_placement::{
     MigrationId, MigrationStage, NodeDescriptor, ReplicationStrategy, TabletMap, Transition,
 };
-use std::collections::BTreeMap;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 
 /// A node's Raft id: the first eight bytes of its host id.
@@ -471,9 +472,13 @@ impl ClusterState {
 
     /// Members that new tables are placed on: joining and normal ones.
     fn descriptors(&self) -> Vec<NodeDescriptor> {
+        self.descriptors_where(MemberState::accepts_replicas)
+    }
+
+    fn descriptors_where(&self, keep: impl Fn(MemberState) -> bool) -> Vec<NodeDescriptor> {
         self.members
             .values()
-            .filter(|m| m.state.accepts_replicas())
+            .filter(|m| keep(m.state))
             .map(|m| NodeDescriptor {
                 id: m.host_id,
                 datacenter: m.datacenter.clone(),
@@ -494,47 +499,48 @@ impl ClusterState {
     }
 
     /// The tokens `host_id` reports to drivers: the last tokens of the tablets it is first
-    /// replica of in the ring token-aware drivers route by. That ring is the table with
-    /// the most tablets (ties: the lowest id) among those `routed` accepts (clients'
-    /// tables, not system ones) that give every normal member at least one tablet to lead
-    /// — drivers ignore a node without tokens; without such a table, the ring a table
-    /// created now over the normal members would have. Tables laid out differently are reached through one more
-    /// hop, as with any token-unaware client.
+    /// replica of in the [`Self::routing_ring`].
     pub fn tokens_of(&self, host_id: &HostId, routed: impl Fn(&TableId) -> bool) -> Vec<Token> {
-        match self.routing_ring(routed) {
-            Some(placement) => placement.tablets.tokens_of(host_id),
-            None => {
-                // Over normal members only: drivers do not know joining ones yet.
-                let normal: Vec<NodeDescriptor> = self
-                    .descriptors()
-                    .into_iter()
-                    .filter(|d| {
-                        self.member_by_host(&d.id)
-                            .is_some_and(|m| m.state == MemberState::Normal)
-                    })
-                    .collect();
-                let strategy = ReplicationStrategy::Simple { factor: 1 };
-                match shoal_placement::place(TABLETS_PER_NODE * normal.len(), &strategy, &normal) {
-                    Ok(ring) => ring.tokens_of(host_id),
-                    Err(_) => Vec::new(),
-                }
-            }
-        }
+        self.routing_ring(routed)
+            .map(|ring| ring.tokens_of(host_id))
+            .unwrap_or_default()
     }
 
-    /// The table whose primaries drivers are told about (see [`Self::tokens_of`]).
-    fn routing_ring(&self, routed: impl Fn(&TableId) -> bool) -> Option<&TablePlacement> {
+    /// The tokens every member reports to drivers (see [`Self::tokens_of`]), the ring
+    /// chosen once for all of them.
+    pub fn ring_tokens(&self, routed: impl Fn(&TableId) -> bool) -> HashMap<HostId, Vec<Token>> {
+        let ring = self.routing_ring(routed);
+        self.members
+            .values()
+            .map(|m| {
+                let tokens = ring
+                    .as_ref()
+                    .map(|ring| ring.tokens_of(&m.host_id))
+                    .unwrap_or_default();
+                (m.host_id, tokens)
+            })
+            .collect()
+    }
+
+    /// The ring token-aware drivers route by: the table with the most tablets (ties: the
+    /// lowest id) among those `routed` accepts (clients' tables, not system ones) that give
+    /// every normal member at least one tablet to lead — drivers ignore a node without
+    /// tokens; without such a table, the ring a table created now over the normal members
+    /// would have (drivers do not know joining ones yet). Tables laid out differently are
+    /// reached through one more hop, as with any token-unaware client.
+    fn routing_ring(&self, routed: impl Fn(&TableId) -> bool) -> Option<Cow<'_, TabletMap>> {
         let normal: Vec<&HostId> = self
             .members
             .values()
             .filter(|m| m.state == MemberState::Normal)
             .map(|m| &m.host_id)
             .collect();
-        self.tables
+        let table = self
+            .tables
             .iter()
             .filter(|(id, _)| routed(id))
             .filter(|(_, placement)| {
-                let leaders: std::collections::BTreeSet<&HostId> = placement
+                let leaders: BTreeSet<&HostId> = placement
                     .tablets
                     .tablets()
                     .iter()
@@ -544,8 +550,15 @@ impl ClusterState {
             })
             .max_by_key(|(id, placement)| {
                 (placement.tablets.tablets().len(), std::cmp::Reverse(**id))
-            })
-            .map(|(_, placement)| placement)
+            });
+        if let Some((_, placement)) = table {
+            return Some(Cow::Borrowed(&placement.tablets));
+        }
+        let normal = self.descriptors_where(|state| state == MemberState::Normal);
+        let strategy = ReplicationStrategy::Simple { factor: 1 };
+        shoal_placement::place(TABLETS_PER_NODE * normal.len(), &strategy, &normal)
+            .ok()
+            .map(Cow::Owned)
     }
 
     /// The replicas reads of `token` in table `table_id` ask, first replica first.
@@ -597,6 +610,14 @@ mod tests {
             rack: "rack1".into(),
             state: MemberState::Normal,
             replaces: None,
+        }
+    }
+
+    /// Member `id`, joining.
+    fn joining(id: u8) -> Member {
+        Member {
+            state: MemberState::Joining,
+            ..member(id)
         }
     }
 
@@ -652,9 +673,7 @@ mod tests {
     #[test]
     fn drivers_route_by_a_table_only_while_every_normal_member_leads_some_of_it() {
         let mut state = three_nodes_one_table(1);
-        let mut joining = member(4);
-        joining.state = MemberState::Joining;
-        state.apply(Command::AddMember(joining));
+        state.apply(Command::AddMember(joining(4)));
         // While the fourth node joins, the table is the ring: it has no tokens yet.
         for id in 1..=3u8 {
             let host = HostId([id; 16]);
@@ -692,10 +711,8 @@ mod tests {
         let mut state = three_nodes_one_table(2);
         let before = state.tables[&TABLE].tablets.clone();
         assert_eq!(before.tablets().len(), 3 * TABLETS_PER_NODE);
-        let mut joining = member(4);
-        joining.state = MemberState::Joining;
         assert_eq!(
-            state.apply(Command::AddMember(joining)),
+            state.apply(Command::AddMember(joining(4))),
             CommandOutcome::Applied
         );
         assert_eq!(state.tables[&TABLE].tablets, before);
@@ -733,9 +750,7 @@ mod tests {
     #[test]
     fn a_migration_walks_its_stages_and_switches_replicas_at_cleanup() {
         let mut state = three_nodes_one_table(2);
-        let mut joining = member(4);
-        joining.state = MemberState::Joining;
-        state.apply(Command::AddMember(joining));
+        state.apply(Command::AddMember(joining(4)));
         let old = tablet(&state, 0).replicas.clone();
         let leaving = old[1];
         let version = state.topology_version;

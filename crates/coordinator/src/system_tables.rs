@@ -292,11 +292,12 @@ fn peer_rows(coordinator: &Coordinator, table: &TableMetadata) -> Vec<Vec<Option
         return Vec::new();
     };
     let state = cluster.metadata.state();
+    let mut ring = state.ring_tokens(routed_table);
     state
         .members
         .values()
         .filter(|m| m.host_id != info.host_id && m.state != shoal_cluster::MemberState::Joining)
-        .map(|member| (member, state.tokens_of(&member.host_id, routed_table)))
+        .map(|member| (member, ring.remove(&member.host_id).unwrap_or_default()))
         .filter(|(_, tokens)| !tokens.is_empty())
         .map(|(member, tokens)| {
             let address = Some(Value::Inet(member.cql_address.ip()));

@@ -13,6 +13,7 @@ use crate::internode::{Handler, MemberStatus, Message, Peers, Reply};
 use futures::future::BoxFuture;
 use parking_lot::RwLock;
 use shoal_cluster::{ClusterMetadata, ClusterRequest, ClusterResponse, ClusterTransport};
+use shoal_coordinator::system_tables::routed_table;
 use shoal_coordinator::Coordinator;
 use shoal_cql::response::Event;
 use shoal_model::HostId;
@@ -437,19 +438,7 @@ pub async fn follow_metadata(
         .map(|m| m.host_id)
         .collect();
     // The tokens each member reports, to announce those that move.
-    let mut tokens: HashMap<HostId, Vec<shoal_model::Token>> = {
-        let state = states.borrow();
-        state
-            .members
-            .values()
-            .map(|m| {
-                (
-                    m.host_id,
-                    state.tokens_of(&m.host_id, shoal_coordinator::system_tables::routed_table),
-                )
-            })
-            .collect()
-    };
+    let mut tokens = states.borrow().ring_tokens(routed_table);
     // Where each member's clients reach it, to announce its removal.
     let mut addresses: HashMap<HostId, SocketAddr> = states
         .borrow()
@@ -512,13 +501,13 @@ pub async fn follow_metadata(
         // at every step of them — and not when a node was just announced or removed, for
         // which drivers read the whole ring again anyway.
         if state.migrations().is_empty() {
-            for member in state.members.values() {
-                let now = state.tokens_of(
-                    &member.host_id,
-                    shoal_coordinator::system_tables::routed_table,
-                );
-                if let Some(before) = tokens.insert(member.host_id, now.clone()) {
-                    if before != now && !membership_changed {
+            let now = state.ring_tokens(routed_table);
+            if !membership_changed {
+                for member in state.members.values() {
+                    if tokens
+                        .get(&member.host_id)
+                        .is_some_and(|before| Some(before) != now.get(&member.host_id))
+                    {
                         events.publish(Event::TopologyChange {
                             change: "MOVED_NODE",
                             address: member.cql_address,
@@ -526,7 +515,7 @@ pub async fn follow_metadata(
                     }
                 }
             }
-            tokens.retain(|host, _| state.member_by_host(host).is_some());
+            tokens = now;
         }
         addresses = state
             .members

@@ -85,6 +85,15 @@ fn node_address(index: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 0, 0, index))
 }
 
+/// Where `shoal admin` reaches node `index` of a local cluster.
+fn admin_target(index: u8) -> crate::admin::Target {
+    crate::admin::Target {
+        host: node_address(index),
+        port: 7000,
+        config: None,
+    }
+}
+
 fn node_dir(dir: &Path, index: u8) -> PathBuf {
     dir.join(format!("node{index}"))
 }
@@ -354,11 +363,7 @@ fn wait_until_normal(nodes: u8) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let target = crate::admin::Target {
-        host: node_address(1),
-        port: 7000,
-        config: None,
-    };
+    let target = admin_target(1);
     let deadline = Instant::now() + SETTLE_TIMEOUT;
     loop {
         let settled = runtime
@@ -414,11 +419,7 @@ fn status(dir: &Path) -> anyhow::Result<()> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let target = crate::admin::Target {
-            host: node_address(index),
-            port: 7000,
-            config: None,
-        };
+        let target = admin_target(index);
         let members = runtime.block_on(crate::admin::fetch_status(&target))?;
         println!();
         print!("{}", crate::admin::render_status(&members));

@@ -88,6 +88,25 @@ impl Drop for RocksEngine {
     }
 }
 
+/// Makes every write so far durable with a WAL sync of its own. A write with
+/// `sync = true` would instead make RocksDB's whole write group wait for the fsync —
+/// every client write that happened to join it — which cluster metadata (written on every
+/// tablet-migration step) and range removals must not do to foreground traffic.
+fn sync_wal(db: &DB) -> Result<()> {
+    db.flush_wal(true).map_err(io_error)
+}
+
+/// Reads of the keys of `[lower, upper)` once, front to back, without filling the block
+/// cache with them (the blocks foreground reads keep hot stay).
+fn range_read_options(lower: &[u8], upper: &[u8]) -> ReadOptions {
+    let mut read_options = ReadOptions::default();
+    read_options.set_iterate_lower_bound(lower.to_vec());
+    read_options.set_iterate_upper_bound(upper.to_vec());
+    read_options.set_total_order_seek(true);
+    read_options.fill_cache(false);
+    read_options
+}
+
 fn io_error(error: rocksdb::Error) -> StorageError {
     StorageError::Io(error.into_string())
 }
@@ -221,14 +240,6 @@ impl RocksEngine {
         self.db
             .cf_handle(METADATA_FAMILY)
             .ok_or_else(|| StorageError::Corrupt("missing metadata column family".into()))
-    }
-
-    /// Makes every write so far durable with a WAL sync of its own. A write with
-    /// `sync = true` would instead make RocksDB's whole write group wait for the fsync —
-    /// every client write that happened to join it — which cluster metadata, written on
-    /// every tablet-migration step, must not do to foreground traffic.
-    fn sync_wal_alone(&self) -> Result<()> {
-        self.db.flush_wal(true).map_err(io_error)
     }
 
     /// Compacts the keys of `[lower, upper)` (and whatever files they share).
@@ -402,13 +413,8 @@ impl Engine for RocksEngine {
 
     fn stream_range<'a>(&'a self, lower: &[u8], upper: &[u8]) -> Result<Box<dyn Cursor + 'a>> {
         let data = self.data()?;
-        let mut read_options = ReadOptions::default();
-        read_options.set_iterate_lower_bound(lower.to_vec());
-        read_options.set_iterate_upper_bound(upper.to_vec());
-        read_options.set_total_order_seek(true);
-        // Streaming reads a range once, front to back: large sequential reads, and no
-        // eviction of the blocks foreground reads keep hot.
-        read_options.fill_cache(false);
+        // Streaming reads a range once, front to back: large sequential reads.
+        let mut read_options = range_read_options(lower, upper);
         read_options.set_readahead_size(STREAM_READAHEAD_BYTES);
         let mut iterator = self.db.raw_iterator_cf_opt(data, read_options);
         iterator.seek_to_first();
@@ -472,11 +478,7 @@ impl Engine for RocksEngine {
         // Nothing stored there (a node about to receive a tablet it never held): no range
         // tombstone. One would overlap every file ingested into the range afterwards and
         // keep them all in level 0, where they pile up and stall writes until compacted.
-        let mut read_options = ReadOptions::default();
-        read_options.set_iterate_lower_bound(lower.to_vec());
-        read_options.set_iterate_upper_bound(upper.to_vec());
-        read_options.set_total_order_seek(true);
-        read_options.fill_cache(false);
+        let read_options = range_read_options(lower, upper);
         let mut iterator = self.db.raw_iterator_cf_opt(self.data()?, read_options);
         iterator.seek_to_first();
         if !iterator.valid() {
@@ -491,7 +493,7 @@ impl Engine for RocksEngine {
     }
 
     fn sync(&self) -> Result<()> {
-        self.db.flush_wal(true).map_err(io_error)
+        sync_wal(&self.db)
     }
 
     fn flush(&self) -> Result<()> {
@@ -506,12 +508,12 @@ impl Engine for RocksEngine {
         self.db
             .put_cf(self.metadata()?, key, value)
             .map_err(io_error)?;
-        self.sync_wal_alone()
+        sync_wal(&self.db)
     }
 
     fn delete_metadata(&self, key: &[u8]) -> Result<()> {
         self.db.delete_cf(self.metadata()?, key).map_err(io_error)?;
-        self.sync_wal_alone()
+        sync_wal(&self.db)
     }
 
     fn metadata_with_prefix(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {

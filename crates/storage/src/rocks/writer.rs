@@ -264,7 +264,7 @@ impl Writer {
                 .iter()
                 .any(|s| matches!(s.operation, Operation::DeleteRange { .. }));
             if removes_range && result.is_ok() {
-                result = self.db.flush_wal(true).map_err(io_error);
+                result = super::sync_wal(&self.db);
             }
             for submission in group {
                 let _ = submission.done.send(result.clone());
