@@ -92,3 +92,18 @@ def test_cqlsh_copy_to_and_from(node, tmp_path):
     assert "300 rows imported" in imported.stdout, imported.stdout
     counted = cqlsh(node, "SELECT count(*) FROM copy_ks.dst")
     assert " 300" in counted.stdout
+
+
+def test_cqlsh_prints_and_describes_user_defined_types(node):
+    result = cqlsh(node, (
+        "CREATE KEYSPACE IF NOT EXISTS cqlsh_udt WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1};"
+        "CREATE TYPE IF NOT EXISTS cqlsh_udt.address (street text, zip int);"
+        "CREATE TABLE IF NOT EXISTS cqlsh_udt.users (id int PRIMARY KEY, home frozen<address>, work address);"
+        "INSERT INTO cqlsh_udt.users (id, home, work) VALUES (1, {street: 'Main St', zip: 12345}, {zip: 7});"
+        "SELECT * FROM cqlsh_udt.users;"
+        "DESCRIBE TYPE cqlsh_udt.address;"
+    ))
+    assert result.returncode == 0, result.stderr
+    assert "{street: 'Main St', zip: 12345}" in result.stdout
+    assert "{street: null, zip: 7}" in result.stdout
+    assert "CREATE TYPE cqlsh_udt.address (" in result.stdout and "zip int" in result.stdout

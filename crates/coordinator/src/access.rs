@@ -108,6 +108,19 @@ impl Coordinator {
             Statement::DropTable { table: name, .. } => {
                 access.ensure(Permission::Drop, &table(name)?)
             }
+            // Types need the permission on their keyspace, as in Cassandra.
+            Statement::CreateType { name, .. } => access.ensure(
+                Permission::Create,
+                &Resource::Keyspace(keyspace(&name.keyspace)?),
+            ),
+            Statement::AlterType { name, .. } => access.ensure(
+                Permission::Alter,
+                &Resource::Keyspace(keyspace(&name.keyspace)?),
+            ),
+            Statement::DropType { name, .. } => access.ensure(
+                Permission::Drop,
+                &Resource::Keyspace(keyspace(&name.keyspace)?),
+            ),
             // A BATCH's statements are checked as it plans them; role statements check
             // their own rules ([`crate::roles`]); USE and DESCRIBE need none.
             _ => Ok(()),

@@ -7,6 +7,7 @@
 use crate::{Coordinator, CqlError, Session};
 use shoal_cql::ast::{DescribeTarget, QualifiedName};
 use shoal_cql::response::{ColumnSpec, ResultBody, Rows, RowsBuffer};
+use shoal_model::types::UserType;
 use shoal_model::{CqlType, Value};
 use shoal_schema::{ColumnKind, KeyspaceMetadata, TableMetadata};
 use std::collections::BTreeMap;
@@ -143,6 +144,49 @@ pub fn table_statement(table: &TableMetadata) -> String {
     out
 }
 
+/// `CREATE TYPE ...;` as Cassandra prints it.
+pub fn type_statement(user_type: &UserType) -> String {
+    let fields: Vec<String> = user_type
+        .fields
+        .iter()
+        .map(|(field, cql_type)| format!("    {} {cql_type}", quote_if_needed(field)))
+        .collect();
+    format!(
+        "CREATE TYPE {}.{} (\n{}\n);",
+        quote_if_needed(&user_type.keyspace),
+        quote_if_needed(&user_type.name),
+        fields.join(",\n")
+    )
+}
+
+/// A keyspace's types, each after the types it uses (then by name), as DESCRIBE must
+/// print them for the statements to replay.
+fn types_in_dependency_order(keyspace: &KeyspaceMetadata) -> Vec<&UserType> {
+    let mut ordered: Vec<&UserType> = Vec::new();
+    let mut remaining: Vec<&UserType> = keyspace.types.values().collect();
+    while !remaining.is_empty() {
+        let before = remaining.len();
+        remaining.retain(|candidate| {
+            let ready = keyspace.types.values().all(|other| {
+                other.name == candidate.name
+                    || !candidate
+                        .field_types()
+                        .any(|t| t.mentions_udt(&other.keyspace, &other.name))
+                    || ordered.iter().any(|done| done.name == other.name)
+            });
+            if ready {
+                ordered.push(candidate);
+            }
+            !ready
+        });
+        if remaining.len() == before {
+            // Not possible for types the DDL accepted; print the rest rather than loop.
+            ordered.append(&mut remaining);
+        }
+    }
+    ordered
+}
+
 struct DescribeRows {
     with_statement: bool,
     rows: Vec<[String; 4]>,
@@ -174,9 +218,21 @@ impl DescribeRows {
         ]);
     }
 
+    fn user_type(&mut self, user_type: &UserType) {
+        self.rows.push([
+            user_type.keyspace.clone(),
+            "type".into(),
+            user_type.name.clone(),
+            type_statement(user_type),
+        ]);
+    }
+
     fn keyspace_with_tables(&mut self, keyspace: &KeyspaceMetadata, only: bool) {
         self.keyspace(keyspace);
         if !only {
+            for user_type in types_in_dependency_order(keyspace) {
+                self.user_type(user_type);
+            }
             for table in keyspace.tables.values() {
                 self.table(table);
             }
@@ -246,7 +302,37 @@ pub(crate) fn execute(
                 }
             }
         }
-        DescribeTarget::Types | DescribeTarget::Functions | DescribeTarget::Aggregates => {
+        DescribeTarget::Types => {
+            rows = DescribeRows::new(false);
+            for keyspace in schema.keyspaces.values() {
+                if session
+                    .keyspace
+                    .as_ref()
+                    .is_some_and(|k| *k != keyspace.name)
+                {
+                    continue;
+                }
+                for user_type in keyspace.types.values() {
+                    rows.user_type(user_type);
+                }
+            }
+        }
+        DescribeTarget::Type(name) => {
+            let keyspace = current_keyspace(&name.keyspace)?;
+            rows = DescribeRows::new(true);
+            let user_type = schema
+                .keyspace(&keyspace)?
+                .types
+                .get(&name.name)
+                .ok_or_else(|| {
+                    CqlError::invalid(format!(
+                        "User defined type '{}' not found in '{keyspace}'",
+                        name.name
+                    ))
+                })?;
+            rows.user_type(user_type);
+        }
+        DescribeTarget::Functions | DescribeTarget::Aggregates => {
             rows = DescribeRows::new(false);
         }
         DescribeTarget::Keyspace(name) => {
@@ -277,6 +363,18 @@ pub(crate) fn execute(
         }) if schema.keyspaces.contains_key(name) => {
             rows = DescribeRows::new(true);
             rows.keyspace_with_tables(schema.keyspace(name)?, only);
+        }
+        DescribeTarget::Name(name)
+            if current_keyspace(&name.keyspace)
+                .ok()
+                .and_then(|k| schema.keyspaces.get(&k))
+                .is_some_and(|k| {
+                    k.types.contains_key(&name.name) && !k.tables.contains_key(&name.name)
+                }) =>
+        {
+            let keyspace = current_keyspace(&name.keyspace)?;
+            rows = DescribeRows::new(true);
+            rows.user_type(&schema.keyspace(&keyspace)?.types[&name.name]);
         }
         DescribeTarget::Name(table) => {
             let keyspace = current_keyspace(&table.keyspace)?;

@@ -9,7 +9,7 @@
 //! - [`plan`] — every statement is planned once against the schema; a prepared statement
 //!   ([`prepared`]) caches its plan until the schema changes;
 //! - [`modify`] — INSERT, UPDATE, DELETE and BATCH become cell mutations
-//!   ([`shoal_storage::WriteBatch`]);
+//!   ([`shoal_storage::WriteBatch`]); [`counter`] — counter increments, led by a replica;
 //! - [`select`] — SELECT becomes partition reads or token-ordered scans, filtered,
 //!   projected, grouped and paged ([`paging`]); [`restrictions`] analyses WHERE clauses;
 //! - [`values`] — terms become typed values (literals, bind markers, `fromJson`), and
@@ -27,6 +27,7 @@
 
 mod access;
 pub mod class;
+pub mod counter;
 pub mod ddl;
 pub mod describe;
 pub(crate) mod functions;
@@ -114,6 +115,8 @@ pub struct Coordinator {
     pub(crate) info: NodeInfo,
     /// Serializes conditional (IF ...) writes per partition stripe on this node.
     pub(crate) condition_locks: Vec<tokio::sync::Mutex<()>>,
+    /// Serializes increments of one counter shard led by this node ([`counter`]).
+    pub(crate) counter_locks: counter::CounterLocks,
     /// Scans running at once (see [`Coordinator::run_scan`]).
     scan_slots: tokio::sync::Semaphore,
     /// The cluster this node is part of, for the system tables; `None` on its own.
@@ -153,6 +156,7 @@ impl Coordinator {
             prepared: prepared::PreparedCache::new(prepared::PREPARED_CACHE_CAPACITY),
             info,
             condition_locks: (0..64).map(|_| tokio::sync::Mutex::new(())).collect(),
+            counter_locks: counter::CounterLocks::default(),
             scan_slots: tokio::sync::Semaphore::new(SCAN_SLOTS),
             cluster,
             auth,
@@ -367,9 +371,6 @@ impl Coordinator {
         session: &mut Session,
         request: &BatchRequest,
     ) -> Result<ResultBody, CqlError> {
-        modify::batch::refuse_counter_batches(
-            request.kind == shoal_cql::request::BatchKind::Counter,
-        )?;
         let mut prepared = Vec::with_capacity(request.statements.len());
         for statement in &request.statements {
             prepared.push(match &statement.query {
@@ -423,7 +424,11 @@ impl Coordinator {
             self,
             &statements,
             request.consistency,
-            request.kind == shoal_cql::request::BatchKind::Logged,
+            match request.kind {
+                shoal_cql::request::BatchKind::Logged => shoal_cql::ast::BatchType::Logged,
+                shoal_cql::request::BatchKind::Unlogged => shoal_cql::ast::BatchType::Unlogged,
+                shoal_cql::request::BatchKind::Counter => shoal_cql::ast::BatchType::Counter,
+            },
             (None, request.default_timestamp),
         )
         .await;
@@ -514,7 +519,10 @@ impl Coordinator {
                 | Statement::DropKeyspace { .. }
                 | Statement::CreateTable(_)
                 | Statement::AlterTable { .. }
-                | Statement::DropTable { .. } => {
+                | Statement::DropTable { .. }
+                | Statement::CreateType { .. }
+                | Statement::AlterType { .. }
+                | Statement::DropType { .. } => {
                     // Boxed whole: the grants update awaits the cluster's metadata, a
                     // large future that would otherwise enlarge every request's.
                     Box::pin(async {

@@ -177,6 +177,15 @@ impl MarkerTypes<'_> {
                     }
                 }
             }
+            Term::UserType(fields) => {
+                for (field, value) in fields {
+                    let field_type = cql_type
+                        .as_udt()
+                        .and_then(|udt| udt.field_index(field).map(|i| udt.fields[i].1.clone()))
+                        .unwrap_or(CqlType::Blob);
+                    self.term(value, &format!("{name}.{field}"), &field_type);
+                }
+            }
             Term::Cast { cql_type, term } => self.term(term, name, cql_type),
             Term::Negative(inner) => self.term(inner, name, cql_type),
             Term::Function {
@@ -379,6 +388,15 @@ impl MarkerTypes<'_> {
                             }
                             _ => {}
                         },
+                        Assignment::SetField { field, value, .. } => {
+                            let field_type = cql_type
+                                .as_udt()
+                                .and_then(|udt| {
+                                    udt.field_index(field).map(|i| udt.fields[i].1.clone())
+                                })
+                                .unwrap_or(CqlType::Blob);
+                            self.term(value, &format!("{name}.{field}"), &field_type);
+                        }
                     }
                 }
                 self.relations(&update.relations);

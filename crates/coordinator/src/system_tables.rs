@@ -103,6 +103,29 @@ pub fn rows(
             .flat_map(|k| k.tables.values())
             .flat_map(|t| column_rows(table, t))
             .collect(),
+        (SYSTEM_SCHEMA, "types") => schema_keyspaces(schema)
+            .flat_map(|k| k.types.values())
+            .map(|user_type| {
+                let texts = |values: Vec<String>| {
+                    Some(Value::List(values.into_iter().map(Value::Text).collect()))
+                };
+                row(
+                    table,
+                    vec![
+                        ("keyspace_name", text(&user_type.keyspace)),
+                        ("type_name", text(&user_type.name)),
+                        (
+                            "field_names",
+                            texts(user_type.fields.iter().map(|(f, _)| f.clone()).collect()),
+                        ),
+                        (
+                            "field_types",
+                            texts(user_type.field_types().map(|t| t.to_string()).collect()),
+                        ),
+                    ],
+                )
+            })
+            .collect(),
         (SYSTEM_SCHEMA, "dropped_columns") => schema_keyspaces(schema)
             .flat_map(|k| k.tables.values())
             .flat_map(|t| {

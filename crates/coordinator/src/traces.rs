@@ -193,7 +193,13 @@ impl Coordinator {
             return Ok(());
         }
         let apply = |consistency| {
-            crate::modify::batch::apply(self, statements, consistency, false, (None, None))
+            crate::modify::batch::apply(
+                self,
+                statements,
+                consistency,
+                shoal_cql::ast::BatchType::Unlogged,
+                (None, None),
+            )
         };
         match apply(Consistency::All).await {
             Ok(_) => Ok(()),

@@ -50,6 +50,8 @@ pub enum Term {
         cql_type: CqlType,
         term: Box<Term>,
     },
+    /// `{street: 'Main St', zip: 1}`: a user-defined type's value, by field name.
+    UserType(Vec<(String, Term)>),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -69,6 +71,11 @@ pub enum Selector {
         cql_type: CqlType,
     },
     Literal(Term),
+    /// `addr.zip`: one field of a user-defined type.
+    Field {
+        selector: Box<Selector>,
+        field: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -176,6 +183,12 @@ pub enum Assignment {
         key: Term,
         value: Term,
     },
+    /// `c.field = value` on a non-frozen user-defined type.
+    SetField {
+        column: String,
+        field: String,
+        value: Term,
+    },
 }
 
 impl Assignment {
@@ -185,7 +198,8 @@ impl Assignment {
             | Assignment::Add { column, .. }
             | Assignment::Prepend { column, .. }
             | Assignment::Remove { column, .. }
-            | Assignment::SetElement { column, .. } => column,
+            | Assignment::SetElement { column, .. }
+            | Assignment::SetField { column, .. } => column,
         }
     }
 }
@@ -204,6 +218,8 @@ pub struct DeleteTarget {
     pub column: String,
     /// `DELETE m['k']` / `DELETE l[2]`.
     pub element: Option<Term>,
+    /// `DELETE addr.zip`: one field of a non-frozen user-defined type.
+    pub field: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -262,6 +278,21 @@ pub enum AlterTableAction {
 }
 
 #[derive(Debug, Clone, PartialEq)]
+pub enum AlterTypeAction {
+    /// `ADD [IF NOT EXISTS] field type`.
+    Add {
+        field: String,
+        cql_type: CqlType,
+        if_not_exists: bool,
+    },
+    /// `RENAME [IF EXISTS] a TO b AND c TO d`.
+    Rename {
+        renames: Vec<(String, String)>,
+        if_exists: bool,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
 pub enum DescribeTarget {
     Cluster,
     Keyspaces,
@@ -273,6 +304,8 @@ pub enum DescribeTarget {
         full: bool,
     },
     Types,
+    /// `DESCRIBE TYPE name`.
+    Type(QualifiedName),
     Functions,
     Aggregates,
     /// `DESCRIBE name`: a keyspace or a table, whichever exists.
@@ -309,6 +342,21 @@ pub enum Statement {
         if_exists: bool,
     },
     Truncate(QualifiedName),
+    /// `CREATE TYPE [IF NOT EXISTS] name (field type, ...)`.
+    CreateType {
+        name: QualifiedName,
+        if_not_exists: bool,
+        fields: Vec<(String, CqlType)>,
+    },
+    AlterType {
+        name: QualifiedName,
+        if_exists: bool,
+        action: AlterTypeAction,
+    },
+    DropType {
+        name: QualifiedName,
+        if_exists: bool,
+    },
     Use(String),
     Describe {
         target: DescribeTarget,

@@ -219,6 +219,19 @@ impl Parser {
                     // `{}` is an empty map or set; the type decides later.
                     return Ok(Term::Map(Vec::new()));
                 }
+                if self.is_field_name_before_colon() {
+                    let mut fields = Vec::new();
+                    loop {
+                        let field = self.identifier()?;
+                        self.expect_symbol(":")?;
+                        fields.push((field, self.term()?));
+                        if self.eat_symbol("}") {
+                            break;
+                        }
+                        self.expect_symbol(",")?;
+                    }
+                    return Ok(Term::UserType(fields));
+                }
                 let first = self.term()?;
                 if self.eat_symbol(":") {
                     let value = self.term()?;
@@ -304,6 +317,20 @@ impl Parser {
         })
     }
 
+    /// True at `name:` inside braces: a user-defined type literal's field (a bare word is
+    /// never a map key, except the literal keywords).
+    fn is_field_name_before_colon(&self) -> bool {
+        let is_name = match self.peek() {
+            Some(Token::Word(word)) => !matches!(
+                word.as_str(),
+                "true" | "false" | "null" | "nan" | "infinity"
+            ),
+            Some(Token::QuotedName(_)) => true,
+            _ => false,
+        };
+        is_name && self.is_symbol_at(1, ":")
+    }
+
     fn is_symbol_at(&self, offset: usize, symbol: &str) -> bool {
         matches!(self.peek_at(offset), Some(Token::Symbol(s)) if *s == symbol)
     }
@@ -335,6 +362,7 @@ impl Parser {
                         }
                     }
                     Some(Token::Symbol(",")) => text.push_str(", "),
+                    Some(Token::Symbol(".")) => text.push('.'),
                     Some(Token::Word(w)) => text.push_str(&w),
                     Some(Token::QuotedName(n)) => text.push_str(&n),
                     // A vector's dimension.
@@ -349,11 +377,22 @@ impl Parser {
                 let inner = parse_inner(self)?;
                 CqlType::parse(&format!("{name}<{inner}>")).map_err(CqlError::invalid)
             }
-            other => CqlType::native_from_name(other).ok_or_else(|| {
-                CqlError::invalid(format!(
-                    "Unknown type {other} (user-defined types are not supported yet)"
-                ))
-            }),
+            other => match CqlType::native_from_name(other) {
+                Some(native) => Ok(native),
+                None => {
+                    // A user-defined type, `name` or `keyspace.name`.
+                    let (keyspace, name) = if self.eat_symbol(".") {
+                        (Some(name.clone()), self.identifier()?)
+                    } else {
+                        (None, name.clone())
+                    };
+                    Ok(CqlType::UdtName {
+                        keyspace,
+                        name,
+                        frozen: false,
+                    })
+                }
+            },
         }
     }
 
@@ -509,6 +548,13 @@ impl Parser {
             }
             _ => Selector::Literal(self.term()?),
         };
+        let mut selector = selector;
+        while self.eat_symbol(".") {
+            selector = Selector::Field {
+                selector: Box::new(selector),
+                field: self.identifier()?,
+            };
+        }
         Ok(selector)
     }
 
@@ -722,6 +768,16 @@ impl Parser {
             let value = self.term()?;
             return Ok(Assignment::SetElement { column, key, value });
         }
+        if self.eat_symbol(".") {
+            let field = self.identifier()?;
+            self.expect_symbol("=")?;
+            let value = self.term()?;
+            return Ok(Assignment::SetField {
+                column,
+                field,
+                value,
+            });
+        }
         self.expect_symbol("=")?;
         // `c = c + x`, `c = c - x`, `c = x + c`, or `c = x`.
         let same_column = |token: Option<&Token>| match token {
@@ -766,7 +822,16 @@ impl Parser {
                 } else {
                     None
                 };
-                targets.push(DeleteTarget { column, element });
+                let field = if element.is_none() && self.eat_symbol(".") {
+                    Some(self.identifier()?)
+                } else {
+                    None
+                };
+                targets.push(DeleteTarget {
+                    column,
+                    element,
+                    field,
+                });
                 if !self.eat_symbol(",") {
                     break;
                 }
@@ -877,6 +942,25 @@ impl Parser {
         }
         if self.eat_word("table") || self.eat_word("columnfamily") {
             return Ok(Statement::CreateTable(Box::new(self.create_table()?)));
+        }
+        if self.eat_word("type") {
+            let if_not_exists = self.if_not_exists()?;
+            let name = self.qualified_name()?;
+            self.expect_symbol("(")?;
+            let mut fields = Vec::new();
+            loop {
+                let field = self.identifier()?;
+                fields.push((field, self.cql_type()?));
+                if self.eat_symbol(")") {
+                    break;
+                }
+                self.expect_symbol(",")?;
+            }
+            return Ok(Statement::CreateType {
+                name,
+                if_not_exists,
+                fields,
+            });
         }
         if self.eat_word("role") {
             return self.create_role();
@@ -1018,6 +1102,9 @@ impl Parser {
         if self.eat_word("role") {
             return self.alter_role();
         }
+        if self.eat_word("type") {
+            return self.alter_type();
+        }
         if self.eat_word("user") {
             return self.alter_user();
         }
@@ -1086,6 +1173,46 @@ impl Parser {
         Ok(Statement::AlterTable { table, action })
     }
 
+    /// `ALTER TYPE [IF EXISTS] name ADD [IF NOT EXISTS] field type` or
+    /// `... RENAME [IF EXISTS] a TO b [AND c TO d]`.
+    fn alter_type(&mut self) -> ParseResult<Statement> {
+        let if_exists = self.if_exists()?;
+        let name = self.qualified_name()?;
+        let action = if self.eat_word("add") {
+            let if_not_exists = self.if_not_exists()?;
+            let field = self.identifier()?;
+            let cql_type = self.cql_type()?;
+            AlterTypeAction::Add {
+                field,
+                cql_type,
+                if_not_exists,
+            }
+        } else if self.eat_word("rename") {
+            let if_exists = self.if_exists()?;
+            let mut renames = Vec::new();
+            loop {
+                let from = self.identifier()?;
+                self.expect_word("to")?;
+                renames.push((from, self.identifier()?));
+                if !self.eat_word("and") {
+                    break;
+                }
+            }
+            AlterTypeAction::Rename { renames, if_exists }
+        } else if self.eat_word("alter") {
+            return Err(CqlError::invalid(
+                "Altering field types is no longer supported",
+            ));
+        } else {
+            return Err(self.error_here("ADD or RENAME"));
+        };
+        Ok(Statement::AlterType {
+            name,
+            if_exists,
+            action,
+        })
+    }
+
     fn drop(&mut self) -> ParseResult<Statement> {
         self.expect_word("drop")?;
         if self.eat_word("keyspace") || self.eat_word("schema") {
@@ -1102,6 +1229,11 @@ impl Parser {
             let if_exists = self.if_exists()?;
             let name = self.role_name()?;
             return Ok(Statement::DropRole { name, if_exists });
+        }
+        if self.eat_word("type") {
+            let if_exists = self.if_exists()?;
+            let name = self.qualified_name()?;
+            return Ok(Statement::DropType { name, if_exists });
         }
         Err(CqlError::invalid(format!(
             "DROP {} is not supported by Shoal yet",
@@ -1140,6 +1272,8 @@ impl Parser {
             }
         } else if self.eat_word("table") || self.eat_word("columnfamily") {
             DescribeTarget::Table(self.qualified_name()?)
+        } else if self.eat_word("type") {
+            DescribeTarget::Type(self.qualified_name()?)
         } else {
             DescribeTarget::Name(self.qualified_name()?)
         };

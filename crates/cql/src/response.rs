@@ -56,10 +56,10 @@ pub struct Rows {
 pub struct SchemaChange {
     /// CREATED, UPDATED or DROPPED.
     pub change: &'static str,
-    /// KEYSPACE or TABLE.
+    /// KEYSPACE, TABLE or TYPE.
     pub target: &'static str,
     pub keyspace: String,
-    /// The table's name, for TABLE targets.
+    /// The table's or type's name, for TABLE and TYPE targets.
     pub name: Option<String>,
 }
 
@@ -299,6 +299,19 @@ pub fn encode_type(out: &mut Vec<u8>, cql_type: &CqlType) {
             }
             return;
         }
+        CqlType::Udt(user_type) => {
+            put_short(out, 0x30);
+            put_string(out, &user_type.keyspace);
+            put_string(out, &user_type.name);
+            put_short(out, user_type.fields.len() as u16);
+            for (field, field_type) in &user_type.fields {
+                put_string(out, field);
+                encode_type(out, field_type);
+            }
+            return;
+        }
+        // Schema statements resolve every name before a type reaches the wire.
+        CqlType::UdtName { .. } => 0x03,
     };
     put_short(out, id);
 }

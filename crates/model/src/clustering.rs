@@ -306,21 +306,35 @@ fn decode_ascending(reader: &mut Reader<'_>, cql_type: &CqlType) -> Result<Value
             }
             Value::Vector(elements)
         }
-        CqlType::Tuple(types) => {
-            let mut elements = Vec::new();
-            for element_type in types {
-                match reader.byte()? {
-                    2 => elements.push(Some(decode_ascending(reader, element_type)?)),
-                    1 => elements.push(None),
-                    _ => return Err(DecodeError::new("Bad tuple in clustering key")),
-                }
-            }
-            if reader.byte()? != 0 {
-                return Err(DecodeError::new("Bad tuple end in clustering key"));
-            }
-            Value::Tuple(elements)
+        CqlType::Tuple(types) => Value::Tuple(decode_fields(reader, types.iter())?),
+        CqlType::Udt(user_type) => Value::Tuple(decode_fields(reader, user_type.field_types())?),
+        CqlType::UdtName { name, .. } => {
+            return Err(DecodeError(format!(
+                "Unknown type {name} in clustering key"
+            )))
         }
     })
+}
+
+/// A tuple's (or frozen UDT's) elements: each `2` and its encoding, or `1` for null; then
+/// `0`. A value with fewer elements than the type ends early.
+fn decode_fields<'a>(
+    reader: &mut Reader<'_>,
+    types: impl Iterator<Item = &'a CqlType>,
+) -> Result<Vec<Option<Value>>, DecodeError> {
+    let mut elements = Vec::new();
+    for element_type in types {
+        match reader.byte()? {
+            2 => elements.push(Some(decode_ascending(reader, element_type)?)),
+            1 => elements.push(None),
+            0 => return Ok(elements),
+            _ => return Err(DecodeError::new("Bad tuple in clustering key")),
+        }
+    }
+    if reader.byte()? != 0 {
+        return Err(DecodeError::new("Bad tuple end in clustering key"));
+    }
+    Ok(elements)
 }
 
 #[cfg(test)]

@@ -67,12 +67,21 @@ fn types() -> Vec<CqlType> {
         element: Box::new(CqlType::Text),
         dimension: 2,
     });
+    all.push(CqlType::Udt(Box::new(crate::types::UserType {
+        keyspace: "ks".into(),
+        name: "address".into(),
+        fields: vec![
+            ("street".into(), CqlType::Text),
+            ("zip".into(), CqlType::Int),
+        ],
+        frozen: true,
+    })));
     all
 }
 
 #[test]
 fn every_type_is_fuzzed() {
-    assert_eq!(types().len(), 25, "a native type name was not recognised");
+    assert_eq!(types().len(), 26, "a native type name was not recognised");
 }
 
 proptest! {

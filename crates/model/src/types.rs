@@ -1,6 +1,12 @@
-//! CQL's type system: the native types, collections and tuples, with Cassandra's textual
-//! form (`map<text, frozen<list<int>>>`), which is what `system_schema.columns.type` shows
-//! and what `CREATE TABLE` accepts.
+//! CQL's type system: the native types, collections, tuples, vectors and user-defined
+//! types, with Cassandra's textual form (`map<text, frozen<list<int>>>`), which is what
+//! `system_schema.columns.type` shows and what `CREATE TABLE` accepts.
+//!
+//! A user-defined type appears in two forms. A statement names it ([`CqlType::UdtName`]:
+//! `frozen<address>` as parsed, before anything knows its fields); schema statements look
+//! the name up in the keyspace and store the definition itself ([`CqlType::Udt`] with a
+//! [`UserType`]), so a table's columns carry every field they need to encode, decode and
+//! describe their values. `ALTER TYPE` rewrites every column that embeds the type.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -51,6 +57,60 @@ pub enum CqlType {
         element: Box<CqlType>,
         dimension: u32,
     },
+    /// A user-defined type with its definition. Frozen, a value is one cell laid out like a
+    /// tuple of its fields; not frozen, each field is a cell of its own (the cell path is
+    /// the field's position, [`UserType::field_path`]), so `SET addr.zip = ?` writes one
+    /// field.
+    Udt(Box<UserType>),
+    /// A user-defined type as a statement names it, before schema statements resolve it
+    /// against the keyspace's types into [`CqlType::Udt`]. Never stored in a table.
+    UdtName {
+        keyspace: Option<String>,
+        name: String,
+        frozen: bool,
+    },
+}
+
+/// A user-defined type's definition (`CREATE TYPE keyspace.name (field type, ...)`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct UserType {
+    pub keyspace: String,
+    pub name: String,
+    /// Fields in declaration order; a field keeps its position for life (ALTER TYPE only
+    /// adds at the end or renames), which is what a non-frozen value's cells are keyed by.
+    pub fields: Vec<(String, CqlType)>,
+    pub frozen: bool,
+}
+
+impl UserType {
+    /// The position of the field called `name`.
+    pub fn field_index(&self, name: &str) -> Option<usize> {
+        self.fields.iter().position(|(field, _)| field == name)
+    }
+
+    /// The cell path of field `index` in a non-frozen value: its position as a big-endian
+    /// 16-bit number, as Cassandra keys the cells of a non-frozen UDT.
+    pub fn field_path(index: usize) -> Vec<u8> {
+        (index as u16).to_be_bytes().to_vec()
+    }
+
+    /// The field position a cell path names (see [`UserType::field_path`]).
+    pub fn field_of_path(path: &[u8]) -> Option<usize> {
+        <[u8; 2]>::try_from(path)
+            .ok()
+            .map(|bytes| u16::from_be_bytes(bytes) as usize)
+    }
+
+    /// The field types, in order.
+    pub fn field_types(&self) -> impl Iterator<Item = &CqlType> {
+        self.fields.iter().map(|(_, cql_type)| cql_type)
+    }
+
+    /// True when this type (or a type nested in it) is the type `keyspace.name`.
+    pub fn mentions(&self, keyspace: &str, name: &str) -> bool {
+        (self.keyspace == keyspace && self.name == name)
+            || self.field_types().any(|t| t.mentions_udt(keyspace, name))
+    }
 }
 
 impl CqlType {
@@ -81,14 +141,102 @@ impl CqlType {
         })
     }
 
-    /// True for list, set and map that are not frozen: stored as one cell per element.
+    /// True for list, set, map and user-defined types that are not frozen: stored as one
+    /// cell per element (or field).
     pub fn is_multi_cell(&self) -> bool {
-        matches!(
-            self,
-            CqlType::List { frozen: false, .. }
-                | CqlType::Set { frozen: false, .. }
-                | CqlType::Map { frozen: false, .. }
-        )
+        match self {
+            CqlType::List { frozen, .. }
+            | CqlType::Set { frozen, .. }
+            | CqlType::Map { frozen, .. }
+            | CqlType::UdtName { frozen, .. } => !frozen,
+            CqlType::Udt(user_type) => !user_type.frozen,
+            _ => false,
+        }
+    }
+
+    /// The definition, for a resolved user-defined type.
+    pub fn as_udt(&self) -> Option<&UserType> {
+        match self {
+            CqlType::Udt(user_type) => Some(user_type),
+            _ => None,
+        }
+    }
+
+    /// True when this type is, or contains, the user-defined type `keyspace.name`.
+    pub fn mentions_udt(&self, keyspace: &str, name: &str) -> bool {
+        match self {
+            CqlType::Udt(user_type) => user_type.mentions(keyspace, name),
+            CqlType::List { element, .. }
+            | CqlType::Set { element, .. }
+            | CqlType::Vector { element, .. } => element.mentions_udt(keyspace, name),
+            CqlType::Map { key, value, .. } => {
+                key.mentions_udt(keyspace, name) || value.mentions_udt(keyspace, name)
+            }
+            CqlType::Tuple(elements) => elements.iter().any(|e| e.mentions_udt(keyspace, name)),
+            _ => false,
+        }
+    }
+
+    /// True when this type contains a user-defined type that is not resolved yet.
+    pub fn has_unresolved_udt(&self) -> bool {
+        match self {
+            CqlType::UdtName { .. } => true,
+            CqlType::Udt(user_type) => user_type.field_types().any(CqlType::has_unresolved_udt),
+            CqlType::List { element, .. }
+            | CqlType::Set { element, .. }
+            | CqlType::Vector { element, .. } => element.has_unresolved_udt(),
+            CqlType::Map { key, value, .. } => {
+                key.has_unresolved_udt() || value.has_unresolved_udt()
+            }
+            CqlType::Tuple(elements) => elements.iter().any(CqlType::has_unresolved_udt),
+            _ => false,
+        }
+    }
+
+    /// The same type with every user-defined type in it (at any depth) mapped by `resolve`
+    /// — how schema statements resolve names and how ALTER TYPE replaces a definition.
+    pub fn map_udts<E>(
+        &self,
+        resolve: &mut impl FnMut(&CqlType) -> Result<Option<CqlType>, E>,
+    ) -> Result<CqlType, E> {
+        if let Some(replaced) = resolve(self)? {
+            return Ok(replaced);
+        }
+        let mut boxed = |inner: &CqlType| inner.map_udts(resolve).map(Box::new);
+        Ok(match self {
+            CqlType::List { element, frozen } => CqlType::List {
+                element: boxed(element)?,
+                frozen: *frozen,
+            },
+            CqlType::Set { element, frozen } => CqlType::Set {
+                element: boxed(element)?,
+                frozen: *frozen,
+            },
+            CqlType::Map { key, value, frozen } => CqlType::Map {
+                key: boxed(key)?,
+                value: boxed(value)?,
+                frozen: *frozen,
+            },
+            CqlType::Vector { element, dimension } => CqlType::Vector {
+                element: boxed(element)?,
+                dimension: *dimension,
+            },
+            CqlType::Tuple(elements) => CqlType::Tuple(
+                elements
+                    .iter()
+                    .map(|e| e.map_udts(resolve))
+                    .collect::<Result<_, _>>()?,
+            ),
+            CqlType::Udt(user_type) => CqlType::Udt(Box::new(UserType {
+                fields: user_type
+                    .fields
+                    .iter()
+                    .map(|(name, t)| Ok((name.clone(), t.map_udts(resolve)?)))
+                    .collect::<Result<_, E>>()?,
+                ..(**user_type).clone()
+            })),
+            other => other.clone(),
+        })
     }
 
     pub fn is_collection(&self) -> bool {
@@ -112,6 +260,15 @@ impl CqlType {
             CqlType::Map { key, value, .. } => CqlType::Map {
                 key,
                 value,
+                frozen: true,
+            },
+            CqlType::Udt(mut user_type) => {
+                user_type.frozen = true;
+                CqlType::Udt(user_type)
+            }
+            CqlType::UdtName { keyspace, name, .. } => CqlType::UdtName {
+                keyspace,
+                name,
                 frozen: true,
             },
             other => other,
@@ -191,6 +348,24 @@ impl CqlType {
                     element.marshal_class()
                 );
             }
+            CqlType::Udt(user_type) => {
+                let mut class = format!(
+                    "{PACKAGE}UserType({},{}",
+                    user_type.keyspace,
+                    hex(user_type.name.as_bytes())
+                );
+                for (field, field_type) in &user_type.fields {
+                    class.push_str(&format!(
+                        ",{}:{}",
+                        hex(field.as_bytes()),
+                        field_type.marshal_class()
+                    ));
+                }
+                class.push(')');
+                return frozen_marshal(user_type.frozen, class);
+            }
+            // Never on the wire: schema statements resolve names first.
+            CqlType::UdtName { .. } => "BytesType",
         };
         format!("{PACKAGE}{simple}")
     }
@@ -224,6 +399,25 @@ impl CqlType {
         }
         Ok(parsed)
     }
+}
+
+/// Collections hold frozen values only, with Cassandra's messages.
+fn check_collection_element(collection: &str, elements: &[&CqlType]) -> Result<(), String> {
+    for element in elements {
+        if matches!(element, CqlType::UdtName { frozen: false, .. })
+            || element.as_udt().is_some_and(|udt| !udt.frozen)
+        {
+            let inner: Vec<String> = elements.iter().map(|e| e.to_string()).collect();
+            return Err(format!(
+                "Non-frozen UDTs are not allowed inside collections: {collection}<{}>",
+                inner.join(", ")
+            ));
+        }
+        if element.is_multi_cell() {
+            return Err("Non-frozen collections are not allowed inside collections".into());
+        }
+    }
+    Ok(())
 }
 
 struct TypeTextParser<'a> {
@@ -266,7 +460,8 @@ impl TypeTextParser<'_> {
     }
 
     fn parse_type(&mut self) -> Result<CqlType, String> {
-        let name = self.word().to_ascii_lowercase();
+        let written = self.word();
+        let name = written.to_ascii_lowercase();
         match name.as_str() {
             "frozen" => {
                 self.expect(b'<')?;
@@ -278,9 +473,7 @@ impl TypeTextParser<'_> {
                 self.expect(b'<')?;
                 let element = self.parse_type()?;
                 self.expect(b'>')?;
-                if element.is_multi_cell() {
-                    return Err("Non-frozen collections are not allowed inside collections".into());
-                }
+                check_collection_element(&name, &[&element])?;
                 let element = Box::new(element);
                 Ok(if name == "list" {
                     CqlType::List {
@@ -300,9 +493,7 @@ impl TypeTextParser<'_> {
                 self.expect(b',')?;
                 let value = self.parse_type()?;
                 self.expect(b'>')?;
-                if key.is_multi_cell() || value.is_multi_cell() {
-                    return Err("Non-frozen collections are not allowed inside collections".into());
-                }
+                check_collection_element("map", &[&key, &value])?;
                 Ok(CqlType::Map {
                     key: Box::new(key),
                     value: Box::new(value),
@@ -356,9 +547,27 @@ impl TypeTextParser<'_> {
                 })
             }
             "" => Err("Expected a type name".into()),
-            other => {
-                CqlType::native_from_name(other).ok_or_else(|| format!("Unknown type {other}"))
-            }
+            other => match CqlType::native_from_name(other) {
+                Some(native) => Ok(native),
+                None => {
+                    // A user-defined type: `name` or `keyspace.name`.
+                    let (keyspace, name) = if self.peek() == Some(b'.') {
+                        self.position += 1;
+                        let name = self.word();
+                        if name.is_empty() {
+                            return Err(format!("Expected a type name after '{written}.'"));
+                        }
+                        (Some(written), name)
+                    } else {
+                        (None, written)
+                    };
+                    Ok(CqlType::UdtName {
+                        keyspace,
+                        name,
+                        frozen: false,
+                    })
+                }
+            },
         }
     }
 }
@@ -408,9 +617,41 @@ impl fmt::Display for CqlType {
             CqlType::Vector { element, dimension } => {
                 return write!(f, "vector<{element}, {dimension}>");
             }
+            CqlType::Udt(user_type) => {
+                let name = quote_if_needed(&user_type.name);
+                return wrap_frozen(f, user_type.frozen, |f| f.write_str(&name));
+            }
+            CqlType::UdtName {
+                keyspace,
+                name,
+                frozen,
+            } => {
+                let qualified = match keyspace {
+                    Some(keyspace) => format!("{keyspace}.{name}"),
+                    None => name.clone(),
+                };
+                return wrap_frozen(f, *frozen, |f| f.write_str(&qualified));
+            }
         };
         f.write_str(native)
     }
+}
+
+/// A name as CQL must write it: double-quoted unless it is lower-case alphanumeric.
+fn quote_if_needed(name: &str) -> String {
+    let plain = name.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if plain {
+        name.to_string()
+    } else {
+        format!("\"{}\"", name.replace('"', "\"\""))
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 fn frozen_marshal(frozen: bool, class: String) -> String {
@@ -455,7 +696,18 @@ mod tests {
         }
         assert_eq!(CqlType::parse("varchar").unwrap(), CqlType::Text);
         assert!(CqlType::parse("list<list<int>>").is_err());
-        assert!(CqlType::parse("nosuchtype").is_err());
+        assert_eq!(
+            CqlType::parse("frozen<ks.address>").unwrap(),
+            CqlType::UdtName {
+                keyspace: Some("ks".into()),
+                name: "address".into(),
+                frozen: true
+            }
+        );
+        assert_eq!(
+            CqlType::parse("list<address>").unwrap_err(),
+            "Non-frozen UDTs are not allowed inside collections: list<address>"
+        );
         assert_eq!(
             CqlType::parse("vector<float, 0>").unwrap_err(),
             "vectors may only have positive dimensions; given 0"

@@ -153,6 +153,44 @@ fn read_count(bytes: &[u8], position: &mut usize) -> Result<usize, DecodeError> 
     Ok(count as usize)
 }
 
+/// Element `index` of a serialized tuple or user-defined type value, without decoding the
+/// rest; `None` when it is null or the value has fewer elements.
+pub fn tuple_element(bytes: &[u8], index: usize) -> Option<Vec<u8>> {
+    let mut position = 0;
+    for _ in 0..index {
+        read_length_prefixed(bytes, &mut position).ok()?;
+    }
+    read_length_prefixed(bytes, &mut position)
+        .ok()
+        .flatten()
+        .map(<[u8]>::to_vec)
+}
+
+/// Decodes a tuple-like value: one `[bytes]` per element (-1 for null), elements missing
+/// at the end being null.
+fn deserialize_fields<'a>(
+    types: impl Iterator<Item = &'a CqlType>,
+    bytes: &[u8],
+    what: &str,
+) -> Result<Vec<Option<Value>>, DecodeError> {
+    let mut position = 0;
+    let mut elements = Vec::new();
+    for element_type in types {
+        if position == bytes.len() {
+            elements.push(None);
+            continue;
+        }
+        match read_length_prefixed(bytes, &mut position)? {
+            Some(element) => elements.push(Some(Value::deserialize(element_type, element)?)),
+            None => elements.push(None),
+        }
+    }
+    if position != bytes.len() {
+        return Err(DecodeError(format!("Trailing bytes in {what}")));
+    }
+    Ok(elements)
+}
+
 fn write_length_prefixed(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(&(bytes.len() as i32).to_be_bytes());
     out.extend_from_slice(bytes);
@@ -409,24 +447,17 @@ impl Value {
                 Value::Map(entries)
             }
             CqlType::Tuple(types) => {
-                let mut position = 0;
-                let mut elements = Vec::with_capacity(types.len());
-                for element_type in types {
-                    if position == bytes.len() {
-                        elements.push(None);
-                        continue;
-                    }
-                    match read_length_prefixed(bytes, &mut position)? {
-                        Some(element) => {
-                            elements.push(Some(Value::deserialize(element_type, element)?))
-                        }
-                        None => elements.push(None),
-                    }
-                }
-                if position != bytes.len() {
-                    return Err(DecodeError::new("Trailing bytes in tuple"));
-                }
-                Value::Tuple(elements)
+                Value::Tuple(deserialize_fields(types.iter(), bytes, "tuple")?)
+            }
+            // A UDT value is laid out like a tuple of its fields; trailing fields may be
+            // missing (a value written before ALTER TYPE ADD), and read as null.
+            CqlType::Udt(user_type) => Value::Tuple(deserialize_fields(
+                user_type.field_types(),
+                bytes,
+                "user-defined type",
+            )?),
+            CqlType::UdtName { name, .. } => {
+                return Err(DecodeError(format!("Unknown type {name}")))
             }
             CqlType::Vector { element, dimension } => {
                 let dimension = *dimension as usize;
@@ -647,6 +678,31 @@ pub(crate) fn uuid_order_key(bytes: &[u8; 16]) -> (u8, u64, [u8; 16]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_udt_value_may_lack_its_trailing_fields_and_one_field_is_read_alone() {
+        let address = CqlType::Udt(Box::new(crate::types::UserType {
+            keyspace: "ks".into(),
+            name: "address".into(),
+            fields: vec![
+                ("street".into(), CqlType::Text),
+                ("zip".into(), CqlType::Int),
+                ("city".into(), CqlType::Text),
+            ],
+            frozen: true,
+        }));
+        // Written before `ALTER TYPE address ADD city text`.
+        let old = Value::Tuple(vec![Some(Value::Text("Main".into())), None]).serialize();
+        assert_eq!(
+            Value::deserialize(&address, &old).unwrap(),
+            Value::Tuple(vec![Some(Value::Text("Main".into())), None, None])
+        );
+        assert_eq!(tuple_element(&old, 0), Some(b"Main".to_vec()));
+        assert_eq!(tuple_element(&old, 1), None);
+        assert_eq!(tuple_element(&old, 2), None);
+        let too_long = Value::Tuple(vec![Some(Value::Int(1)); 4]).serialize();
+        assert!(Value::deserialize(&address, &too_long).is_err());
+    }
 
     fn round_trip(cql_type: &str, value: Value) {
         let cql_type = CqlType::parse(cql_type).unwrap();

@@ -21,6 +21,8 @@ pub enum WriteType {
     UnloggedBatch,
     /// A logged batch whose batchlog write itself timed out.
     BatchLog,
+    /// A counter increment: the leader has its shard, the other replicas may not.
+    Counter,
 }
 
 impl WriteType {
@@ -31,6 +33,7 @@ impl WriteType {
             WriteType::Batch => "BATCH",
             WriteType::UnloggedBatch => "UNLOGGED_BATCH",
             WriteType::BatchLog => "BATCH_LOG",
+            WriteType::Counter => "COUNTER",
         }
     }
 }

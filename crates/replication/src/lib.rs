@@ -18,6 +18,7 @@
 //! - [`replica`] — the replica side: [`LocalReplica`] answers [`messages`] from any
 //!   coordinator, through the node's [`WriteLog`] for writes.
 //! - [`hints`] — writes kept for replicas that are down, replayed when they return.
+//! - [`counter`] — which replica leads a counter increment, and forwarding it there.
 //! - [`batchlog`] — logged batches kept on other nodes until applied, so a batch over
 //!   several replica sets is applied everywhere or nowhere.
 //! - [`repair`] — anti-entropy repair by segment hashes.
@@ -33,6 +34,7 @@
 pub mod barrier;
 pub mod batchlog;
 pub mod consistency;
+pub mod counter;
 pub mod hints;
 pub mod messages;
 pub mod proxy;
@@ -53,7 +55,7 @@ mod tests;
 pub use barrier::TopologyGuard;
 pub use consistency::{Requirement, WriteType, READ_TIMEOUT, WRITE_TIMEOUT};
 pub use hints::{HintRefused, Hints};
-pub use messages::{BatchId, Cells, PartitionRef, ReplicaRequest, ReplicaResponse};
+pub use messages::{BatchId, Cells, CounterUpdate, PartitionRef, ReplicaRequest, ReplicaResponse};
 pub use proxy::StorageProxy;
 pub use read::PartitionSource;
 pub use repair::RepairReport;

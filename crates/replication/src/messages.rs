@@ -59,6 +59,18 @@ pub enum ReplicaRequest {
         upper: Vec<u8>,
         limit: u32,
     },
+    /// Lead these counter increments: add them to this node's shards and write the new
+    /// shards to the replicas ([`crate::counter`]).
+    Increment(CounterUpdate),
+}
+
+/// Counter increments of one partition, for its leader: each a delta cell's key (the
+/// counter column's key with an empty cell path) and the delta, and the consistency level
+/// (its protocol code) the leader must meet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CounterUpdate {
+    pub deltas: Vec<(Vec<u8>, i64)>,
+    pub consistency: u16,
 }
 
 impl ReplicaRequest {
@@ -76,6 +88,9 @@ impl ReplicaRequest {
             ReplicaRequest::RemoveBatch(_) => "BATCH_REMOVE".into(),
             ReplicaRequest::ReadBefore { limit, .. } => {
                 format!("REVERSED READ of up to {limit} cells")
+            }
+            ReplicaRequest::Increment(update) => {
+                format!("COUNTER_MUTATION of {} counters", update.deltas.len())
             }
         }
     }

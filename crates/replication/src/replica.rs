@@ -142,6 +142,10 @@ impl LocalReplica {
                     Err(error) => ReplicaResponse::Error(error),
                 }
             }
+            // Led by the node's coordinator, which the server hands these to.
+            ReplicaRequest::Increment(_) => {
+                ReplicaResponse::Error("counter increments are led by the coordinator".into())
+            }
         }
     }
 }

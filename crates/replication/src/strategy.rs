@@ -11,15 +11,17 @@
 
 use crate::barrier::TopologyGuard;
 use crate::consistency::{unavailable, WriteType};
-use crate::messages::PartitionRef;
+use crate::counter::CounterLeader;
+use crate::messages::{CounterUpdate, PartitionRef};
 use crate::proxy::StorageProxy;
 use crate::range::ReplicatedView;
 use crate::read::PartitionSource;
 use crate::replica::LocalReplica;
+use crate::topology::Replica;
 use futures::future::BoxFuture;
 use shoal_cql::request::Consistency;
 use shoal_cql::CqlError;
-use shoal_model::{keys, TableId};
+use shoal_model::{keys, HostId, TableId, Token};
 use shoal_schema::SchemaStore;
 use shoal_storage::{Engine, WriteBatch};
 use std::sync::Arc;
@@ -77,6 +79,29 @@ pub trait Replication: Send + Sync + 'static {
     /// This node's own engine (what [`PartitionSource::Local`] and [`ScanSource::Local`]
     /// read).
     fn local_engine(&self) -> &Arc<dyn Engine>;
+
+    /// Applies `batch` to this node's storage alone, through its commit log (a counter
+    /// leader's own shards, before they are replicated).
+    fn apply_locally(&self, batch: WriteBatch) -> BoxFuture<'_, Result<(), CqlError>>;
+
+    /// This node's host id: the cell path of the counter shards it leads.
+    fn local_host_id(&self) -> HostId;
+
+    /// Which replica leads increments of `token` in `table` at `consistency`.
+    fn counter_leader(
+        &self,
+        table: TableId,
+        token: Token,
+        consistency: Consistency,
+    ) -> Result<CounterLeader, CqlError>;
+
+    /// Sends increments to their leader on another node and waits for its answer.
+    fn forward_increment(
+        &self,
+        leader: Replica,
+        block_for: usize,
+        update: CounterUpdate,
+    ) -> BoxFuture<'_, Result<(), CqlError>>;
 }
 
 impl Replication for StorageProxy {
@@ -134,6 +159,34 @@ impl Replication for StorageProxy {
 
     fn local_engine(&self) -> &Arc<dyn Engine> {
         &self.local.engine
+    }
+
+    fn apply_locally(&self, batch: WriteBatch) -> BoxFuture<'_, Result<(), CqlError>> {
+        self.local.log.append(batch)
+    }
+
+    fn local_host_id(&self) -> HostId {
+        self.topology.me().host_id
+    }
+
+    fn counter_leader(
+        &self,
+        table: TableId,
+        token: Token,
+        consistency: Consistency,
+    ) -> Result<CounterLeader, CqlError> {
+        StorageProxy::counter_leader(self, table, token, consistency)
+    }
+
+    fn forward_increment(
+        &self,
+        leader: Replica,
+        block_for: usize,
+        update: CounterUpdate,
+    ) -> BoxFuture<'_, Result<(), CqlError>> {
+        Box::pin(
+            async move { StorageProxy::forward_increment(self, &leader, block_for, update).await },
+        )
     }
 }
 
@@ -225,5 +278,33 @@ impl Replication for LocalReplication {
 
     fn local_engine(&self) -> &Arc<dyn Engine> {
         &self.local.engine
+    }
+
+    fn apply_locally(&self, batch: WriteBatch) -> BoxFuture<'_, Result<(), CqlError>> {
+        self.local.log.append(batch)
+    }
+
+    /// One node without a cluster: its shards need only be told apart from nothing.
+    fn local_host_id(&self) -> HostId {
+        HostId([0; 16])
+    }
+
+    fn counter_leader(
+        &self,
+        table: TableId,
+        _token: Token,
+        consistency: Consistency,
+    ) -> Result<CounterLeader, CqlError> {
+        self.check(Some(table), consistency)?;
+        Ok(CounterLeader::Here)
+    }
+
+    fn forward_increment(
+        &self,
+        _leader: Replica,
+        _block_for: usize,
+        _update: CounterUpdate,
+    ) -> BoxFuture<'_, Result<(), CqlError>> {
+        Box::pin(async { Err(CqlError::server("one node has no other counter leader")) })
     }
 }

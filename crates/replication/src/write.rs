@@ -12,6 +12,10 @@
 //! answered as soon as the level is met; deliveries still on their way finish in the
 //! background. Without enough acknowledgements within [`WRITE_TIMEOUT`] the answer is
 //! `WriteTimeout` with the count received.
+//!
+//! A counter write ([`WriteType::Counter`]) comes from the increment's leader, which wrote
+//! the new shards through its own log first: that replica counts as acknowledged without
+//! applying them twice.
 
 use crate::barrier::TopologyGuard;
 use crate::consistency::{unavailable, write_timeout, WriteType, WRITE_TIMEOUT};
@@ -124,6 +128,10 @@ impl StorageProxy {
         let only_local = matches!(groups.as_slice(), [(replicas, _)]
             if replicas.new.is_none()
                 && matches!(replicas.replicas.as_slice(), [only] if only.local));
+        if only_local && write_type == WriteType::Counter {
+            // A counter leader's shards: already in this node's log (see write_group).
+            return Ok(());
+        }
         if only_local {
             if let Some((_, cells)) = groups.pop() {
                 // This node is the only replica: nothing to wait for but its own log,
@@ -158,7 +166,15 @@ impl StorageProxy {
         for replica in replicas.targets() {
             let datacenter = replica.datacenter.clone();
             let host_id = replica.host_id;
-            if replica.alive {
+            if replica.local && write_type == WriteType::Counter {
+                // The leader of a counter increment (this node) wrote these shards through
+                // its log before sending them (`shoal_coordinator::counter`): its own
+                // acknowledgement is already in.
+                deliveries.push(
+                    Box::pin(async move { Delivery::Acknowledged(host_id, datacenter) })
+                        as BoxFuture<'static, Delivery>,
+                );
+            } else if replica.alive {
                 // A remote replica that fails gets these cells as a hint; a local write
                 // that fails has nothing to hint.
                 let hint = if replica.local {

@@ -1,7 +1,9 @@
-//! Keyspaces: a replication strategy and the tables that share it.
+//! Keyspaces: a replication strategy, the tables that share it and the user-defined types
+//! its tables may use.
 
 use crate::TableMetadata;
 use serde::{Deserialize, Serialize};
+use shoal_model::types::UserType;
 use shoal_placement::ReplicationStrategy;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,6 +17,10 @@ pub struct KeyspaceMetadata {
     pub tables: BTreeMap<String, Arc<TableMetadata>>,
     #[serde(default)]
     pub is_system: bool,
+    /// User-defined types by name (`CREATE TYPE`). Tables embed the definitions they use;
+    /// this is the source ALTER TYPE and new tables resolve names from.
+    #[serde(default)]
+    pub types: BTreeMap<String, UserType>,
 }
 
 impl KeyspaceMetadata {

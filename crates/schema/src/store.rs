@@ -108,6 +108,20 @@ pub fn schema_diff(before: &Schema, after: &Schema) -> Vec<SchemaChange> {
                         changes.push(change("DROPPED", "TABLE", name, Some(table)));
                     }
                 }
+                for (type_name, definition) in &keyspace.types {
+                    match old.types.get(type_name) {
+                        None => changes.push(change("CREATED", "TYPE", name, Some(type_name))),
+                        Some(previous) if previous != definition => {
+                            changes.push(change("UPDATED", "TYPE", name, Some(type_name)))
+                        }
+                        Some(_) => {}
+                    }
+                }
+                for type_name in old.types.keys() {
+                    if !keyspace.types.contains_key(type_name) {
+                        changes.push(change("DROPPED", "TYPE", name, Some(type_name)));
+                    }
+                }
             }
         }
     }

@@ -84,6 +84,7 @@ fn keyspace(
     tables: Vec<Arc<TableMetadata>>,
 ) -> KeyspaceMetadata {
     KeyspaceMetadata {
+        types: BTreeMap::new(),
         name: name.to_string(),
         replication: BTreeMap::from([("class".to_string(), replication_class.to_string())]),
         durable_writes: true,
@@ -126,6 +127,7 @@ fn traces_keyspace() -> KeyspaceMetadata {
         false,
     );
     KeyspaceMetadata {
+        types: BTreeMap::new(),
         name: SYSTEM_TRACES.to_string(),
         replication: BTreeMap::from([
             (

@@ -157,6 +157,13 @@ impl TableMetadata {
         self.clustering().count()
     }
 
+    /// A counter table: its non-key columns are all counters (they never mix).
+    pub fn is_counter(&self) -> bool {
+        self.columns
+            .iter()
+            .any(|c| c.cql_type == shoal_model::CqlType::Counter)
+    }
+
     pub fn has_static_columns(&self) -> bool {
         self.columns.iter().any(|c| c.kind == ColumnKind::Static)
     }

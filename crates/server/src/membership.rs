@@ -310,6 +310,22 @@ impl Handler for NodeHandler {
                     Some(cluster) => Reply::Cluster(cluster.handle(request).await),
                     None => Reply::Error("this node is still starting".into()),
                 },
+                // A counter increment another node forwarded: this node leads it.
+                Message::Replica {
+                    request: ReplicaRequest::Increment(update),
+                    topology_version,
+                } => match (self.proxy.get(), self.coordinator.get()) {
+                    (Some(proxy), Some(coordinator)) => {
+                        Reply::Replica(match proxy.local().fence.check(topology_version) {
+                            Err(refusal) => ReplicaResponse::Error(refusal),
+                            Ok(()) => match coordinator.lead_increment(update).await {
+                                Ok(()) => ReplicaResponse::Applied,
+                                Err(error) => ReplicaResponse::Error(error.message),
+                            },
+                        })
+                    }
+                    _ => Reply::Error("this node is still starting".into()),
+                },
                 Message::Replica {
                     request,
                     topology_version,

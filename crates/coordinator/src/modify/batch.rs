@@ -16,12 +16,6 @@ use shoal_cql::response::ResultBody;
 use shoal_model::{CqlType, Value, WriteTimestamp};
 use shoal_storage::WriteBatch;
 
-pub(crate) fn refuse_counter_batches(counter: bool) -> Result<(), CqlError> {
-    ensure(!counter, || {
-        CqlError::invalid("Counter batches are not supported by Shoal yet")
-    })
-}
-
 pub(crate) fn only_modifications() -> CqlError {
     CqlError::invalid(
         "Invalid statement in batch: only UPDATE, INSERT and DELETE statements are allowed.",
@@ -36,7 +30,6 @@ pub(crate) async fn execute_batch_statement(
     parameters: &QueryParameters,
     bindings: Bindings<'_>,
 ) -> Result<ResultBody, CqlError> {
-    refuse_counter_batches(batch.batch_type == BatchType::Counter)?;
     let batch_timestamp = match &batch.using.timestamp {
         None => None,
         Some(term) => {
@@ -60,10 +53,35 @@ pub(crate) async fn execute_batch_statement(
         coordinator,
         &statements,
         parameters.consistency,
-        batch.batch_type == BatchType::Logged,
+        batch.batch_type,
         (batch_timestamp, parameters.default_timestamp),
     )
     .await
+}
+
+/// A counter batch: every statement's increments, each partition's applied by its leader.
+async fn apply_counters(
+    coordinator: &Coordinator,
+    statements: &[(&ModifyPlan, Bindings<'_>)],
+    consistency: Consistency,
+    batch_timestamp: Option<i64>,
+) -> Result<ResultBody, CqlError> {
+    ensure(batch_timestamp.is_none(), || {
+        CqlError::invalid("Cannot provide custom timestamp for counter BATCH")
+    })?;
+    let mut increments = WriteBatch::new();
+    for (plan, bindings) in statements {
+        coordinator.check_consistency(&plan.keyspace, consistency, true)?;
+        super::check_counter_consistency(&plan.table, consistency)?;
+        plan.build(
+            coordinator.engine().as_ref(),
+            *bindings,
+            None,
+            &mut increments,
+        )?;
+    }
+    coordinator.increment(increments, consistency).await?;
+    Ok(ResultBody::Void)
 }
 
 /// Builds every statement into one write; `timestamps` are `BEGIN BATCH USING TIMESTAMP`
@@ -72,10 +90,31 @@ pub(crate) async fn apply(
     coordinator: &Coordinator,
     statements: &[(&ModifyPlan, Bindings<'_>)],
     consistency: Consistency,
-    logged: bool,
+    kind: BatchType,
     timestamps: (Option<i64>, Option<i64>),
 ) -> Result<ResultBody, CqlError> {
     let (batch_timestamp, default_timestamp) = timestamps;
+    let counters = statements
+        .iter()
+        .filter(|(plan, _)| plan.counter_update)
+        .count();
+    if kind == BatchType::Counter {
+        ensure(counters == statements.len(), || {
+            CqlError::invalid("Cannot include non-counter statement in a counter batch")
+        })?;
+    }
+    if kind == BatchType::Logged {
+        ensure(counters == 0, || {
+            CqlError::invalid("Cannot include a counter statement in a logged batch")
+        })?;
+    }
+    ensure(counters == 0 || counters == statements.len(), || {
+        CqlError::invalid("Counter and non-counter mutations cannot exist in the same batch")
+    })?;
+    if counters > 0 {
+        return apply_counters(coordinator, statements, consistency, batch_timestamp).await;
+    }
+    let logged = kind == BatchType::Logged;
     let mut batch = WriteBatch::new();
     // One timestamp for every statement of the batch, as in Cassandra.
     let timestamp = Some(

@@ -8,6 +8,7 @@ use crate::restrictions::WherePlan;
 use crate::values::{Bindings, Bound, TypedTerm};
 use crate::{ensure, CqlError};
 use shoal_cql::ast::Delete;
+use shoal_model::types::UserType;
 use shoal_model::{keys, Cell, CqlType, Value};
 use shoal_schema::{ColumnKind, TableMetadata};
 use shoal_storage::{Engine, WriteBatch};
@@ -36,6 +37,8 @@ enum TargetOp {
     ListIndex(TypedTerm),
     /// `DELETE s[e]`.
     SetElement(TypedTerm),
+    /// `DELETE addr.zip`: one field of a non-frozen user-defined type.
+    Field(usize),
 }
 
 #[derive(Debug)]
@@ -70,8 +73,18 @@ fn plan_target(
         },
     )?;
     let name = column.name.as_str();
+    if let Some(field) = &target.field {
+        let field_index = super::update::udt_field(column, field)?;
+        return Ok(TargetPlan {
+            column: index,
+            op: TargetOp::Field(field_index),
+        });
+    }
     let op = match (&target.element, &column.cql_type) {
-        (None, cql_type) if cql_type.is_multi_cell() => TargetOp::Collection,
+        // A counter is a cell per shard: deleted as a whole, like a collection.
+        (None, cql_type) if cql_type.is_multi_cell() || *cql_type == CqlType::Counter => {
+            TargetOp::Collection
+        }
         (None, _) => TargetOp::Cell,
         (
             Some(key),
@@ -243,6 +256,9 @@ impl DeletePlan {
                             };
                             let cells = target_row.current_cells(table, name)?;
                             writer.cell(name, list_element(&cells, index)?, None);
+                        }
+                        TargetOp::Field(index) => {
+                            writer.cell(name, &UserType::field_path(*index), None);
                         }
                     }
                 }

@@ -84,6 +84,11 @@ fn null_key(name: &str) -> CqlError {
 
 impl InsertPlan {
     pub(crate) fn new(table: &TableMetadata, insert: &Insert) -> Result<InsertPlan, CqlError> {
+        crate::ensure(!table.is_counter(), || {
+            CqlError::invalid(
+                "INSERT statements are not allowed on counter tables, use UPDATE instead",
+            )
+        })?;
         if let Some(text) = &insert.json {
             return Ok(InsertPlan {
                 values: vec![None; table.columns.len()],

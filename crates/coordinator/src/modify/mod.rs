@@ -88,6 +88,9 @@ pub(crate) struct ModifyPlan {
     pub(crate) has_own_timestamp: bool,
     /// A write, or a conditional write (a read, a check, then maybe a write).
     pub(crate) class: StatementClass,
+    /// An UPDATE of a counter table: its cells are increments for the counters' leaders
+    /// ([`crate::counter`]).
+    pub(crate) counter_update: bool,
 }
 
 fn statement_parts(
@@ -132,6 +135,20 @@ impl ModifyPlan {
             Statement::Delete(delete) => ModifyKind::Delete(DeletePlan::new(&table, delete)?),
             _ => return Err(CqlError::invalid("not a modification")),
         };
+        let counter_update = table.is_counter() && matches!(kind, ModifyKind::Update(_));
+        if table.is_counter() {
+            ensure(conditions.is_none(), || {
+                CqlError::invalid("Conditions on counters are not supported")
+            })?;
+            ensure(using.timestamp.is_none(), || {
+                CqlError::invalid("Cannot provide custom timestamp for counter updates")
+            })?;
+        }
+        if counter_update {
+            ensure(using.ttl.is_none(), || {
+                CqlError::invalid("Cannot provide custom TTL for counter updates")
+            })?;
+        }
         let timestamp = using
             .timestamp
             .as_ref()
@@ -155,6 +172,7 @@ impl ModifyPlan {
             timestamp,
             ttl,
             conditions,
+            counter_update,
         })
     }
 
@@ -295,6 +313,20 @@ impl ModifyPlan {
             return conditional::execute(coordinator, self, conditions, parameters, bindings).await;
         }
         coordinator.check_consistency(&self.keyspace, parameters.consistency, true)?;
+        if self.counter_update {
+            check_counter_consistency(&self.table, parameters.consistency)?;
+            let mut increments = WriteBatch::new();
+            self.build(
+                coordinator.engine().as_ref(),
+                bindings,
+                None,
+                &mut increments,
+            )?;
+            coordinator
+                .increment(increments, parameters.consistency)
+                .await?;
+            return Ok(ResultBody::Void);
+        }
         let current = self
             .read_current(coordinator, bindings, parameters.consistency)
             .await?;
@@ -311,6 +343,20 @@ impl ModifyPlan {
             .await?;
         Ok(ResultBody::Void)
     }
+}
+
+/// Counter increments are not idempotent: `ANY` (a hint standing for the write) is
+/// refused, as in Cassandra.
+pub(crate) fn check_counter_consistency(
+    table: &TableMetadata,
+    consistency: Consistency,
+) -> Result<(), CqlError> {
+    ensure(consistency != Consistency::Any, || {
+        CqlError::invalid(format!(
+            "Consistency level ANY is not yet supported for counter table {}",
+            table.name
+        ))
+    })
 }
 
 /// Refuses a WHERE clause that filters (only key columns may be restricted).

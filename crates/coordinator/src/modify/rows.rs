@@ -7,6 +7,7 @@
 use crate::values::new_timeuuid;
 use shoal_model::clustering::encode_component;
 use shoal_model::keys;
+use shoal_model::types::UserType;
 use shoal_model::{Cell, Value, WriteTimestamp};
 use shoal_schema::{ColumnMetadata, TableMetadata};
 use shoal_storage::WriteBatch;
@@ -137,6 +138,18 @@ pub(crate) fn write_column_value(
         Some(Value::Map(entries)) => {
             for (key, value) in entries {
                 writer.cell(&column.name, &element_path(&key), Some(value.serialize()));
+            }
+        }
+        // A non-frozen user-defined type: a cell per non-null field.
+        Some(Value::Tuple(fields)) => {
+            for (index, field) in fields.into_iter().enumerate() {
+                if let Some(value) = field {
+                    writer.cell(
+                        &column.name,
+                        &UserType::field_path(index),
+                        Some(value.serialize()),
+                    );
+                }
             }
         }
         _ => {}

@@ -32,6 +32,11 @@ enum AssignmentOp {
     SetListElement { index: TypedTerm, value: TypedTerm },
     /// `m[k] = value`.
     SetMapElement { key: TypedTerm, value: TypedTerm },
+    /// `addr.zip = value` on a non-frozen user-defined type: field `index`'s cell.
+    SetField { index: usize, value: TypedTerm },
+    /// `c = c + n` / `c = c - n` on a counter: a delta cell for the counter's leader
+    /// ([`crate::counter`]).
+    Increment { delta: TypedTerm, negate: bool },
 }
 
 #[derive(Debug)]
@@ -61,6 +66,17 @@ fn plan_assignment(
     )?;
     let typed = |term, cql_type: &CqlType| TypedTerm::new(term, cql_type, name);
     let op = match (assignment, &column.cql_type) {
+        (Assignment::Add { value, .. } | Assignment::Remove { value, .. }, CqlType::Counter) => {
+            AssignmentOp::Increment {
+                delta: typed(value, &CqlType::Counter)?,
+                negate: matches!(assignment, Assignment::Remove { .. }),
+            }
+        }
+        (_, CqlType::Counter) => {
+            return Err(CqlError::invalid(format!(
+                "Cannot set the value of counter column {name} (counters can only be incremented/decremented, not set)"
+            )));
+        }
         (Assignment::Set { value, .. }, cql_type) => AssignmentOp::Set(typed(value, cql_type)?),
         (
             Assignment::Add { value, .. } | Assignment::Prepend { value, .. },
@@ -114,6 +130,15 @@ fn plan_assignment(
             key: typed(key, key_type)?,
             value: typed(value, value_type)?,
         },
+        (Assignment::SetField { field, value, .. }, _) => {
+            let index = udt_field(column, field)?;
+            let field_type = &column.cql_type.as_udt().map(|u| u.fields[index].1.clone());
+            let field_type = field_type.as_ref().unwrap_or(&CqlType::Blob);
+            AssignmentOp::SetField {
+                index,
+                value: TypedTerm::new(value, field_type, &format!("{name}.{field}"))?,
+            }
+        }
         (Assignment::SetElement { .. }, other) => {
             return Err(CqlError::invalid(format!("Invalid operation ({name}[...] = ...) for non-list, non-map column {name} of type {other}")));
         }
@@ -122,6 +147,30 @@ fn plan_assignment(
         }
     };
     Ok(AssignmentPlan { column: index, op })
+}
+
+/// The position of `field` in `column`, a non-frozen user-defined type (the only kind
+/// whose fields are written or deleted one by one).
+pub(crate) fn udt_field(
+    column: &shoal_schema::ColumnMetadata,
+    field: &str,
+) -> Result<usize, CqlError> {
+    let name = &column.name;
+    let user_type = column.cql_type.as_udt().ok_or_else(|| {
+        CqlError::invalid(format!(
+            "Invalid field deletion or update for non-UDT column {name}"
+        ))
+    })?;
+    ensure(!user_type.frozen, || {
+        CqlError::invalid(format!(
+            "Invalid operation ({name}.{field} = ...) for frozen UDT column {name}"
+        ))
+    })?;
+    user_type.field_index(field).ok_or_else(|| {
+        CqlError::invalid(format!(
+            "UDT column {name} does not have a field named {field}"
+        ))
+    })
 }
 
 impl UpdatePlan {
@@ -364,6 +413,34 @@ fn apply(
             };
             writer.cell(name, &element_path(&key), new_value);
         }
+        AssignmentOp::Increment { delta, negate } => match value(delta)? {
+            Bound::Value(Value::Counter(n) | Value::Bigint(n)) => {
+                let n = if *negate { n.wrapping_neg() } else { n };
+                writer.cell(name, b"", Some(crate::counter::delta_bytes(n)));
+            }
+            Bound::Value(_) | Bound::Null => {
+                return Err(CqlError::invalid(
+                    "Invalid null value for counter increment/decrement",
+                ))
+            }
+            Bound::Unset => {}
+        },
+        AssignmentOp::SetField {
+            index,
+            value: field_value,
+        } => match value(field_value)? {
+            Bound::Value(v) => writer.cell(
+                name,
+                &shoal_model::types::UserType::field_path(*index),
+                Some(v.serialize()),
+            ),
+            Bound::Null => writer.cell(
+                name,
+                &shoal_model::types::UserType::field_path(*index),
+                None,
+            ),
+            Bound::Unset => {}
+        },
     }
     Ok(())
 }

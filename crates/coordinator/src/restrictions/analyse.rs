@@ -153,6 +153,12 @@ impl WherePlan {
         found: &mut Found,
     ) -> Result<(), CqlError> {
         let (index, column) = table.require_column(name)?;
+        if let Some(user_type) = column.cql_type.as_udt().filter(|udt| !udt.frozen) {
+            return Err(CqlError::invalid(format!(
+                "Non-frozen UDT column '{name}' ({}) cannot be restricted by any relation",
+                user_type.name
+            )));
+        }
         let operator = relation.operator;
         ensure(operator != Operator::NotEq, || {
             CqlError::invalid(format!("Unsupported \"!=\" relation: {name} != ..."))

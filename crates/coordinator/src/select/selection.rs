@@ -43,6 +43,11 @@ pub(crate) enum Output {
     Constant(Option<Vec<u8>>),
     /// A term evaluated once per execution (`now()`, a bind marker, a literal).
     Term(TypedTerm),
+    /// `argument.field`: field `index` of a user-defined type's value.
+    Field {
+        argument: Box<Output>,
+        index: usize,
+    },
 }
 
 impl Output {
@@ -50,7 +55,9 @@ impl Output {
     fn has_terms(&self) -> bool {
         match self {
             Output::Term(_) => true,
-            Output::Call { argument, .. } | Output::ToJson { argument, .. } => argument.has_terms(),
+            Output::Call { argument, .. }
+            | Output::ToJson { argument, .. }
+            | Output::Field { argument, .. } => argument.has_terms(),
             Output::Similarity { arguments, .. } => arguments.iter().any(Output::has_terms),
             _ => false,
         }
@@ -66,9 +73,9 @@ impl Output {
                 };
                 *self = Output::Constant(bytes);
             }
-            Output::Call { argument, .. } | Output::ToJson { argument, .. } => {
-                argument.bind_terms(bindings)?
-            }
+            Output::Call { argument, .. }
+            | Output::ToJson { argument, .. }
+            | Output::Field { argument, .. } => argument.bind_terms(bindings)?,
             Output::Similarity { arguments, .. } => {
                 for argument in arguments.iter_mut() {
                     argument.bind_terms(bindings)?;
@@ -195,18 +202,13 @@ impl Selection {
                 object.push_str(", ");
             }
             // Names that need quotes in CQL keep them in the JSON key, as in Cassandra.
-            let name = if column.name.chars().any(|c| c.is_ascii_uppercase()) {
-                format!("\"{}\"", column.name)
-            } else {
-                column.name.clone()
-            };
-            object.push_str(&serde_json::Value::String(name).to_string());
+            object.push_str(&json::json_key(&column.name));
             object.push_str(": ");
             let value = cell
                 .as_ref()
                 .map(|bytes| shoal_model::Value::deserialize(&column.cql_type, bytes))
                 .transpose()?;
-            object.push_str(&json::optional_to_json(value.as_ref()));
+            object.push_str(&json::optional_to_json(value.as_ref(), &column.cql_type));
         }
         object.push('}');
         Ok(vec![Some(object.into_bytes())])
@@ -377,6 +379,28 @@ fn compile_selector(
                     },
                 ),
             }
+        }
+        Selector::Field { selector, field } => {
+            let (shown, argument_type, argument) = compile_argument(table, select, selector)?;
+            let user_type = argument_type.as_udt().ok_or_else(|| {
+                CqlError::invalid(format!(
+                    "Invalid field selection: {shown} of type {argument_type} is not a user type"
+                ))
+            })?;
+            let index = user_type.field_index(field).ok_or_else(|| {
+                CqlError::invalid(format!(
+                    "{shown} of type {} has no field {field}",
+                    user_type.name
+                ))
+            })?;
+            (
+                format!("{shown}.{field}"),
+                user_type.fields[index].1.clone(),
+                Output::Field {
+                    argument: Box::new(argument),
+                    index,
+                },
+            )
         }
         Selector::Literal(term) => {
             let (cql_type, shown) = match term {

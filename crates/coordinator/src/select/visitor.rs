@@ -14,6 +14,7 @@ use shoal_cql::ast::Operator;
 use shoal_cql::request::QueryParameters;
 use shoal_cql::response::{ResultBody, Rows, RowsBuffer};
 use shoal_model::clustering::decode_component;
+use shoal_model::types::UserType;
 use shoal_model::{keys, Cell, CqlType, Token, Value};
 use shoal_schema::TableMetadata;
 use shoal_storage::reader::{ClusteringSlice, Flow, PartitionHeader, Row, Visitor};
@@ -42,8 +43,12 @@ pub(crate) fn decode_partition_key_values(
         .collect()
 }
 
-/// Serializes the live cells of a non-frozen collection as one collection value.
+/// Serializes the live cells of a non-frozen collection (or user-defined type) as one
+/// value.
 fn collection_bytes(cql_type: &CqlType, cells: &[(Vec<u8>, Cell)]) -> Result<Vec<u8>, CqlError> {
+    if let CqlType::Udt(user_type) = cql_type {
+        return Ok(udt_bytes(user_type, cells));
+    }
     let mut out = Vec::new();
     out.extend_from_slice(&(cells.len() as i32).to_be_bytes());
     let push = |out: &mut Vec<u8>, bytes: &[u8]| {
@@ -68,6 +73,28 @@ fn collection_bytes(cql_type: &CqlType, cells: &[(Vec<u8>, Cell)]) -> Result<Vec
     Ok(out)
 }
 
+/// A non-frozen user-defined type's value from its field cells (keyed by field position):
+/// every field of the type, in order, null where no cell is live.
+fn udt_bytes(user_type: &UserType, cells: &[(Vec<u8>, Cell)]) -> Vec<u8> {
+    let mut fields: Vec<Option<&[u8]>> = vec![None; user_type.fields.len()];
+    for (path, cell) in cells {
+        if let Some(slot) = UserType::field_of_path(path).and_then(|i| fields.get_mut(i)) {
+            *slot = Some(&cell.value);
+        }
+    }
+    let mut out = Vec::new();
+    for field in fields {
+        match field {
+            Some(bytes) => {
+                out.extend_from_slice(&(bytes.len() as i32).to_be_bytes());
+                out.extend_from_slice(bytes);
+            }
+            None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+        }
+    }
+    out
+}
+
 /// Fills `values` (indexed like `table.columns`) from a stored row's cells.
 pub(crate) fn fill_from_row(
     table: &TableMetadata,
@@ -85,7 +112,18 @@ pub(crate) fn fill_from_row(
         if let Some(dropped) = table.dropped_columns.get(&column.name) {
             cells.retain(|(_, cell)| cell.timestamp.0 > dropped.dropped_at_micros);
         }
-        if metadata.cql_type.is_multi_cell() {
+        if metadata.cql_type == CqlType::Counter {
+            // A cell per shard: the counter is their sum, written when its latest shard
+            // was; counters never expire.
+            if !cells.is_empty() {
+                let total = crate::counter::counter_value(cells.iter().map(|(_, cell)| cell));
+                values[index] = ColumnValue {
+                    bytes: Some(total.to_be_bytes().to_vec()),
+                    timestamp: cells.iter().map(|(_, cell)| cell.timestamp.0).max(),
+                    ttl: None,
+                };
+            }
+        } else if metadata.cql_type.is_multi_cell() {
             if !cells.is_empty() {
                 values[index] = ColumnValue {
                     bytes: Some(collection_bytes(&metadata.cql_type, &cells)?),
@@ -288,8 +326,11 @@ impl<'a> SelectVisitor<'a> {
                     .output_cell(argument, values, token)?
                     .map(|bytes| Value::deserialize(cql_type, &bytes))
                     .transpose()?;
-                Some(json::optional_to_json(value.as_ref()).into_bytes())
+                Some(json::optional_to_json(value.as_ref(), cql_type).into_bytes())
             }
+            Output::Field { argument, index } => self
+                .output_cell(argument, values, token)?
+                .and_then(|bytes| shoal_model::value::tuple_element(&bytes, *index)),
             Output::Call { call, argument } => {
                 let value = self
                     .output_cell(argument, values, token)?

@@ -22,20 +22,49 @@ use std::fmt::Write;
 /// `value` as Cassandra's JSON text.
 pub fn to_json(value: &Value) -> String {
     let mut out = String::new();
-    write_json(&mut out, value);
+    write_json(&mut out, value, None);
     out
 }
 
-/// `value` as JSON text, `null` for a missing value.
-pub fn optional_to_json(value: Option<&Value>) -> String {
-    value.map_or_else(|| "null".to_string(), to_json)
+/// `value` of type `cql_type` as JSON text, `null` for a missing value. The type tells a
+/// user-defined type's value (an object by field name) from a tuple (an array).
+pub fn optional_to_json(value: Option<&Value>, cql_type: &CqlType) -> String {
+    let mut out = String::new();
+    write_optional(&mut out, value, Some(cql_type));
+    out
+}
+
+fn write_optional(out: &mut String, value: Option<&Value>, cql_type: Option<&CqlType>) {
+    match value {
+        Some(value) => write_json(out, value, cql_type),
+        None => out.push_str("null"),
+    }
+}
+
+/// A name as a JSON object key: quoted for CQL when it needs quotes, as Cassandra does.
+pub fn json_key(name: &str) -> String {
+    let needs_quotes = name.chars().any(|c| c.is_ascii_uppercase());
+    let key = if needs_quotes {
+        format!("\"{name}\"")
+    } else {
+        name.to_string()
+    };
+    Json::String(key).to_string()
 }
 
 fn write_string(out: &mut String, text: &str) {
     out.push_str(&Json::String(text.to_string()).to_string());
 }
 
-fn write_json(out: &mut String, value: &Value) {
+fn write_json(out: &mut String, value: &Value, cql_type: Option<&CqlType>) {
+    let element_type = match cql_type {
+        Some(
+            CqlType::List { element, .. }
+            | CqlType::Set { element, .. }
+            | CqlType::Vector { element, .. },
+        ) => Some(element.as_ref()),
+        _ => None,
+    };
     match value {
         Value::Ascii(text) | Value::Text(text) => write_string(out, text),
         Value::Bigint(n) | Value::Counter(n) => {
@@ -101,37 +130,61 @@ fn write_json(out: &mut String, value: &Value) {
                 if i > 0 {
                     out.push_str(", ");
                 }
-                write_json(out, element);
+                write_json(out, element, element_type);
             }
             out.push(']');
         }
         Value::Map(entries) => {
+            let (key_type, value_type) = match cql_type {
+                Some(CqlType::Map { key, value, .. }) => (Some(key.as_ref()), Some(value.as_ref())),
+                _ => (None, None),
+            };
             out.push('{');
             for (i, (key, value)) in entries.iter().enumerate() {
                 if i > 0 {
                     out.push_str(", ");
                 }
-                let key = to_json(key);
-                if key.starts_with('"') {
-                    out.push_str(&key);
+                let mut key_json = String::new();
+                write_json(&mut key_json, key, key_type);
+                if key_json.starts_with('"') {
+                    out.push_str(&key_json);
                 } else {
-                    write_string(out, &key);
+                    write_string(out, &key_json);
                 }
                 out.push_str(": ");
-                write_json(out, value);
+                write_json(out, value, value_type);
             }
             out.push('}');
         }
-        Value::Tuple(elements) => {
-            out.push('[');
-            for (i, element) in elements.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
+        Value::Tuple(elements) => match cql_type {
+            Some(CqlType::Udt(user_type)) => {
+                out.push('{');
+                for (i, (field, field_type)) in user_type.fields.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    out.push_str(&json_key(field));
+                    out.push_str(": ");
+                    let element = elements.get(i).and_then(Option::as_ref);
+                    write_optional(out, element, Some(field_type));
                 }
-                out.push_str(&optional_to_json(element.as_ref()));
+                out.push('}');
             }
-            out.push(']');
-        }
+            _ => {
+                let types = match cql_type {
+                    Some(CqlType::Tuple(types)) => types.as_slice(),
+                    _ => &[],
+                };
+                out.push('[');
+                for (i, element) in elements.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    write_optional(out, element.as_ref(), types.get(i));
+                }
+                out.push(']');
+            }
+        },
     }
 }
 
@@ -425,6 +478,30 @@ pub fn from_json(
                 });
             }
             Value::Tuple(values)
+        }
+        CqlType::Udt(user_type) => {
+            let Json::Object(entries) = json else {
+                return Err(wrong("a map (JSON object)"));
+            };
+            let mut values = vec![None; user_type.fields.len()];
+            for (key, item) in entries {
+                // A quoted key names a case-sensitive field; others are case-folded.
+                let field = match key.strip_prefix('"').and_then(|k| k.strip_suffix('"')) {
+                    Some(quoted) => quoted.to_string(),
+                    None => key.to_lowercase(),
+                };
+                let index = user_type.field_index(&field).ok_or_else(|| {
+                    CqlError::invalid(format!(
+                        "Error decoding JSON value for {receiver}: Unknown field '{field}' in value of user defined type {}",
+                        user_type.name
+                    ))
+                })?;
+                values[index] = from_json(item, &user_type.fields[index].1, receiver)?;
+            }
+            Value::Tuple(values)
+        }
+        CqlType::UdtName { name, .. } => {
+            return Err(CqlError::invalid(format!("Unknown type {name}")))
         }
     };
     Ok(Some(value))

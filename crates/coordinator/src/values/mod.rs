@@ -101,6 +101,7 @@ fn is_constant(term: &Term) -> bool {
         Term::Map(entries) => entries
             .iter()
             .all(|(k, v)| is_constant(k) && is_constant(v)),
+        Term::UserType(fields) => fields.iter().all(|(_, v)| is_constant(v)),
         Term::Cast { term, .. } => is_constant(term),
         Term::Function { name, arguments } => {
             let name = name.to_ascii_lowercase();
@@ -241,30 +242,96 @@ pub fn evaluate(
             CqlType::Set { .. } if entries.is_empty() => Ok(Bound::Value(Value::Set(Vec::new()))),
             _ => Err(type_error(receiver, cql_type, "map literal")),
         },
-        Term::Tuple(elements) => match cql_type {
-            CqlType::Tuple(types) => {
-                if elements.len() > types.len() {
-                    return Err(CqlError::invalid(format!(
-                        "Invalid tuple literal for {receiver}: too many elements. Type {cql_type} expects {} but got {}",
-                        types.len(),
-                        elements.len()
-                    )));
-                }
-                let mut values = Vec::with_capacity(types.len());
-                for (element, element_type) in elements.iter().zip(types) {
-                    values.push(match evaluate(element, element_type, bindings, receiver)? {
-                        Bound::Value(v) => Some(v),
-                        _ => None,
-                    });
-                }
-                Ok(Bound::Value(Value::Tuple(values)))
+        // A tuple literal also gives a user-defined type's fields by position.
+        Term::Tuple(elements) => {
+            let types: Vec<&CqlType> = match cql_type {
+                CqlType::Tuple(types) => types.iter().collect(),
+                CqlType::Udt(user_type) => user_type.field_types().collect(),
+                _ => return Err(type_error(receiver, cql_type, "tuple literal")),
+            };
+            if elements.len() > types.len() {
+                return Err(CqlError::invalid(format!(
+                    "Invalid tuple literal for {receiver}: too many elements. Type {cql_type} expects {} but got {}",
+                    types.len(),
+                    elements.len()
+                )));
             }
-            _ => Err(type_error(receiver, cql_type, "tuple literal")),
+            let mut values = Vec::with_capacity(types.len());
+            for (position, (element, element_type)) in elements.iter().zip(&types).enumerate() {
+                let value = evaluate(element, element_type, bindings, receiver).map_err(|e| {
+                    literal_mismatch(e, element, || {
+                        format!(
+                            "Invalid tuple literal for {receiver}: component {position} is not of type {element_type}"
+                        )
+                    })
+                })?;
+                values.push(match value {
+                    Bound::Value(v) => Some(v),
+                    _ => None,
+                });
+            }
+            Ok(Bound::Value(Value::Tuple(values)))
+        }
+        Term::UserType(fields) => match cql_type {
+            CqlType::Udt(user_type) => Ok(Bound::Value(Value::Tuple(evaluate_fields(
+                fields, user_type, bindings, receiver,
+            )?))),
+            _ => Err(type_error(receiver, cql_type, "user type literal")),
         },
         Term::Function { name, arguments } => {
             evaluate_function(name, arguments, cql_type, bindings, receiver)
         }
     }
+}
+
+/// A literal inside a tuple or user-defined type literal that does not fit its type is
+/// reported as Cassandra reports it, naming the component; errors of bound values pass.
+fn literal_mismatch(error: CqlError, term: &Term, message: impl FnOnce() -> String) -> CqlError {
+    match term {
+        Term::Literal(_) | Term::Negative(_) | Term::List(_) | Term::Set(_) | Term::Map(_) => {
+            CqlError::invalid(message())
+        }
+        _ => error,
+    }
+}
+
+/// A user-defined type literal's value: every field of the type in order, the ones the
+/// literal leaves out null.
+fn evaluate_fields(
+    fields: &[(String, Term)],
+    user_type: &shoal_model::types::UserType,
+    bindings: Bindings<'_>,
+    receiver: &str,
+) -> Result<Vec<Option<Value>>, CqlError> {
+    let mut values = vec![None; user_type.fields.len()];
+    for (field, term) in fields {
+        let index = user_type.field_index(field).ok_or_else(|| {
+            CqlError::invalid(format!(
+                "Unknown field '{field}' in value of user defined type {}",
+                user_type.name
+            ))
+        })?;
+        let field_type = &user_type.fields[index].1;
+        let field_receiver = format!("{receiver}.{field}");
+        let value = evaluate(term, field_type, bindings, &field_receiver).map_err(|e| {
+            literal_mismatch(e, term, || {
+                format!(
+                    "Invalid user type literal for {receiver}: field {field} is not of type {field_type}"
+                )
+            })
+        })?;
+        values[index] = match value {
+            Bound::Value(value) => Some(value),
+            Bound::Null => None,
+            Bound::Unset => {
+                return Err(CqlError::invalid(format!(
+                    "Invalid unset value for field '{field}' of user defined type {}",
+                    user_type.name
+                )))
+            }
+        };
+    }
+    Ok(values)
 }
 
 /// A vector literal must have exactly the type's dimension.

@@ -13,7 +13,9 @@ use shoal_schema::{
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-fn schema_change(
+mod user_types;
+
+pub(crate) fn schema_change(
     change: &'static str,
     target: &'static str,
     keyspace: &str,
@@ -57,6 +59,26 @@ pub(crate) async fn execute(
             let keyspace = coordinator.keyspace_for(session, &table.keyspace)?;
             truncate(coordinator, &keyspace, table).await
         }
+        Statement::CreateType {
+            name,
+            if_not_exists,
+            fields,
+        } => {
+            let keyspace = coordinator.keyspace_for(session, &name.keyspace)?;
+            user_types::create(coordinator, &keyspace, &name.name, *if_not_exists, fields).await
+        }
+        Statement::AlterType {
+            name,
+            if_exists,
+            action,
+        } => {
+            let keyspace = coordinator.keyspace_for(session, &name.keyspace)?;
+            user_types::alter(coordinator, &keyspace, &name.name, *if_exists, action).await
+        }
+        Statement::DropType { name, if_exists } => {
+            let keyspace = coordinator.keyspace_for(session, &name.keyspace)?;
+            user_types::drop(coordinator, &keyspace, &name.name, *if_exists).await
+        }
         _ => Err(CqlError::server("not a schema statement")),
     }
 }
@@ -87,6 +109,7 @@ async fn create_keyspace(
             schema.keyspaces.insert(
                 name.clone(),
                 KeyspaceMetadata {
+                    types: BTreeMap::new(),
                     name: name.clone(),
                     replication: replication.clone(),
                     durable_writes,
@@ -166,10 +189,39 @@ async fn alter_table_statement(
         .schema
         .change(|schema| {
             let keyspace_metadata = user_keyspace_mut(schema, keyspace)?;
+            let action = match action {
+                AlterTableAction::Add(definitions) => {
+                    let mut resolved = definitions.clone();
+                    for definition in &mut resolved {
+                        definition.cql_type =
+                            user_types::resolve(keyspace_metadata, &definition.cql_type)?;
+                    }
+                    &AlterTableAction::Add(resolved)
+                }
+                other => other,
+            };
             let current = keyspace_metadata.tables.get(&table.name).ok_or_else(|| {
                 CqlError::invalid(format!("Table '{keyspace}.{}' doesn't exist", table.name))
             })?;
+            if let AlterTableAction::Add(definitions) = action {
+                for definition in definitions {
+                    let adds_counter = definition.cql_type == CqlType::Counter;
+                    ensure(adds_counter || !current.is_counter(), || {
+                        CqlError::config(format!(
+                            "{keyspace}.{}: Cannot have a non counter column (\"{}\") in a counter table",
+                            table.name, definition.name
+                        ))
+                    })?;
+                    ensure(!adds_counter || current.is_counter(), || {
+                        CqlError::config(format!(
+                            "{keyspace}.{}: Cannot have a counter column (\"{}\") in a non counter table",
+                            table.name, definition.name
+                        ))
+                    })?;
+                }
+            }
             let altered = alter_table(current, action)?;
+            check_counter_table(&altered)?;
             keyspace_metadata
                 .tables
                 .insert(table.name.clone(), Arc::new(altered));
@@ -253,7 +305,7 @@ async fn truncate(
     Ok(ResultBody::Void)
 }
 
-fn user_keyspace_mut<'a>(
+pub(crate) fn user_keyspace_mut<'a>(
     schema: &'a mut Schema,
     name: &str,
 ) -> Result<&'a mut KeyspaceMetadata, CqlError> {
@@ -371,8 +423,13 @@ fn check_column_type(definition: &ColumnDefinition, kind: ColumnKind) -> Result<
     let cql_type = &definition.cql_type;
     if matches!(kind, ColumnKind::PartitionKey | ColumnKind::Clustering) {
         ensure(!cql_type.is_multi_cell(), || {
+            let what = if cql_type.is_collection() {
+                format!("collection type {cql_type}")
+            } else {
+                format!("user-defined type \"{cql_type}\"")
+            };
             CqlError::invalid(format!(
-                "Invalid non-frozen collection type {cql_type} for PRIMARY KEY component {}",
+                "Invalid non-frozen {what} for PRIMARY KEY component {}",
                 definition.name
             ))
         })?;
@@ -383,10 +440,53 @@ fn check_column_type(definition: &ColumnDefinition, kind: ColumnKind) -> Result<
             ))
         })?;
     }
-    ensure(*cql_type != CqlType::Counter, || {
-        CqlError::invalid("Counter columns are not supported by Shoal yet")
-    })?;
+    if *cql_type == CqlType::Counter {
+        ensure(
+            !matches!(kind, ColumnKind::PartitionKey | ColumnKind::Clustering),
+            || {
+                CqlError::invalid(format!(
+                    "counter type is not supported for PRIMARY KEY column '{}'",
+                    definition.name
+                ))
+            },
+        )?;
+    } else if contains_counter(cql_type) {
+        return Err(CqlError::invalid(format!(
+            "Counters are not allowed inside collections: {cql_type}"
+        )));
+    }
+    user_types::check_non_frozen_nesting(cql_type)?;
     Ok(())
+}
+
+/// True when a counter appears inside `cql_type` (a collection, tuple or vector of them).
+fn contains_counter(cql_type: &CqlType) -> bool {
+    match cql_type {
+        CqlType::Counter => true,
+        CqlType::List { element, .. }
+        | CqlType::Set { element, .. }
+        | CqlType::Vector { element, .. } => contains_counter(element),
+        CqlType::Map { key, value, .. } => contains_counter(key) || contains_counter(value),
+        CqlType::Tuple(elements) => elements.iter().any(contains_counter),
+        _ => false,
+    }
+}
+
+/// A counter table holds counters only besides its key, and no default TTL.
+fn check_counter_table(table: &TableMetadata) -> Result<(), CqlError> {
+    if !table.is_counter() {
+        return Ok(());
+    }
+    ensure(
+        table.columns.iter().all(|c| {
+            matches!(c.kind, ColumnKind::PartitionKey | ColumnKind::Clustering)
+                || c.cql_type == CqlType::Counter
+        }),
+        || CqlError::invalid("Cannot mix counter and non counter columns in the same table"),
+    )?;
+    ensure(table.options.default_time_to_live == 0, || {
+        CqlError::invalid("Cannot set default_time_to_live on a table with counters")
+    })
 }
 
 async fn create_table(
@@ -404,19 +504,9 @@ async fn create_table(
         CqlError::invalid("No PRIMARY KEY specifed for table (exactly one required)")
     })?;
 
-    let columns = table_columns(&keyspace, name, create)?;
     let mut options = TableOptions::default();
     apply_table_properties(&mut options, &create.properties)?;
-    let mut table = TableMetadata {
-        keyspace: keyspace.clone(),
-        name: name.clone(),
-        id: shoal_model::TableId::random(),
-        columns,
-        options,
-        dropped_columns: BTreeMap::new(),
-        is_virtual: false,
-    };
-    table.normalize_column_order();
+    let id = shoal_model::TableId::random();
     let created = coordinator
         .schema
         .change(|schema| {
@@ -433,9 +523,25 @@ async fn create_table(
                     format!("Table '{keyspace}.{name}' already exists"),
                 ));
             }
+            // User-defined types are resolved against the keyspace as this change sees it.
+            let mut resolved = create.clone();
+            for definition in &mut resolved.columns {
+                definition.cql_type = user_types::resolve(keyspace_metadata, &definition.cql_type)?;
+            }
+            let mut table = TableMetadata {
+                keyspace: keyspace.clone(),
+                name: name.clone(),
+                id,
+                columns: table_columns(&keyspace, name, &resolved)?,
+                options: options.clone(),
+                dropped_columns: BTreeMap::new(),
+                is_virtual: false,
+            };
+            table.normalize_column_order();
+            check_counter_table(&table)?;
             keyspace_metadata
                 .tables
-                .insert(name.clone(), Arc::new(table.clone()));
+                .insert(name.clone(), Arc::new(table));
             Ok(true)
         })
         .await?;
