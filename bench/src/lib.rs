@@ -9,6 +9,7 @@
 //! - [`stats`] — HDR latency histograms per operation, errors by kind, per-second
 //!   timeline; [`report`] — an SVG plot of a phase.
 //! - [`point`] — the simple point read/write benchmark of a single node.
+//! - [`index`] — secondary indexes: write cost of an index, lookups by indexed value.
 //!
 //! Benchmarks are never tests: these modules' unit tests check the generators and the
 //! statistics, not performance.
@@ -16,6 +17,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod generators;
+pub mod index;
 pub mod point;
 pub mod report;
 pub mod runner;
@@ -31,6 +33,8 @@ pub enum BenchCommand {
     Ycsb(runner::YcsbArgs),
     /// Seed 002's point/range mix: point reads and token-range scans.
     Mix(runner::MixArgs),
+    /// Secondary indexes: inserts with and without an index, lookups by indexed value.
+    Index(index::IndexArgs),
 }
 
 pub fn run(command: BenchCommand) -> anyhow::Result<()> {
@@ -38,5 +42,6 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Point(args) => point::run(args),
         BenchCommand::Ycsb(args) => runner::run_ycsb(args),
         BenchCommand::Mix(args) => runner::run_mix(args),
+        BenchCommand::Index(args) => index::run(args),
     }
 }

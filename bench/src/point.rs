@@ -89,15 +89,54 @@ pub(crate) fn consistency(name: &str) -> anyhow::Result<Consistency> {
 }
 
 /// Results of one phase.
-struct PhaseResult {
+pub(crate) struct PhaseResult {
     operations: u64,
     errors: u64,
     elapsed: Duration,
     latency_micros: Histogram<u64>,
 }
 
+/// One worker's latencies, operations and errors.
+pub(crate) type WorkerResult = (Histogram<u64>, u64, u64);
+
 impl PhaseResult {
-    fn print(&self, name: &str) {
+    /// The workers' results together, over `elapsed`.
+    pub(crate) fn merge(
+        workers: Vec<anyhow::Result<WorkerResult>>,
+        elapsed: Duration,
+    ) -> anyhow::Result<PhaseResult> {
+        let mut latency_micros = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+        let (mut operations, mut errors) = (0, 0);
+        for worker in workers {
+            let (histogram, ops, errs) = worker?;
+            latency_micros.add(&histogram)?;
+            operations += ops;
+            errors += errs;
+        }
+        Ok(PhaseResult {
+            operations,
+            errors,
+            elapsed,
+            latency_micros,
+        })
+    }
+
+    /// The figures as JSON: operations/s and latency percentiles in milliseconds.
+    pub(crate) fn json(&self, name: &str) -> serde_json::Value {
+        let quantile = |q: f64| self.latency_micros.value_at_quantile(q) as f64 / 1000.0;
+        serde_json::json!({
+            "phase": name,
+            "operations": self.operations,
+            "errors": self.errors,
+            "seconds": self.elapsed.as_secs_f64(),
+            "ops_per_second": self.operations as f64 / self.elapsed.as_secs_f64(),
+            "p50_ms": quantile(0.50),
+            "p99_ms": quantile(0.99),
+            "p999_ms": quantile(0.999),
+        })
+    }
+
+    pub(crate) fn print(&self, name: &str) {
         let seconds = self.elapsed.as_secs_f64();
         let quantile = |q: f64| self.latency_micros.value_at_quantile(q) as f64 / 1000.0;
         println!(

@@ -108,6 +108,26 @@ impl Coordinator {
             Statement::DropTable { table: name, .. } => {
                 access.ensure(Permission::Drop, &table(name)?)
             }
+            // Indexes need ALTER on their table, as in Cassandra.
+            Statement::CreateIndex(create) => {
+                access.ensure(Permission::Alter, &table(&create.table)?)
+            }
+            Statement::DropIndex { name, .. } => {
+                let keyspace_name = keyspace(&name.keyspace)?;
+                let schema = self.schema();
+                let owner = schema
+                    .keyspace(&keyspace_name)?
+                    .tables
+                    .values()
+                    .find(|t| t.indexes.iter().any(|i| i.name == name.name))
+                    .map(|t| t.name.clone());
+                match owner {
+                    Some(owner) => {
+                        access.ensure(Permission::Alter, &Resource::table(&keyspace_name, &owner))
+                    }
+                    None => Ok(()),
+                }
+            }
             // Types need the permission on their keyspace, as in Cassandra.
             Statement::CreateType { name, .. } => access.ensure(
                 Permission::Create,

@@ -144,6 +144,25 @@ pub fn table_statement(table: &TableMetadata) -> String {
     out
 }
 
+/// `CREATE INDEX ...;` as Cassandra prints it.
+pub fn index_statement(table: &TableMetadata, index: &shoal_schema::IndexMetadata) -> String {
+    let target = index.target.describe(&quote_if_needed(&index.column));
+    let on = format!(
+        "{}.{} ({target})",
+        quote_if_needed(&table.keyspace),
+        quote_if_needed(&table.name)
+    );
+    if let Some(class) = &index.class {
+        format!(
+            "CREATE CUSTOM INDEX {} ON {on} USING '{}';",
+            quote_if_needed(&index.name),
+            class.replace('\'', "''")
+        )
+    } else {
+        format!("CREATE INDEX {} ON {on};", quote_if_needed(&index.name))
+    }
+}
+
 /// `CREATE TYPE ...;` as Cassandra prints it.
 pub fn type_statement(user_type: &UserType) -> String {
     let fields: Vec<String> = user_type
@@ -218,6 +237,19 @@ impl DescribeRows {
         ]);
     }
 
+    /// The table and then its indexes, as the element forms print them.
+    fn table_with_indexes(&mut self, table: &TableMetadata) {
+        self.table(table);
+        for index in &table.indexes {
+            self.rows.push([
+                table.keyspace.clone(),
+                "index".into(),
+                index.name.clone(),
+                index_statement(table, index),
+            ]);
+        }
+    }
+
     fn user_type(&mut self, user_type: &UserType) {
         self.rows.push([
             user_type.keyspace.clone(),
@@ -234,7 +266,7 @@ impl DescribeRows {
                 self.user_type(user_type);
             }
             for table in keyspace.tables.values() {
-                self.table(table);
+                self.table_with_indexes(table);
             }
         }
     }
@@ -349,7 +381,7 @@ pub(crate) fn execute(
                     table.name
                 ))
             })?;
-            rows.table(metadata);
+            rows.table_with_indexes(metadata);
         }
         DescribeTarget::Schema { full } => {
             rows = DescribeRows::new(true);
@@ -385,7 +417,7 @@ pub(crate) fn execute(
                     table.name
                 ))
             })?;
-            rows.table(metadata);
+            rows.table_with_indexes(metadata);
         }
         DescribeTarget::Cluster => {
             let columns: Vec<ColumnSpec> = ["cluster", "partitioner", "snitch"]

@@ -31,6 +31,7 @@ pub mod counter;
 pub mod ddl;
 pub mod describe;
 pub(crate) mod functions;
+pub mod index;
 pub mod modify;
 pub mod observe;
 pub mod paging;
@@ -53,6 +54,7 @@ use shoal_cql::ast::Statement;
 use shoal_cql::request::{BatchQuery, BatchRequest, Consistency, QueryParameters};
 use shoal_cql::response::ResultBody;
 use shoal_model::{HostId, TableId};
+use shoal_replication::index::LocalIndexes;
 use shoal_replication::{
     ImmediateWriteLog, Liveness, LocalReplica, LocalReplication, PartitionSource, Replication,
     ScanSource,
@@ -117,6 +119,8 @@ pub struct Coordinator {
     pub(crate) condition_locks: Vec<tokio::sync::Mutex<()>>,
     /// Serializes increments of one counter shard led by this node ([`counter`]).
     pub(crate) counter_locks: counter::CounterLocks,
+    /// This node's secondary indexes ([`index`]).
+    pub(crate) indexes: Arc<index::IndexCatalog>,
     /// Scans running at once (see [`Coordinator::run_scan`]).
     scan_slots: tokio::sync::Semaphore,
     /// The cluster this node is part of, for the system tables; `None` on its own.
@@ -150,7 +154,13 @@ impl Coordinator {
             schema.attach_cluster(Arc::clone(&cluster.metadata));
             auth.roles.attach_cluster(Arc::clone(&cluster.metadata));
         }
+        let indexes = Arc::new(index::IndexCatalog::new(
+            Arc::clone(&schema),
+            Arc::clone(replication.local_engine()),
+        ));
+        replication.set_local_indexes(Arc::clone(&indexes) as Arc<dyn LocalIndexes>);
         Coordinator {
+            indexes,
             schema,
             replication,
             prepared: prepared::PreparedCache::new(prepared::PREPARED_CACHE_CAPACITY),
@@ -522,7 +532,9 @@ impl Coordinator {
                 | Statement::DropTable { .. }
                 | Statement::CreateType { .. }
                 | Statement::AlterType { .. }
-                | Statement::DropType { .. } => {
+                | Statement::DropType { .. }
+                | Statement::CreateIndex(_)
+                | Statement::DropIndex { .. } => {
                     // Boxed whole: the grants update awaits the cluster's metadata, a
                     // large future that would otherwise enlarge every request's.
                     Box::pin(async {
@@ -617,10 +629,18 @@ impl Coordinator {
                 Some(table_id) => Arc::clone(&coordinator.replication).scan_source(
                     table_id,
                     parameters.consistency,
-                    runtime,
+                    runtime.clone(),
                 ),
                 None => ScanSource::Local,
             };
+            if let Some(choice) = select.index {
+                let view = coordinator.index_view(&select, choice, source, &parameters, runtime)?;
+                let result = select.execute(&coordinator, &view, &parameters, bindings, None);
+                return match view.take_error() {
+                    Some(error) => Err(error),
+                    None => result,
+                };
+            }
             let engine: &dyn Engine = match &source {
                 ScanSource::Replicated(view) => view,
                 ScanSource::Local => coordinator.engine().as_ref(),
@@ -639,6 +659,52 @@ impl Coordinator {
         })
         .await
         .map_err(|_| CqlError::server("the scan failed unexpectedly"))?
+    }
+
+    /// The engine an index query scans: the candidate partitions of the index lookup its
+    /// bound filter names, read from `source`.
+    fn index_view(
+        self: &Arc<Self>,
+        select: &SelectPlan,
+        choice: select::IndexChoice,
+        source: ScanSource,
+        parameters: &QueryParameters,
+        runtime: tokio::runtime::Handle,
+    ) -> Result<index::CandidateView, CqlError> {
+        let bindings = values::Bindings {
+            values: &parameters.values,
+            names: parameters.names.as_deref(),
+        };
+        let restrictions = select.where_plan.bind(&select.table, bindings)?;
+        let value = restrictions
+            .filters
+            .get(choice.filter)
+            .and_then(index::lookup_value)
+            .ok_or_else(|| CqlError::server("the indexed restriction has no single value"))?;
+        let replication = Arc::clone(&self.replication);
+        let (table, consistency) = (select.table.id, parameters.consistency);
+        let fetch: index::view::FetchCandidates = Box::new(move |from, limit| {
+            let lookup = shoal_replication::index::IndexLookup {
+                table,
+                index: choice.id,
+                value: value.clone(),
+                from,
+                limit,
+            };
+            runtime.block_on(replication.index_candidates(lookup, consistency))
+        });
+        Ok(index::CandidateView::new(
+            source,
+            Arc::clone(self.engine()),
+            table,
+            fetch,
+        ))
+    }
+
+    /// This node's secondary indexes: the server builds them as the schema asks
+    /// ([`index::IndexCatalog::build_pending`]) and indexes tablets streamed in.
+    pub fn index_catalog(&self) -> &Arc<index::IndexCatalog> {
+        &self.indexes
     }
 
     /// The keyspace a statement names, or the session's.

@@ -103,6 +103,33 @@ pub fn rows(
             .flat_map(|k| k.tables.values())
             .flat_map(|t| column_rows(table, t))
             .collect(),
+        (SYSTEM_SCHEMA, "indexes") => schema_keyspaces(schema)
+            .flat_map(|k| k.tables.values())
+            .flat_map(|t| {
+                t.indexes.iter().map(move |index| {
+                    let mut options = BTreeMap::new();
+                    options.insert("target".to_string(), index.target.describe(&index.column));
+                    if let Some(class) = &index.class {
+                        options.insert("class_name".to_string(), class.clone());
+                    }
+                    let kind = if index.class.is_some() {
+                        "CUSTOM"
+                    } else {
+                        "COMPOSITES"
+                    };
+                    row(
+                        table,
+                        vec![
+                            ("keyspace_name", text(&t.keyspace)),
+                            ("table_name", text(&t.name)),
+                            ("index_name", text(&index.name)),
+                            ("kind", text(kind)),
+                            ("options", text_map(&options)),
+                        ],
+                    )
+                })
+            })
+            .collect(),
         (SYSTEM_SCHEMA, "types") => schema_keyspaces(schema)
             .flat_map(|k| k.types.values())
             .map(|user_type| {

@@ -277,6 +277,29 @@ pub enum AlterTableAction {
     With(Properties),
 }
 
+/// What `CREATE INDEX` indexes: `c`, `VALUES(c)`, `KEYS(m)`, `ENTRIES(m)` or `FULL(c)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexTargetKind {
+    /// A bare column name.
+    Simple,
+    Values,
+    Keys,
+    Entries,
+    Full,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreateIndex {
+    pub name: Option<String>,
+    pub table: QualifiedName,
+    pub if_not_exists: bool,
+    pub column: String,
+    pub target: IndexTargetKind,
+    /// `USING 'class'` (with or without `CUSTOM`).
+    pub using: Option<String>,
+    pub options: Properties,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum AlterTypeAction {
     /// `ADD [IF NOT EXISTS] field type`.
@@ -354,6 +377,14 @@ pub enum Statement {
         action: AlterTypeAction,
     },
     DropType {
+        name: QualifiedName,
+        if_exists: bool,
+    },
+    /// `CREATE [CUSTOM] INDEX [IF NOT EXISTS] [name] ON table (target) [USING 'class']
+    /// [WITH OPTIONS = {...}]`.
+    CreateIndex(Box<CreateIndex>),
+    /// `DROP INDEX [IF EXISTS] [keyspace.]name`.
+    DropIndex {
         name: QualifiedName,
         if_exists: bool,
     },

@@ -943,6 +943,9 @@ impl Parser {
         if self.eat_word("table") || self.eat_word("columnfamily") {
             return Ok(Statement::CreateTable(Box::new(self.create_table()?)));
         }
+        if self.is_word("index") || (self.is_word("custom") && self.is_word_at(1, "index")) {
+            return self.create_index();
+        }
         if self.eat_word("type") {
             let if_not_exists = self.if_not_exists()?;
             let name = self.qualified_name()?;
@@ -1173,6 +1176,68 @@ impl Parser {
         Ok(Statement::AlterTable { table, action })
     }
 
+    /// `CREATE [CUSTOM] INDEX [IF NOT EXISTS] [name] ON table (target) [USING 'class']
+    /// [WITH OPTIONS = {...}]`.
+    fn create_index(&mut self) -> ParseResult<Statement> {
+        let custom = self.eat_word("custom");
+        self.expect_word("index")?;
+        let if_not_exists = self.if_not_exists()?;
+        let name = if self.is_word("on") {
+            None
+        } else {
+            Some(self.identifier()?)
+        };
+        self.expect_word("on")?;
+        let table = self.qualified_name()?;
+        self.expect_symbol("(")?;
+        let kinds = [
+            ("values", IndexTargetKind::Values),
+            ("keys", IndexTargetKind::Keys),
+            ("entries", IndexTargetKind::Entries),
+            ("full", IndexTargetKind::Full),
+        ];
+        let wrapped = kinds
+            .iter()
+            .find(|(word, _)| self.is_word(word) && self.is_symbol_at(1, "("))
+            .map(|(_, kind)| *kind);
+        let (column, target) = match wrapped {
+            Some(kind) => {
+                self.position += 2;
+                let column = self.identifier()?;
+                self.expect_symbol(")")?;
+                (column, kind)
+            }
+            None => (self.identifier()?, IndexTargetKind::Simple),
+        };
+        self.expect_symbol(")")?;
+        let using = if self.eat_word("using") {
+            match self.next() {
+                Some(Token::String(class)) => Some(class),
+                _ => return Err(self.error_here("an index class string")),
+            }
+        } else {
+            None
+        };
+        if custom && using.is_none() {
+            return Err(CqlError::invalid(
+                "CUSTOM index requires specifying the index class",
+            ));
+        }
+        let mut options = Vec::new();
+        if self.eat_word("with") {
+            options = self.properties()?;
+        }
+        Ok(Statement::CreateIndex(Box::new(CreateIndex {
+            name,
+            table,
+            if_not_exists,
+            column,
+            target,
+            using,
+            options,
+        })))
+    }
+
     /// `ALTER TYPE [IF EXISTS] name ADD [IF NOT EXISTS] field type` or
     /// `... RENAME [IF EXISTS] a TO b [AND c TO d]`.
     fn alter_type(&mut self) -> ParseResult<Statement> {
@@ -1234,6 +1299,11 @@ impl Parser {
             let if_exists = self.if_exists()?;
             let name = self.qualified_name()?;
             return Ok(Statement::DropType { name, if_exists });
+        }
+        if self.eat_word("index") {
+            let if_exists = self.if_exists()?;
+            let name = self.qualified_name()?;
+            return Ok(Statement::DropIndex { name, if_exists });
         }
         Err(CqlError::invalid(format!(
             "DROP {} is not supported by Shoal yet",

@@ -360,3 +360,92 @@ mod tests {
         }
     }
 }
+
+/// Local secondary index entries use the data layout above, as rows of a hidden table
+/// whose id is the index's own id: one partition per indexed value (at token 0, so a
+/// value's entries are one contiguous range), one row per indexed base *cell*, its
+/// clustering the base cell's key after the table id (`token | partition key length |
+/// partition key | section | clustering | column part | L`) — so a value's entries list
+/// base partitions in token order. Each entry is a row marker carrying its base cell's
+/// timestamp and TTL: it lives exactly as long as that cell (two cells of a row with one
+/// value — a map's two keys, a row's marker and a column for a clustering index — each
+/// keep their own), and compaction, garbage collection and the visible-cell reader treat
+/// it like any row.
+///
+/// ```text
+/// index id (16) | token 0 (8) | value length (u16) | value
+///   | 0x40 | base token (8) | base key length (u16) | base key | base section
+///          [| base clustering] | base column part | base L
+///   | 0x01 | L
+/// ```
+///
+/// `value` is the indexed value's byte-comparable encoding
+/// ([`crate::clustering::encode_component`]).
+pub fn index_entry_key(index: &TableId, value: &[u8], base_cell: &[u8]) -> Option<Vec<u8>> {
+    if value.len() > u16::MAX as usize {
+        return None;
+    }
+    let mut key = index_value_prefix(index, value);
+    key.push(SECTION_ROW);
+    key.extend_from_slice(base_cell);
+    push_column_part(&mut key, |k| k.push(COLUMN_ROW_MARKER));
+    Some(key)
+}
+
+/// The prefix of every entry of `value` in `index`.
+pub fn index_value_prefix(index: &TableId, value: &[u8]) -> Vec<u8> {
+    partition_prefix(index, Token(0), value)
+}
+
+/// The key range of `value`'s entries whose base token is at least `from`.
+pub fn index_value_range(index: &TableId, value: &[u8], from: Token) -> (Vec<u8>, Vec<u8>) {
+    let prefix = index_value_prefix(index, value);
+    let mut lower = prefix.clone();
+    lower.push(SECTION_ROW);
+    lower.extend_from_slice(&from.to_sortable_bytes());
+    let upper = increment_prefix(&prefix).unwrap_or_else(|| table_end(index));
+    (lower, upper)
+}
+
+/// A data key after its table id: what an index entry's clustering holds.
+pub fn base_cell_of(key: &[u8]) -> Option<&[u8]> {
+    key.get(TABLE_ID_LENGTH..)
+}
+
+/// The base partition `(token, partition key)` an index entry's key points at.
+pub fn index_entry_base(entry_key: &[u8]) -> Option<(Token, &[u8])> {
+    let (_, _, rest) = split_partition(entry_key)?;
+    let base = rest.strip_prefix(&[SECTION_ROW])?;
+    let token = Token::from_sortable_bytes(base.get(..8)?.try_into().ok()?);
+    let length = u16::from_be_bytes(base.get(8..10)?.try_into().ok()?) as usize;
+    Some((token, base.get(10..10 + length)?))
+}
+
+#[cfg(test)]
+mod index_tests {
+    use super::*;
+
+    #[test]
+    fn an_index_entry_points_back_at_its_base_partition_in_token_order() {
+        let table = TableId([7; 16]);
+        let index = TableId([9; 16]);
+        let mut row = partition_prefix(&table, Token(-5), b"key");
+        row.push(SECTION_ROW);
+        row.extend_from_slice(b"clustering");
+        let mut cell = row.clone();
+        push_column_part(&mut cell, |k| push_cell_column(k, "v", b""));
+        let base_cell = base_cell_of(&cell).unwrap();
+        assert!(base_cell.starts_with(&row[TABLE_ID_LENGTH..]));
+        let entry = index_entry_key(&index, b"value", base_cell).unwrap();
+        assert_eq!(index_entry_base(&entry), Some((Token(-5), &b"key"[..])));
+        let (lower, upper) = index_value_range(&index, b"value", Token(-10));
+        assert!(lower <= entry && entry < upper);
+        let (later, _) = index_value_range(&index, b"value", Token(0));
+        assert!(entry < later, "entries sort by base token");
+        let (other, _) = index_value_range(&index, b"valuf", Token::MIN);
+        assert!(
+            entry < other,
+            "a value's entries end before the next value's"
+        );
+    }
+}

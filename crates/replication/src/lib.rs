@@ -19,6 +19,8 @@
 //!   coordinator, through the node's [`WriteLog`] for writes.
 //! - [`hints`] — writes kept for replicas that are down, replayed when they return.
 //! - [`counter`] — which replica leads a counter increment, and forwarding it there.
+//! - [`index`] — local secondary indexes: entries written with the cells they index,
+//!   candidates looked up across tablets.
 //! - [`batchlog`] — logged batches kept on other nodes until applied, so a batch over
 //!   several replica sets is applied everywhere or nowhere.
 //! - [`repair`] — anti-entropy repair by segment hashes.
@@ -36,6 +38,7 @@ pub mod batchlog;
 pub mod consistency;
 pub mod counter;
 pub mod hints;
+pub mod index;
 pub mod messages;
 pub mod proxy;
 pub mod range;

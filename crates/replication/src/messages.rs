@@ -62,6 +62,12 @@ pub enum ReplicaRequest {
     /// Lead these counter increments: add them to this node's shards and write the new
     /// shards to the replicas ([`crate::counter`]).
     Increment(CounterUpdate),
+    /// Base partitions with an entry in a local secondary index, up to token `upto`
+    /// ([`crate::index`]).
+    IndexLookup {
+        lookup: crate::index::IndexLookup,
+        upto: Token,
+    },
 }
 
 /// Counter increments of one partition, for its leader: each a delta cell's key (the
@@ -92,6 +98,9 @@ impl ReplicaRequest {
             ReplicaRequest::Increment(update) => {
                 format!("COUNTER_MUTATION of {} counters", update.deltas.len())
             }
+            ReplicaRequest::IndexLookup { lookup, .. } => {
+                format!("INDEX LOOKUP of up to {} partitions", lookup.limit)
+            }
         }
     }
 }
@@ -110,6 +119,7 @@ impl ReplicaResponse {
             ReplicaResponse::Digest { .. } => "a digest".into(),
             ReplicaResponse::Error(error) => format!("an error: {error}"),
             ReplicaResponse::CellsFrom { cells, .. } => format!("{} cells", cells.len()),
+            ReplicaResponse::Partitions(partitions) => format!("{} partitions", partitions.len()),
         }
     }
 }
@@ -136,4 +146,6 @@ pub enum ReplicaResponse {
         cells: Cells,
         from: Option<Vec<u8>>,
     },
+    /// Base partitions, in token order (the answer to `IndexLookup`).
+    Partitions(Vec<PartitionRef>),
 }

@@ -8,6 +8,7 @@
 //! commit policy promises.
 
 use crate::barrier::Fence;
+use crate::index::LocalIndexes;
 use crate::messages::{Cells, ReplicaRequest, ReplicaResponse};
 use futures::future::BoxFuture;
 use shoal_cql::CqlError;
@@ -43,6 +44,9 @@ pub struct LocalReplica {
     pub fence: Fence,
     /// Requests refused by the fence so far (the metrics).
     pub fenced: std::sync::atomic::AtomicU64,
+    /// This node's secondary indexes, kept in step with every write ([`crate::index`]);
+    /// set once as the node starts.
+    indexes: std::sync::OnceLock<Arc<dyn LocalIndexes>>,
 }
 
 impl LocalReplica {
@@ -54,7 +58,23 @@ impl LocalReplica {
             log,
             fence: Fence::default(),
             fenced: std::sync::atomic::AtomicU64::new(0),
+            indexes: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Keeps `indexes` in step with every write this replica applies from now on.
+    pub fn set_indexes(&self, indexes: Arc<dyn LocalIndexes>) {
+        let _ = self.indexes.set(indexes);
+    }
+
+    /// Appends `cells` and the index entries they add to the write log, in one batch.
+    async fn append_cells(&self, mut cells: Cells) -> Result<(), CqlError> {
+        if let Some(indexes) = self.indexes.get() {
+            let mut entries = Vec::new();
+            indexes.entries(&cells, &mut entries);
+            cells.extend(entries);
+        }
+        self.log.append(WriteBatch::from(cells)).await
     }
 
     /// Answers a request another node routed by the tablet map of `topology_version`:
@@ -82,15 +102,27 @@ impl LocalReplica {
         self.serve(request).await
     }
 
-    /// Applies cells through the write log.
+    /// Candidates from this node's index, once it covers everything stored here.
+    pub fn lookup(
+        &self,
+        lookup: &crate::index::IndexLookup,
+        upto: shoal_model::Token,
+    ) -> Result<Vec<crate::messages::PartitionRef>, String> {
+        match self.indexes.get() {
+            Some(indexes) => indexes.candidates(self.engine.as_ref(), lookup, upto),
+            None => Err("this node keeps no secondary indexes yet".into()),
+        }
+    }
+
+    /// Applies cells (and the index entries they add) through the write log.
     pub async fn apply(&self, cells: Cells) -> Result<(), CqlError> {
-        self.log.append(WriteBatch::from(cells)).await
+        self.append_cells(cells).await
     }
 
     /// Answers one request.
     pub async fn serve(&self, request: ReplicaRequest) -> ReplicaResponse {
         match request {
-            ReplicaRequest::Apply(cells) => match self.log.append(WriteBatch::from(cells)).await {
+            ReplicaRequest::Apply(cells) => match self.append_cells(cells).await {
                 Ok(()) => ReplicaResponse::Applied,
                 Err(error) => ReplicaResponse::Error(error.message),
             },
@@ -142,6 +174,10 @@ impl LocalReplica {
                     Err(error) => ReplicaResponse::Error(error),
                 }
             }
+            ReplicaRequest::IndexLookup { lookup, upto } => match self.lookup(&lookup, upto) {
+                Ok(partitions) => ReplicaResponse::Partitions(partitions),
+                Err(error) => ReplicaResponse::Error(error),
+            },
             // Led by the node's coordinator, which the server hands these to.
             ReplicaRequest::Increment(_) => {
                 ReplicaResponse::Error("counter increments are led by the coordinator".into())

@@ -12,6 +12,7 @@
 use crate::barrier::TopologyGuard;
 use crate::consistency::{unavailable, WriteType};
 use crate::counter::CounterLeader;
+use crate::index::IndexLookup;
 use crate::messages::{CounterUpdate, PartitionRef};
 use crate::proxy::StorageProxy;
 use crate::range::ReplicatedView;
@@ -102,6 +103,18 @@ pub trait Replication: Send + Sync + 'static {
         block_for: usize,
         update: CounterUpdate,
     ) -> BoxFuture<'_, Result<(), CqlError>>;
+
+    /// Keeps this node's secondary indexes in step with every write it applies as a
+    /// replica ([`crate::index`]).
+    fn set_local_indexes(&self, indexes: Arc<dyn crate::index::LocalIndexes>);
+
+    /// Base partitions with an entry for a value in a secondary index, in token order
+    /// from `lookup.from`, as seen by enough replicas for `consistency`.
+    fn index_candidates(
+        &self,
+        lookup: IndexLookup,
+        consistency: Consistency,
+    ) -> BoxFuture<'_, Result<Vec<PartitionRef>, CqlError>>;
 }
 
 impl Replication for StorageProxy {
@@ -187,6 +200,18 @@ impl Replication for StorageProxy {
         Box::pin(
             async move { StorageProxy::forward_increment(self, &leader, block_for, update).await },
         )
+    }
+
+    fn set_local_indexes(&self, indexes: Arc<dyn crate::index::LocalIndexes>) {
+        self.local.set_indexes(indexes);
+    }
+
+    fn index_candidates(
+        &self,
+        lookup: IndexLookup,
+        consistency: Consistency,
+    ) -> BoxFuture<'_, Result<Vec<PartitionRef>, CqlError>> {
+        Box::pin(StorageProxy::index_candidates(self, lookup, consistency))
     }
 }
 
@@ -306,5 +331,22 @@ impl Replication for LocalReplication {
         _update: CounterUpdate,
     ) -> BoxFuture<'_, Result<(), CqlError>> {
         Box::pin(async { Err(CqlError::server("one node has no other counter leader")) })
+    }
+
+    fn set_local_indexes(&self, indexes: Arc<dyn crate::index::LocalIndexes>) {
+        self.local.set_indexes(indexes);
+    }
+
+    fn index_candidates(
+        &self,
+        lookup: IndexLookup,
+        consistency: Consistency,
+    ) -> BoxFuture<'_, Result<Vec<PartitionRef>, CqlError>> {
+        let found = self.check(Some(lookup.table), consistency).and_then(|()| {
+            self.local
+                .lookup(&lookup, Token::MAX)
+                .map_err(CqlError::invalid)
+        });
+        Box::pin(async move { found })
     }
 }

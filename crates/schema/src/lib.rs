@@ -24,4 +24,7 @@ pub mod table;
 
 pub use keyspace::{replication_strategy, KeyspaceMetadata};
 pub use store::{schema_diff, validate_name, Schema, SchemaStore, Truncation, DROPPED};
-pub use table::{ColumnKind, ColumnMetadata, DroppedColumn, TableMetadata, TableOptions};
+pub use table::{
+    ColumnKind, ColumnMetadata, DroppedColumn, IndexMetadata, IndexTarget, TableMetadata,
+    TableOptions,
+};

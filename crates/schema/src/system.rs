@@ -60,6 +60,7 @@ fn system_table(
     add(clustering, ColumnKind::Clustering);
     add(regular, ColumnKind::Regular);
     let mut table = TableMetadata {
+        indexes: Vec::new(),
         keyspace: keyspace.to_string(),
         name: name.to_string(),
         id: TableId(

@@ -100,6 +100,49 @@ pub struct DroppedColumn {
     pub dropped_at_micros: i64,
 }
 
+/// What of a column an index holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum IndexTarget {
+    /// The column's value; for a non-frozen list or set each element, for a non-frozen
+    /// map each value (`CREATE INDEX ON t (c)`, `VALUES(c)`).
+    Values,
+    /// A non-frozen map's keys (`KEYS(m)`).
+    Keys,
+    /// A non-frozen map's entries (`ENTRIES(m)`, queried by `m[k] = v`).
+    Entries,
+    /// A frozen collection as a whole (`FULL(c)`).
+    Full,
+}
+
+impl IndexTarget {
+    /// How `system_schema.indexes.options['target']` and DESCRIBE write the target.
+    pub fn describe(self, column: &str) -> String {
+        match self {
+            IndexTarget::Values => column.to_string(),
+            IndexTarget::Keys => format!("keys({column})"),
+            IndexTarget::Entries => format!("entries({column})"),
+            IndexTarget::Full => format!("full({column})"),
+        }
+    }
+}
+
+/// A secondary index of a table (`CREATE INDEX`, `CREATE CUSTOM INDEX … USING 'sai'`).
+/// Every replica keeps a local index of the rows it stores (`shoal_coordinator::index`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IndexMetadata {
+    pub name: String,
+    /// The id of the hidden table its entries live in (see `shoal_model::keys`).
+    pub id: TableId,
+    pub column: String,
+    pub target: IndexTarget,
+    /// A storage-attached index (`USING 'sai'`), as Cassandra 5.0 names it; both kinds
+    /// are the same local index here.
+    pub sai: bool,
+    /// The class `USING` named, as written (DESCRIBE repeats it).
+    #[serde(default)]
+    pub class: Option<String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TableMetadata {
     pub keyspace: String,
@@ -112,6 +155,9 @@ pub struct TableMetadata {
     /// Answered by `system_tables`, never stored.
     #[serde(default)]
     pub is_virtual: bool,
+    /// Secondary indexes, in creation order.
+    #[serde(default)]
+    pub indexes: Vec<IndexMetadata>,
 }
 
 impl TableMetadata {

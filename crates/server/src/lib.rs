@@ -219,6 +219,8 @@ impl Node {
         coordinator
             .sync_schema()
             .map_err(|e| anyhow::anyhow!("cannot install the cluster's schema: {}", e.message))?;
+        streaming.set_indexes(Arc::clone(coordinator.index_catalog())
+            as Arc<dyn shoal_replication::index::LocalIndexes>);
         coordinator
             .sync_roles()
             .map_err(|e| anyhow::anyhow!("cannot install the cluster's roles: {}", e.message))?;
@@ -302,6 +304,9 @@ impl Node {
         )));
         background.push(tokio::spawn(maintenance::collect_garbage_regularly(
             Arc::clone(&engine),
+        )));
+        background.push(tokio::spawn(maintenance::build_indexes_regularly(
+            Arc::clone(coordinator.index_catalog()),
         )));
         background.push(tokio::spawn(maintenance::replay_batches_regularly(
             Arc::clone(&proxy),

@@ -33,6 +33,20 @@ pub const HINT_SWEEP_INTERVAL: Duration = Duration::from_secs(600);
 /// How often reported deletions are cleared.
 pub const GARBAGE_COLLECTION_INTERVAL: Duration = Duration::from_secs(10);
 
+/// How often this node looks for secondary indexes to build (created, or dropped).
+pub const INDEX_BUILD_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Starts the build of every secondary index of the schema this node has not built, and
+/// forgets dropped ones, every [`INDEX_BUILD_INTERVAL`] until the task is dropped.
+pub async fn build_indexes_regularly(indexes: Arc<shoal_coordinator::index::IndexCatalog>) {
+    let mut interval = tokio::time::interval(INDEX_BUILD_INTERVAL);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        indexes.build_pending();
+    }
+}
+
 /// Runs garbage collection every [`GARBAGE_COLLECTION_INTERVAL`] until the task is
 /// dropped.
 pub async fn collect_garbage_regularly(engine: Arc<dyn Engine>) {

@@ -74,6 +74,8 @@ pub enum Operation {
     },
     /// Tablet migrations under way in the cluster, and this node's streams.
     Streams,
+    /// Builds of secondary indexes on this node: each index, its table, keys scanned.
+    IndexBuilds,
 }
 
 /// What a node needs to carry out operations.
@@ -137,6 +139,9 @@ impl NodeOperations {
             Operation::Decommission => return self.decommission().await,
             Operation::RemoveNode { host_id } => return self.remove_node(host_id).await,
             Operation::Streams => return Ok(self.streams()),
+            Operation::IndexBuilds => {
+                return Ok(json!(self.coordinator.index_catalog().progress()))
+            }
             _ => {}
         }
         let this = Arc::clone(self);
@@ -244,9 +249,10 @@ impl NodeOperations {
                 Ok(json!({ "trace_probability": self.coordinator.trace_sampler().probability() }))
             }
             Operation::NetStats => Ok(self.net_stats()),
-            Operation::Decommission | Operation::RemoveNode { .. } | Operation::Streams => {
-                Err("handled before".into())
-            }
+            Operation::Decommission
+            | Operation::RemoveNode { .. }
+            | Operation::Streams
+            | Operation::IndexBuilds => Err("handled before".into()),
         }
     }
 

@@ -53,6 +53,9 @@ pub enum AdminCommand {
     /// Tablet migrations under way (stage, from, to) and the node's streams: bytes
     /// done/total, rate, and the streaming policy's current limit.
     Streams(OperateArgs),
+    /// Secondary index builds on the node (for data that existed when an index was
+    /// created): each index, its table, keys scanned so far, and whether it is done.
+    Indexbuilds(OperateArgs),
 }
 
 #[derive(clap::Args)]
@@ -193,6 +196,7 @@ pub fn run(command: AdminCommand) -> anyhow::Result<()> {
         AdminCommand::Netstats(args) => (Operation::NetStats, args),
         AdminCommand::Decommission(args) => (Operation::Decommission, args),
         AdminCommand::Streams(args) => (Operation::Streams, args),
+        AdminCommand::Indexbuilds(args) => (Operation::IndexBuilds, args),
         AdminCommand::Removenode(args) => {
             let host_id = parse_host_id(&args.host_id)?;
             (Operation::RemoveNode { host_id }, args.operate)

@@ -13,6 +13,7 @@ use shoal_schema::{
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+mod indexes;
 mod user_types;
 
 pub(crate) fn schema_change(
@@ -74,6 +75,14 @@ pub(crate) async fn execute(
         } => {
             let keyspace = coordinator.keyspace_for(session, &name.keyspace)?;
             user_types::alter(coordinator, &keyspace, &name.name, *if_exists, action).await
+        }
+        Statement::CreateIndex(create) => {
+            let keyspace = coordinator.keyspace_for(session, &create.table.keyspace)?;
+            indexes::create(coordinator, &keyspace, create).await
+        }
+        Statement::DropIndex { name, if_exists } => {
+            let keyspace = coordinator.keyspace_for(session, &name.keyspace)?;
+            indexes::drop(coordinator, &keyspace, &name.name, *if_exists).await
         }
         Statement::DropType { name, if_exists } => {
             let keyspace = coordinator.keyspace_for(session, &name.keyspace)?;
@@ -529,6 +538,7 @@ async fn create_table(
                 definition.cql_type = user_types::resolve(keyspace_metadata, &definition.cql_type)?;
             }
             let mut table = TableMetadata {
+                indexes: Vec::new(),
                 keyspace: keyspace.clone(),
                 name: name.clone(),
                 id,
@@ -769,6 +779,18 @@ fn alter_table(
                     matches!(column.kind, ColumnKind::Regular | ColumnKind::Static),
                     || CqlError::invalid(format!("Cannot drop PRIMARY KEY column {name}")),
                 )?;
+                let dependent: Vec<&str> = table
+                    .indexes
+                    .iter()
+                    .filter(|i| i.column == *name)
+                    .map(|i| i.name.as_str())
+                    .collect();
+                ensure(dependent.is_empty(), || {
+                    CqlError::invalid(format!(
+                        "Cannot drop column {name} because it has dependent secondary indexes ({})",
+                        dependent.join(", ")
+                    ))
+                })?;
                 let dropped = table.columns.remove(index);
                 table.dropped_columns.insert(
                     dropped.name,
@@ -795,6 +817,10 @@ fn alter_table(
                     || CqlError::invalid(format!("Cannot rename non PRIMARY KEY column {from}")),
                 )?;
                 table.columns[index].name = to.clone();
+                // Indexes follow the column (their entries hold its values, not its name).
+                for index in table.indexes.iter_mut().filter(|i| i.column == *from) {
+                    index.column = to.clone();
+                }
             }
         }
         AlterTableAction::AlterType { .. } => {

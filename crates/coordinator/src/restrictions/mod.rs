@@ -252,6 +252,33 @@ impl WherePlan {
         self.partition_keys.is_some()
     }
 
+    /// Each filter's `(column index, operator, is a map entry)`, in the order of
+    /// [`Restrictions::filters`].
+    pub fn filter_shapes(&self) -> Vec<(usize, Operator, bool)> {
+        self.filters
+            .iter()
+            .map(|f| (f.column, f.operator, f.map_key.is_some()))
+            .collect()
+    }
+
+    /// Also checks the EQ restriction on clustering column `position` (part of the EQ
+    /// prefix) as a row filter, so an index on that column can answer a scan; `false`
+    /// when it is not a single-column EQ.
+    pub fn filter_clustering_eq(&mut self, table: &TableMetadata, position: usize) -> bool {
+        if self.prefix.tuples.is_some() {
+            return false;
+        }
+        match self.prefix.columns.get(position) {
+            Some(source @ ValuesSource::One(_)) => {
+                let filter =
+                    equality_filter(table, ColumnKind::Clustering, position, source.clone());
+                self.filters.push(filter);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// True when the restrictions pin down whole rows: every clustering column by EQ/IN.
     pub fn names_full_rows(&self, table: &TableMetadata) -> bool {
         self.clustering_prefix_columns == table.clustering_count() && !self.has_clustering_slice

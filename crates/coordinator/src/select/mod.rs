@@ -50,6 +50,58 @@ pub(crate) struct SelectPlan {
     reversed: bool,
     clustering_restricted: bool,
     pub(crate) class: StatementClass,
+    /// A scan answered through a secondary index: which index, and which of the bound
+    /// filters gives the value it looks up ([`crate::index`]).
+    pub(crate) index: Option<IndexChoice>,
+}
+
+/// The index a scan uses.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct IndexChoice {
+    pub(crate) id: TableId,
+    /// The position of its filter in the bound restrictions' filters.
+    pub(crate) filter: usize,
+}
+
+/// Which index answers the WHERE clause, and whether filters remain that only ALLOW
+/// FILTERING permits: with storage-attached indexes every indexed filter is answered (the
+/// others are checked on the rows); with the default index only one filter may be.
+fn choose_index(
+    table: &TableMetadata,
+    where_plan: &mut WherePlan,
+    scanning: bool,
+) -> (Option<IndexChoice>, bool) {
+    if table.indexes.is_empty() {
+        return (None, where_plan.needs_filtering);
+    }
+    // A scan restricted by EQ on an indexed clustering column: check it as a filter too.
+    if scanning && !where_plan.has_clustering_slice {
+        for position in 0..where_plan.clustering_prefix_columns {
+            let Some(column) = table.clustering().nth(position) else {
+                break;
+            };
+            if crate::index::index_for(table, &column.name, shoal_cql::ast::Operator::Eq, false)
+                .is_some()
+            {
+                where_plan.filter_clustering_eq(table, position);
+            }
+        }
+    }
+    let shapes = where_plan.filter_shapes();
+    let indexes: Vec<Option<&shoal_schema::IndexMetadata>> = shapes
+        .iter()
+        .map(|(column, operator, map_entry)| {
+            crate::index::index_for(table, &table.columns[*column].name, *operator, *map_entry)
+        })
+        .collect();
+    let Some(filter) = indexes.iter().position(Option::is_some) else {
+        return (None, where_plan.needs_filtering);
+    };
+    let all_answered = indexes.iter().all(|i| i.is_some_and(|i| i.sai))
+        || (shapes.len() == 1 && indexes[0].is_some());
+    let id = indexes[filter].map(|i| i.id);
+    let choice = id.filter(|_| scanning).map(|id| IndexChoice { id, filter });
+    (choice, !all_answered)
 }
 
 fn positive_int(term: &Option<TypedTerm>, bindings: Bindings<'_>) -> Result<Option<u64>, CqlError> {
@@ -163,18 +215,29 @@ impl SelectPlan {
             reversed: false,
             clustering_restricted: false,
             class: StatementClass::System,
+            index: None,
             table,
         };
         if plan.table.is_virtual {
             return Ok(plan);
         }
         let table = &plan.table;
-        let where_plan = WherePlan::analyse(table, &select.relations)?;
+        let mut where_plan = WherePlan::analyse(table, &select.relations)?;
         let scanning = !where_plan.names_partitions();
         let clustering_restricted =
             where_plan.clustering_prefix_columns > 0 || where_plan.has_clustering_slice;
-        let needs_filtering =
-            where_plan.needs_filtering || (scanning && clustering_restricted && !select.distinct);
+        let (index, filters_remain) = choose_index(table, &mut where_plan, scanning);
+        // An EQ on the first clustering column, indexed, is answered like any indexed
+        // filter (it was added as one).
+        let clustering_answered = index.is_some()
+            && where_plan.clustering_prefix_columns == 1
+            && !where_plan.has_clustering_slice
+            && table.clustering().next().is_some_and(|column| {
+                crate::index::index_for(table, &column.name, shoal_cql::ast::Operator::Eq, false)
+                    .is_some()
+            });
+        let needs_filtering = filters_remain
+            || (scanning && clustering_restricted && !select.distinct && !clustering_answered);
         ensure(!needs_filtering || select.allow_filtering, || {
             CqlError::invalid("Cannot execute this query as it might involve data filtering and thus may have unpredictable performance. If you want to execute this query despite the performance unpredictability, use ALLOW FILTERING")
         })?;
@@ -193,6 +256,7 @@ impl SelectPlan {
         };
         plan.clustering_restricted = clustering_restricted;
         plan.where_plan = where_plan;
+        plan.index = index;
         Ok(plan)
     }
 

@@ -14,6 +14,7 @@ use crate::internode::{Message, Peers, Reply};
 use parking_lot::Mutex;
 use shoal_model::{TableId, TabletId};
 use shoal_placement::MigrationId;
+use shoal_replication::index::LocalIndexes;
 use shoal_storage::Engine;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -80,6 +81,9 @@ pub struct Incoming {
     jobs: Mutex<HashMap<MigrationId, Arc<Job>>>,
     /// Niceness of the threads building and ingesting files.
     nice: u8,
+    /// This node's secondary indexes: what is ingested is indexed before the stream
+    /// completes (reads move here only after that).
+    indexes: Arc<std::sync::OnceLock<Arc<dyn LocalIndexes>>>,
 }
 
 impl Incoming {
@@ -95,7 +99,13 @@ impl Incoming {
             lane,
             jobs: Mutex::new(HashMap::new()),
             nice,
+            indexes: Arc::new(std::sync::OnceLock::new()),
         }
+    }
+
+    /// Indexes what is ingested from now on with `indexes`.
+    pub fn set_indexes(&self, indexes: Arc<dyn LocalIndexes>) {
+        let _ = self.indexes.set(indexes);
     }
 
     /// Starts (or finds) the job for `receive.migration` and waits a while for it:
@@ -236,6 +246,7 @@ impl Incoming {
     ) -> Result<tokio::sync::oneshot::Receiver<Result<(), String>>, String> {
         let (done, outcome) = tokio::sync::oneshot::channel();
         let engine = Arc::clone(&self.engine);
+        let indexes = Arc::clone(&self.indexes);
         let nice = self.nice;
         std::thread::Builder::new()
             .name("shoal-ingest".into())
@@ -247,7 +258,8 @@ impl Incoming {
                     .collect::<Result<Vec<_>, String>>()
                     .and_then(|files| {
                         let entries: Vec<_> = files.into_iter().flatten().collect();
-                        engine.ingest(&entries).map_err(|e| e.to_string())
+                        engine.ingest(&entries).map_err(|e| e.to_string())?;
+                        index_ingested(engine.as_ref(), indexes.get(), &entries)
                     });
                 let _ = done.send(ingested);
             })
@@ -278,4 +290,30 @@ impl Incoming {
         status.sort_by_key(|s| s.migration);
         status
     }
+}
+
+/// Writes the secondary index entries of cells just ingested (ingestion bypasses the
+/// write path that indexes everything else).
+fn index_ingested(
+    engine: &dyn Engine,
+    indexes: Option<&Arc<dyn LocalIndexes>>,
+    entries: &[(&[u8], &[u8])],
+) -> Result<(), String> {
+    let Some(indexes) = indexes else {
+        return Ok(());
+    };
+    for chunk in entries.chunks(4096) {
+        let cells: Vec<(Vec<u8>, Vec<u8>)> = chunk
+            .iter()
+            .map(|(key, value)| (key.to_vec(), value.to_vec()))
+            .collect();
+        let mut index_entries = Vec::new();
+        indexes.entries(&cells, &mut index_entries);
+        if !index_entries.is_empty() {
+            engine
+                .write(&shoal_storage::WriteBatch::from(index_entries))
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    engine.sync().map_err(|e| e.to_string())
 }

@@ -212,6 +212,11 @@ impl Streaming {
         }
     }
 
+    /// Indexes tablets streamed in with this node's secondary indexes.
+    pub fn set_indexes(&self, indexes: Arc<dyn shoal_replication::index::LocalIndexes>) {
+        self.incoming.set_indexes(indexes);
+    }
+
     /// Answers a streaming request from a peer.
     pub async fn handle(&self, request: StreamRequest) -> Result<StreamReply, String> {
         match request {

@@ -1,0 +1,584 @@
+//! Secondary indexes: what an index holds, kept in step with the data on every replica,
+//! and how a query uses it.
+//!
+//! - **Entries.** [`IndexCatalog`] is this node's view of the schema's indexes. The
+//!   replica hands it every batch of cells it applies (`shoal_replication::index`), and it
+//!   answers with the index entries those cells add, written in the same atomic batch: a
+//!   row marker per indexed base cell under the indexed value, carrying that cell's
+//!   timestamp and TTL, so it lives exactly as long as the cell (layout:
+//!   `shoal_model::keys::index_entry_key`). Client writes,
+//!   hints, read repair, repair and replayed batches all pass there, so no replica's
+//!   index is ever behind its data. Entries of values since overwritten or deleted stay
+//!   until they expire with their cell; a query never trusts them (below).
+//! - **Building.** An index created over existing data is built on every node in the
+//!   background ([`IndexCatalog::build_pending`]): a scan of the table's local data that
+//!   writes the same entries. Until a node's build is done it answers lookups by computing
+//!   those entries from its data as it scans it — slower, never incomplete. Tablets
+//!   streamed in are indexed as they arrive ([`IndexCatalog::index_range`]).
+//! - **Queries.** A SELECT whose WHERE clause filters on an indexed column without naming
+//!   its partitions reads the table like a filtered scan, but only the partitions the
+//!   index names: [`CandidateView`] is an engine whose cursors walk those candidates in
+//!   token order, fetched tablet by tablet from enough replicas for the consistency level.
+//!   The scan's own filters then check every row, so an index query returns exactly what
+//!   a filtered full scan would — never a stale hit — and pages, limits and replicas'
+//!   reconciliation work as for any scan.
+
+pub mod view;
+
+pub use view::CandidateView;
+
+use parking_lot::{Mutex, RwLock};
+use shoal_cql::ast::Operator;
+use shoal_model::clustering::{decode_component, encode_component};
+use shoal_model::keys::{self, ColumnPart};
+use shoal_model::{Cell, CqlType, TableId, Token, Value};
+use shoal_replication::index::{lookup_candidates, IndexLookup, LocalIndexes};
+use shoal_replication::{Cells, PartitionRef};
+use shoal_schema::{ColumnKind, IndexMetadata, IndexTarget, SchemaStore, TableMetadata};
+use shoal_storage::{Engine, WriteBatch};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// Where an index's value comes from in a stored row.
+#[derive(Debug, Clone)]
+enum Source {
+    /// A regular or static column's cells (by name).
+    Column { name: Vec<u8>, target: IndexTarget },
+    /// A clustering column: the component at `position` of every live row.
+    Clustering {
+        position: usize,
+        types: Vec<(CqlType, bool)>,
+    },
+    /// A component of a composite partition key.
+    PartitionKey { position: usize, count: usize },
+}
+
+/// One index as the write path applies it.
+#[derive(Debug, Clone)]
+struct IndexSpec {
+    id: TableId,
+    source: Source,
+    cql_type: CqlType,
+}
+
+/// The schema's indexes by table, for one schema version.
+#[derive(Default)]
+struct Indexed {
+    version: [u8; 16],
+    by_table: HashMap<TableId, Vec<IndexSpec>>,
+    /// Every index of the schema: its name, for messages.
+    names: HashMap<TableId, String>,
+}
+
+impl Indexed {
+    fn of(schema: &shoal_schema::Schema) -> Indexed {
+        let mut indexed = Indexed {
+            version: schema.version,
+            ..Indexed::default()
+        };
+        for table in schema.user_keyspaces().flat_map(|k| k.tables.values()) {
+            for index in &table.indexes {
+                let Some(spec) = IndexSpec::of(table, index) else {
+                    continue;
+                };
+                indexed.names.insert(index.id, index.name.clone());
+                indexed.by_table.entry(table.id).or_default().push(spec);
+            }
+        }
+        indexed
+    }
+}
+
+impl IndexSpec {
+    fn of(table: &TableMetadata, index: &IndexMetadata) -> Option<IndexSpec> {
+        let column = table.column(&index.column)?;
+        let source = match column.kind {
+            ColumnKind::Regular | ColumnKind::Static => Source::Column {
+                name: column.name.as_bytes().to_vec(),
+                target: index.target,
+            },
+            ColumnKind::Clustering => Source::Clustering {
+                position: column.position as usize,
+                types: table
+                    .clustering()
+                    .map(|c| (c.cql_type.clone(), c.descending))
+                    .collect(),
+            },
+            ColumnKind::PartitionKey => Source::PartitionKey {
+                position: column.position as usize,
+                count: table.partition_key_count(),
+            },
+        };
+        Some(IndexSpec {
+            id: index.id,
+            source,
+            cql_type: column.cql_type.clone(),
+        })
+    }
+
+    /// The indexed value (byte-comparable) this live cell gives, if any.
+    fn value_of(
+        &self,
+        partition_key: &[u8],
+        section: u8,
+        clustering: &[u8],
+        part: &ColumnPart<'_>,
+        cell: &Cell,
+    ) -> Option<Vec<u8>> {
+        let encoded = |value: &Value| {
+            let mut out = Vec::new();
+            encode_component(&mut out, value, false);
+            out
+        };
+        match &self.source {
+            Source::Column { name, target } => {
+                let ColumnPart::Cell { column, path } = part else {
+                    return None;
+                };
+                if *column != name.as_slice() {
+                    return None;
+                }
+                match (&self.cql_type, target) {
+                    (
+                        CqlType::List {
+                            element,
+                            frozen: false,
+                        },
+                        IndexTarget::Values,
+                    ) => Value::deserialize(element, &cell.value)
+                        .ok()
+                        .map(|v| encoded(&v)),
+                    // A set's element and a map's key are the cell path, already encoded.
+                    (CqlType::Set { frozen: false, .. }, IndexTarget::Values)
+                    | (CqlType::Map { frozen: false, .. }, IndexTarget::Keys) => {
+                        Some(path.to_vec())
+                    }
+                    (
+                        CqlType::Map {
+                            value,
+                            frozen: false,
+                            ..
+                        },
+                        IndexTarget::Values,
+                    ) => Value::deserialize(value, &cell.value)
+                        .ok()
+                        .map(|v| encoded(&v)),
+                    (
+                        CqlType::Map {
+                            value,
+                            frozen: false,
+                            ..
+                        },
+                        IndexTarget::Entries,
+                    ) => {
+                        let value = Value::deserialize(value, &cell.value).ok()?;
+                        let mut entry = path.to_vec();
+                        encode_component(&mut entry, &value, false);
+                        Some(entry)
+                    }
+                    (cql_type, _) if !cql_type.is_multi_cell() => {
+                        Value::deserialize(cql_type, &cell.value)
+                            .ok()
+                            .map(|v| encoded(&v))
+                    }
+                    _ => None,
+                }
+            }
+            Source::Clustering { position, types } => {
+                if section != keys::SECTION_ROW {
+                    return None;
+                }
+                let mut rest = clustering;
+                for (index, (cql_type, descending)) in types.iter().enumerate() {
+                    let (value, used) = decode_component(rest, cql_type, *descending).ok()?;
+                    if index == *position {
+                        return Some(encoded(&value));
+                    }
+                    rest = rest.get(used..)?;
+                }
+                None
+            }
+            Source::PartitionKey { position, count } => {
+                let components = keys::split_partition_key(partition_key, *count)?;
+                let value = Value::deserialize(&self.cql_type, components.get(*position)?).ok()?;
+                Some(encoded(&value))
+            }
+        }
+    }
+}
+
+/// The byte-comparable value an index lookup searches for, from a query's bound filter:
+/// the value (`=`, `CONTAINS`, `CONTAINS KEY`), or `key ++ value` for `m[key] = value`.
+pub(crate) fn lookup_value(filter: &crate::restrictions::Filter) -> Option<Vec<u8>> {
+    let value = match (filter.operator, filter.values.as_slice()) {
+        (Operator::Eq | Operator::Contains | Operator::ContainsKey, [value]) => value,
+        _ => return None,
+    };
+    let mut out = Vec::new();
+    if let Some(key) = &filter.map_key {
+        encode_component(&mut out, key, false);
+    }
+    encode_component(&mut out, value, false);
+    Some(out)
+}
+
+/// Which index of `table` can answer a filter with `operator` on `column` (`map_entry`:
+/// the filter is `m[key] = value`).
+pub(crate) fn index_for<'t>(
+    table: &'t TableMetadata,
+    column: &str,
+    operator: Operator,
+    map_entry: bool,
+) -> Option<&'t IndexMetadata> {
+    let cql_type = &table.column(column)?.cql_type;
+    table.indexes.iter().find(|index| {
+        index.column == column
+            && match (operator, index.target) {
+                (Operator::Eq, IndexTarget::Entries) => map_entry,
+                (Operator::Eq, IndexTarget::Values) => !map_entry && !cql_type.is_collection(),
+                (Operator::Eq, IndexTarget::Full) => !map_entry,
+                (Operator::Contains, IndexTarget::Values) => cql_type.is_multi_cell(),
+                (Operator::ContainsKey, IndexTarget::Keys) => true,
+                _ => false,
+            }
+    })
+}
+
+/// How far this node's build of one index has come.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct BuildProgress {
+    pub index: String,
+    pub table: String,
+    /// Stored keys of the table scanned so far.
+    pub keys_scanned: u64,
+    pub done: bool,
+}
+
+/// The metadata key recording that an index's build finished on this node.
+fn built_key(index: &TableId) -> Vec<u8> {
+    let mut key = b"index-built/".to_vec();
+    key.extend_from_slice(&index.0);
+    key
+}
+
+/// Entries written per batch while building.
+const BUILD_BATCH_ENTRIES: usize = 2048;
+
+/// This node's secondary indexes.
+pub struct IndexCatalog {
+    schema: Arc<SchemaStore>,
+    engine: Arc<dyn Engine>,
+    indexed: RwLock<Arc<Indexed>>,
+    /// Indexes whose build finished here (their entries cover everything stored).
+    built: RwLock<HashSet<TableId>>,
+    /// Builds under way or done since the node started, by index.
+    progress: Mutex<HashMap<TableId, BuildProgress>>,
+}
+
+impl IndexCatalog {
+    pub fn new(schema: Arc<SchemaStore>, engine: Arc<dyn Engine>) -> IndexCatalog {
+        let built = engine
+            .metadata_with_prefix(b"index-built/")
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(key, _)| {
+                let id: [u8; 16] = key.get(12..28)?.try_into().ok()?;
+                Some(TableId(id))
+            })
+            .collect();
+        IndexCatalog {
+            schema,
+            engine,
+            indexed: RwLock::new(Arc::new(Indexed::default())),
+            built: RwLock::new(built),
+            progress: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The indexes of the current schema (recomputed when its version changes).
+    fn current(&self) -> Arc<Indexed> {
+        let schema = self.schema.current();
+        {
+            let indexed = self.indexed.read();
+            if indexed.version == schema.version {
+                return Arc::clone(&indexed);
+            }
+        }
+        let fresh = Arc::new(Indexed::of(&schema));
+        for id in fresh.names.keys() {
+            // Stale entries are dropped by compaction as soon as they are deleted.
+            self.engine.set_gc_grace_seconds(*id, 0);
+        }
+        *self.indexed.write() = Arc::clone(&fresh);
+        fresh
+    }
+
+    /// The entries of `cells` for the indexes in `indexed`: one per indexed live cell.
+    fn entries_with(indexed: &Indexed, cells: &Cells, out: &mut Cells) {
+        if indexed.by_table.is_empty() {
+            return;
+        }
+        let now = shoal_model::timestamp::now_seconds();
+        for (key, value) in cells {
+            let Some(specs) = TableId::of_key(key).and_then(|t| indexed.by_table.get(&t)) else {
+                continue;
+            };
+            let Ok(cell) = Cell::decode(value) else {
+                continue;
+            };
+            if !cell.is_live(now) {
+                continue;
+            }
+            let Some((_, partition_key, rest)) = keys::split_partition(key) else {
+                continue;
+            };
+            let Some((section, clustering, column_part)) = keys::split_row_key(rest) else {
+                continue;
+            };
+            let (Some(part), Some(base_cell)) = (
+                keys::parse_column_part(column_part),
+                keys::base_cell_of(key),
+            ) else {
+                continue;
+            };
+            for spec in specs {
+                let Some(indexed_value) =
+                    spec.value_of(partition_key, section, clustering, &part, &cell)
+                else {
+                    continue;
+                };
+                let Some(entry_key) = keys::index_entry_key(&spec.id, &indexed_value, base_cell)
+                else {
+                    tracing::warn!("a value too large to index was not indexed");
+                    continue;
+                };
+                let entry = Cell {
+                    value: Vec::new(),
+                    ..cell.clone()
+                };
+                out.push((entry_key, entry.encode()));
+            }
+        }
+    }
+
+    /// Starts a background build, on a blocking thread, of every index of the schema
+    /// that this node has not built yet; forgets indexes that were dropped (removing
+    /// their entries).
+    pub fn build_pending(self: &Arc<Self>) {
+        let indexed = self.current();
+        let schema = self.schema.current();
+        let dropped: Vec<TableId> = self
+            .built
+            .read()
+            .iter()
+            .filter(|id| !indexed.names.contains_key(id))
+            .copied()
+            .collect();
+        for id in dropped {
+            let _ = self
+                .engine
+                .delete_range(&keys::table_prefix(&id), &keys::table_end(&id));
+            let _ = self.engine.delete_metadata(&built_key(&id));
+            self.built.write().remove(&id);
+        }
+        for table in schema.user_keyspaces().flat_map(|k| k.tables.values()) {
+            for index in &table.indexes {
+                if self.built.read().contains(&index.id) {
+                    continue;
+                }
+                {
+                    let mut progress = self.progress.lock();
+                    if progress.contains_key(&index.id) {
+                        continue;
+                    }
+                    progress.insert(
+                        index.id,
+                        BuildProgress {
+                            index: index.name.clone(),
+                            table: format!("{}.{}", table.keyspace, table.name),
+                            ..BuildProgress::default()
+                        },
+                    );
+                }
+                let catalog = Arc::clone(self);
+                let (index_id, table_id) = (index.id, table.id);
+                tokio::task::spawn_blocking(move || match catalog.build(index_id, table_id) {
+                    Ok(()) => {}
+                    Err(error) => {
+                        tracing::warn!(%error, "building a secondary index failed; retrying");
+                        catalog.progress.lock().remove(&index_id);
+                    }
+                });
+            }
+        }
+    }
+
+    /// Writes the entries of `index` for every cell of `table` stored here.
+    fn build(&self, index: TableId, table: TableId) -> Result<(), String> {
+        let lower = keys::table_prefix(&table);
+        let upper = keys::table_end(&table);
+        self.index_range_with(&lower, &upper, Some(index))?;
+        self.engine.sync().map_err(|e| e.to_string())?;
+        self.engine
+            .put_metadata(&built_key(&index), b"")
+            .map_err(|e| e.to_string())?;
+        self.built.write().insert(index);
+        if let Some(progress) = self.progress.lock().get_mut(&index) {
+            progress.done = true;
+        }
+        tracing::info!(index = ?index, "secondary index built");
+        Ok(())
+    }
+
+    /// Writes the index entries of every cell stored in `[lower, upper)` (a tablet just
+    /// streamed to this node), for every index of its table.
+    pub fn index_range(&self, lower: &[u8], upper: &[u8]) -> Result<(), String> {
+        self.index_range_with(lower, upper, None)
+    }
+
+    fn index_range_with(
+        &self,
+        lower: &[u8],
+        upper: &[u8],
+        only: Option<TableId>,
+    ) -> Result<(), String> {
+        let indexed = self.current();
+        let mut restricted = Indexed::default();
+        let indexed: &Indexed = match only {
+            None => &indexed,
+            Some(id) => {
+                for (table, specs) in &indexed.by_table {
+                    let kept: Vec<IndexSpec> =
+                        specs.iter().filter(|s| s.id == id).cloned().collect();
+                    if !kept.is_empty() {
+                        restricted.by_table.insert(*table, kept);
+                    }
+                }
+                &restricted
+            }
+        };
+        if indexed.by_table.is_empty() {
+            return Ok(());
+        }
+        let mut cursor = self
+            .engine
+            .stream_range(lower, upper)
+            .map_err(|e| e.to_string())?;
+        let mut cells: Cells = Vec::new();
+        let mut scanned = 0u64;
+        while let Some((key, value)) = cursor.current() {
+            cells.push((key.to_vec(), value.to_vec()));
+            cursor.advance();
+            scanned += 1;
+            if cells.len() >= BUILD_BATCH_ENTRIES {
+                self.write_entries(indexed, &std::mem::take(&mut cells))?;
+                if let Some(id) = only {
+                    if let Some(progress) = self.progress.lock().get_mut(&id) {
+                        progress.keys_scanned = scanned;
+                    }
+                }
+            }
+        }
+        cursor.status().map_err(|e| e.to_string())?;
+        self.write_entries(indexed, &cells)?;
+        if let Some(id) = only {
+            if let Some(progress) = self.progress.lock().get_mut(&id) {
+                progress.keys_scanned = scanned;
+            }
+        }
+        Ok(())
+    }
+
+    fn write_entries(&self, indexed: &Indexed, cells: &Cells) -> Result<(), String> {
+        let mut entries = Vec::new();
+        Self::entries_with(indexed, cells, &mut entries);
+        if entries.is_empty() {
+            return Ok(());
+        }
+        self.engine
+            .write(&WriteBatch::from(entries))
+            .map_err(|e| e.to_string())
+    }
+
+    /// Every build this node ran or is running since it started.
+    pub fn progress(&self) -> Vec<BuildProgress> {
+        let mut all: Vec<BuildProgress> = self.progress.lock().values().cloned().collect();
+        all.sort_by(|a, b| (&a.table, &a.index).cmp(&(&b.table, &b.index)));
+        all
+    }
+}
+
+impl LocalIndexes for IndexCatalog {
+    fn entries(&self, cells: &Cells, out: &mut Cells) {
+        let indexed = self.current();
+        Self::entries_with(&indexed, cells, out);
+    }
+
+    fn candidates(
+        &self,
+        engine: &dyn Engine,
+        lookup: &IndexLookup,
+        upto: Token,
+    ) -> Result<Vec<PartitionRef>, String> {
+        let indexed = self.current();
+        if !indexed.names.contains_key(&lookup.index) {
+            return Err("the index was dropped".into());
+        }
+        if self.is_built(&lookup.index) {
+            return lookup_candidates(engine, lookup, upto);
+        }
+        // Still building here: the same entries, computed from the data as it is read.
+        let Some(spec) = indexed
+            .by_table
+            .get(&lookup.table)
+            .and_then(|specs| specs.iter().find(|s| s.id == lookup.index))
+        else {
+            return Err("the index was dropped".into());
+        };
+        let only = Indexed {
+            by_table: HashMap::from([(lookup.table, vec![spec.clone()])]),
+            ..Indexed::default()
+        };
+        let lower = keys::token_prefix(&lookup.table, lookup.from);
+        let upper = match upto.0.checked_add(1) {
+            Some(next) => keys::token_prefix(&lookup.table, Token(next)),
+            None => keys::table_end(&lookup.table),
+        };
+        let mut cursor = engine
+            .scan(&lower, &upper, false)
+            .map_err(|e| e.to_string())?;
+        let (wanted_lower, _) = keys::index_value_range(&lookup.index, &lookup.value, Token::MIN);
+        let value_prefix = keys::index_value_prefix(&lookup.index, &lookup.value);
+        let mut found: Vec<PartitionRef> = Vec::new();
+        while let Some((key, value)) = cursor.current() {
+            let cells = vec![(key.to_vec(), value.to_vec())];
+            let mut entries = Vec::new();
+            Self::entries_with(&only, &cells, &mut entries);
+            for (entry, _) in entries {
+                if entry.starts_with(&value_prefix) && entry >= wanted_lower {
+                    if let Some((token, partition_key)) = keys::index_entry_base(&entry) {
+                        let same = found
+                            .last()
+                            .is_some_and(|(t, k)| *t == token && k.as_slice() == partition_key);
+                        if !same {
+                            if found.len() >= lookup.limit as usize {
+                                return Ok(found);
+                            }
+                            found.push((token, partition_key.to_vec()));
+                        }
+                    }
+                }
+            }
+            cursor.advance();
+        }
+        cursor.status().map_err(|e| e.to_string())?;
+        Ok(found)
+    }
+}
+
+impl IndexCatalog {
+    /// True once this node's build of `index` is done.
+    pub(crate) fn is_built(&self, index: &TableId) -> bool {
+        self.built.read().contains(index)
+    }
+}

@@ -1,0 +1,211 @@
+"""Secondary indexes on one node: CREATE INDEX (default and `USING 'sai'`, named and
+unnamed, IF NOT EXISTS) on regular, static and clustering columns, partition-key
+components and collections (`CONTAINS`, `CONTAINS KEY`, `m[k] = v`); queries with and
+without the partition key, AND of several restrictions, paging, and the index following
+updates, deletes and TTLs (never a stale hit, never a missed one); DROP INDEX; the schema
+tables and DESCRIBE; Cassandra's errors. Runs against Cassandra too
+(`--against-cassandra`); the randomized comparison with a filtered full scan is in
+`test_indexes_model.py`."""
+
+import time
+
+import pytest
+from cassandra import InvalidRequest, ReadFailure
+from cassandra.protocol import ConfigurationException
+from cassandra.query import SimpleStatement
+
+
+def when_built(session, query, timeout=30):
+    """Runs `query` once the index it uses has been built for the data that existed when
+    it was created (until then Cassandra fails the read with INDEX_NOT_AVAILABLE, Shoal
+    with "not yet available as it is building")."""
+    deadline = time.time() + timeout
+    while True:
+        try:
+            return list(session.execute(query))
+        except (ReadFailure, InvalidRequest) as error:
+            if "INDEX_NOT_AVAILABLE" not in str(error) and "building" not in str(error) \
+                    and "UNKNOWN" not in str(error):
+                raise
+            if time.time() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def users(session, using=""):
+    session.execute("CREATE TABLE users (id int PRIMARY KEY, email text, country text, age int)")
+    session.execute(f"CREATE INDEX users_email ON users (email) {using}")
+    for i in range(20):
+        session.execute("INSERT INTO users (id, email, country, age) VALUES (%s, %s, %s, %s)",
+                        (i, f"user{i}@example.com", ["fr", "jp", "us"][i % 3], 20 + i % 5))
+
+
+@pytest.mark.parametrize("using", ["", "USING 'sai'"])
+def test_an_indexed_column_is_queried_by_equality(session, using):
+    users(session, using)
+    row = session.execute("SELECT id, email FROM users WHERE email = 'user7@example.com'").one()
+    assert (row.id, row.email) == (7, "user7@example.com")
+    assert list(session.execute("SELECT id FROM users WHERE email = 'nobody@example.com'")) == []
+    select = session.prepare("SELECT id FROM users WHERE email = ?")
+    assert [r.id for r in session.execute(select, ("user12@example.com",))] == [12]
+
+
+def test_the_index_follows_updates_deletes_and_ttls(session):
+    users(session)
+    session.execute("UPDATE users SET email = 'new@example.com' WHERE id = 3")
+    assert list(session.execute("SELECT id FROM users WHERE email = 'user3@example.com'")) == []
+    assert [r.id for r in session.execute("SELECT id FROM users WHERE email = 'new@example.com'")] == [3]
+    session.execute("DELETE FROM users WHERE id = 4")
+    assert list(session.execute("SELECT id FROM users WHERE email = 'user4@example.com'")) == []
+    session.execute("DELETE email FROM users WHERE id = 5")
+    assert list(session.execute("SELECT id FROM users WHERE email = 'user5@example.com'")) == []
+    session.execute("INSERT INTO users (id, email) VALUES (100, 'brief@example.com') USING TTL 1")
+    assert [r.id for r in session.execute("SELECT id FROM users WHERE email = 'brief@example.com'")] == [100]
+    time.sleep(2.1)
+    assert list(session.execute("SELECT id FROM users WHERE email = 'brief@example.com'")) == []
+    # Two rows with one value; the old value of an overwritten row is gone.
+    session.execute("UPDATE users SET email = 'new@example.com' WHERE id = 6")
+    assert sorted(r.id for r in session.execute("SELECT id FROM users WHERE email = 'new@example.com'")) == [3, 6]
+
+
+def test_many_matches_are_paged(session):
+    session.execute("CREATE TABLE events (id int PRIMARY KEY, kind text)")
+    session.execute("CREATE INDEX ON events (kind)")
+    insert = session.prepare("INSERT INTO events (id, kind) VALUES (?, ?)")
+    for i in range(300):
+        session.execute(insert, (i, "odd" if i % 2 else "even"))
+    statement = SimpleStatement("SELECT id FROM events WHERE kind = 'odd'", fetch_size=17)
+    result = session.execute(statement)
+    ids = [r.id for r in result]
+    assert sorted(ids) == list(range(1, 300, 2))
+    assert len(ids) == len(set(ids))
+    limited = [r.id for r in session.execute("SELECT id FROM events WHERE kind = 'even' LIMIT 7")]
+    assert len(limited) == 7 and all(i % 2 == 0 for i in limited)
+
+
+def test_an_existing_table_is_indexed_when_the_index_is_created(session):
+    session.execute("CREATE TABLE t (k int PRIMARY KEY, v text)")
+    for i in range(200):
+        session.execute("INSERT INTO t (k, v) VALUES (%s, %s)", (i, f"v{i % 10}"))
+    session.execute("CREATE INDEX t_v ON t (v)")
+    ids = sorted(r.k for r in when_built(session, "SELECT k FROM t WHERE v = 'v3'"))
+    assert ids == list(range(3, 200, 10))
+
+
+def test_static_clustering_and_partition_key_columns_are_indexed(session):
+    session.execute("CREATE TABLE t (a int, b int, c int, s text static, v int, PRIMARY KEY ((a, b), c))")
+    session.execute("CREATE INDEX ON t (s)")
+    session.execute("CREATE INDEX ON t (c)")
+    session.execute("CREATE INDEX ON t (b)")
+    for a in range(3):
+        for b in range(2):
+            session.execute("INSERT INTO t (a, b, s) VALUES (%s, %s, %s)", (a, b, f"s{a}"))
+            for c in range(3):
+                session.execute("INSERT INTO t (a, b, c, v) VALUES (%s, %s, %s, %s)", (a, b, c, a * 100 + b * 10 + c))
+    rows = sorted((r.a, r.b, r.c) for r in session.execute("SELECT a, b, c FROM t WHERE s = 's1'"))
+    assert rows == [(1, b, c) for b in range(2) for c in range(3)]
+    rows = sorted(r.v for r in session.execute("SELECT v FROM t WHERE c = 2"))
+    assert rows == sorted(a * 100 + b * 10 + 2 for a in range(3) for b in range(2))
+    rows = sorted(r.v for r in session.execute("SELECT v FROM t WHERE b = 1"))
+    assert rows == sorted(a * 100 + 10 + c for a in range(3) for c in range(3))
+
+
+def test_collections_are_indexed_by_values_keys_and_entries(session):
+    session.execute("CREATE TABLE t (k int PRIMARY KEY, tags set<text>, scores list<int>, attrs map<text, text>, "
+                    "fixed frozen<list<int>>)")
+    session.execute("CREATE INDEX ON t (tags)")
+    session.execute("CREATE INDEX ON t (VALUES(scores))")
+    session.execute("CREATE INDEX ON t (KEYS(attrs))")
+    session.execute("CREATE INDEX attrs_entries ON t (ENTRIES(attrs))")
+    session.execute("CREATE INDEX ON t (FULL(fixed))")
+    session.execute("INSERT INTO t (k, tags, scores, attrs, fixed) VALUES (1, {'a', 'b'}, [1, 2], {'color': 'red'}, [1, 2])")
+    session.execute("INSERT INTO t (k, tags, scores, attrs, fixed) VALUES (2, {'b'}, [2, 3], {'size': 'big', 'color': 'blue'}, [3])")
+    assert sorted(r.k for r in session.execute("SELECT k FROM t WHERE tags CONTAINS 'b'")) == [1, 2]
+    assert [r.k for r in session.execute("SELECT k FROM t WHERE tags CONTAINS 'a'")] == [1]
+    assert [r.k for r in session.execute("SELECT k FROM t WHERE scores CONTAINS 3")] == [2]
+    assert sorted(r.k for r in session.execute("SELECT k FROM t WHERE attrs CONTAINS KEY 'color'")) == [1, 2]
+    assert [r.k for r in session.execute("SELECT k FROM t WHERE attrs['color'] = 'blue'")] == [2]
+    assert [r.k for r in session.execute("SELECT k FROM t WHERE fixed = [1, 2]")] == [1]
+    session.execute("UPDATE t SET tags = tags - {'b'} WHERE k = 2")
+    assert [r.k for r in session.execute("SELECT k FROM t WHERE tags CONTAINS 'b'")] == [1]
+
+
+def test_several_restrictions_combine(session):
+    users(session, "USING 'sai'")
+    session.execute("CREATE INDEX ON users (country) USING 'sai'")
+    rows = sorted(r.id for r in when_built(session, "SELECT id FROM users WHERE country = 'jp' AND email = 'user4@example.com'"))
+    assert rows == [4]
+    # A restriction on a column without an index needs ALLOW FILTERING.
+    with pytest.raises(InvalidRequest) as refused:
+        session.execute("SELECT id FROM users WHERE country = 'jp' AND age = 21")
+    assert "ALLOW FILTERING" in str(refused.value)
+    rows = sorted(r.id for r in session.execute("SELECT id FROM users WHERE country = 'jp' AND age = 21 ALLOW FILTERING"))
+    assert rows == [i for i in range(20) if i % 3 == 1 and 20 + i % 5 == 21]
+    # With the partition key named, the index is not needed.
+    assert [r.id for r in session.execute("SELECT id FROM users WHERE id = 4 AND email = 'user4@example.com'")] == [4]
+
+
+def test_drop_index_and_the_schema_tables(session):
+    keyspace = session.keyspace
+    users(session)
+    session.execute("CREATE INDEX IF NOT EXISTS users_email ON users (email)")
+    session.execute("CREATE INDEX ON users (country) USING 'sai'")
+    indexes = {r.index_name: (r.kind, dict(r.options)) for r in session.execute(
+        "SELECT index_name, kind, options FROM system_schema.indexes WHERE keyspace_name = %s AND table_name = 'users'",
+        (keyspace,))}
+    assert indexes["users_email"] == ("COMPOSITES", {"target": "email"})
+    assert indexes["users_country_idx"][0] == "CUSTOM"
+    assert indexes["users_country_idx"][1]["target"] == "country"
+    described = [r.create_statement for r in session.execute(f"DESCRIBE TABLE {keyspace}.users")]
+    assert f"CREATE INDEX users_email ON {keyspace}.users (email);" in described
+    assert f"CREATE CUSTOM INDEX users_country_idx ON {keyspace}.users (country) USING 'sai';" in described
+    session.execute("DROP INDEX users_email")
+    with pytest.raises(InvalidRequest) as refused:
+        session.execute("SELECT id FROM users WHERE email = 'user1@example.com'")
+    assert "ALLOW FILTERING" in str(refused.value)
+    session.execute("DROP INDEX IF EXISTS users_email")
+    with pytest.raises(InvalidRequest):
+        session.execute("DROP INDEX users_email")
+
+
+@pytest.mark.parametrize("statement, message", [
+    ("CREATE INDEX ON t (nosuchcolumn)", "Undefined column name nosuchcolumn"),
+    ("CREATE INDEX ON t (k)", "Cannot create secondary index on the only partition key column k"),
+    ("CREATE INDEX ON t (KEYS(v))", "Cannot create keys() index on v. Non-collection columns only support simple indexes"),
+    ("CREATE INDEX ON nosuchtable (v)", "nosuchtable"),
+])
+def test_bad_index_statements_get_clear_errors(session, statement, message):
+    session.execute("CREATE TABLE t (k int PRIMARY KEY, v int)")
+    with pytest.raises(InvalidRequest) as refused:
+        session.execute(statement)
+    assert message in str(refused.value)
+
+
+def test_an_unknown_index_class_is_refused(session):
+    session.execute("CREATE TABLE t (k int PRIMARY KEY, v int)")
+    with pytest.raises(ConfigurationException) as refused:
+        session.execute("CREATE INDEX ON t (v) USING 'org.example.NoSuchIndex'")
+    assert "Unable to find custom indexer class 'org.example.NoSuchIndex'" in str(refused.value)
+
+
+def test_an_indexed_column_cannot_be_dropped_and_a_renamed_key_keeps_its_index(session):
+    session.execute("CREATE TABLE t (k int, c int, v int, PRIMARY KEY (k, c))")
+    session.execute("CREATE INDEX t_v ON t (v)")
+    session.execute("CREATE INDEX t_c ON t (c)")
+    with pytest.raises(InvalidRequest) as refused:
+        session.execute("ALTER TABLE t DROP v")
+    assert "Cannot drop column v because it has dependent secondary indexes (t_v)" in str(refused.value)
+    session.execute("INSERT INTO t (k, c, v) VALUES (1, 2, 3)")
+    session.execute("ALTER TABLE t RENAME c TO d")
+    assert [tuple(r) for r in session.execute("SELECT k, d FROM t WHERE d = 2")] == [(1, 2)]
+
+
+def test_a_duplicate_index_is_refused(session):
+    session.execute("CREATE TABLE t (k int PRIMARY KEY, v int)")
+    session.execute("CREATE INDEX one ON t (v)")
+    with pytest.raises(InvalidRequest) as refused:
+        session.execute("CREATE INDEX two ON t (v)")
+    assert "duplicate of existing index one" in str(refused.value)
+    with pytest.raises(Exception) as refused:
+        session.execute("CREATE INDEX one ON t (v)")
+    assert "already exists" in str(refused.value)
