@@ -50,19 +50,20 @@ def cluster(tmp_path):
         local.stop()
 
 
-def create_schema(cluster):
+def create_schema(cluster, keyspace="counting", replication_factor=3):
     driver, session = session_on(cluster, ADDRESSES[0], timeout=30)
     try:
-        session.execute("CREATE KEYSPACE counting WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 3}")
-        session.execute("CREATE TABLE counting.c (k int PRIMARY KEY, n counter)")
+        session.execute(f"CREATE KEYSPACE {keyspace} WITH replication = "
+                        f"{{'class': 'SimpleStrategy', 'replication_factor': {replication_factor}}}")
+        session.execute(f"CREATE TABLE {keyspace}.c (k int PRIMARY KEY, n counter)")
     finally:
         driver.shutdown()
 
 
-def read_counters(cluster, address, consistency):
+def read_counters(cluster, address, consistency, keyspace="counting"):
     driver, session = session_on(cluster, address, consistency, timeout=30)
     try:
-        select = session.prepare("SELECT n FROM counting.c WHERE k = ?")
+        select = session.prepare(f"SELECT n FROM {keyspace}.c WHERE k = ?")
         values = {}
         for key in range(COUNTERS):
             row = session.execute(select, (key,)).one()
@@ -95,6 +96,24 @@ def test_increments_through_every_coordinator_add_up_on_every_replica(cluster):
     # A read at ALL read-repaired every replica: each alone now answers the total.
     for address in ADDRESSES:
         assert read_counters(cluster, address, ConsistencyLevel.ONE) == expected, address
+
+
+def test_a_coordinator_that_holds_no_replica_forwards_increments_to_a_leader(cluster):
+    # RF=1 on three nodes: most counters live on another node than the coordinator, which
+    # forwards the increment to the one replica to lead it.
+    create_schema(cluster, "single", replication_factor=1)
+    expected = {key: 0 for key in range(COUNTERS)}
+    for number, address in enumerate(ADDRESSES):
+        driver, session = session_on(cluster, address, ConsistencyLevel.ONE)
+        try:
+            increment = session.prepare("UPDATE single.c SET n = n + ? WHERE k = ?")
+            for key in range(COUNTERS):
+                session.execute(increment, (number + key, key))
+                expected[key] += number + key
+        finally:
+            driver.shutdown()
+    for address in ADDRESSES:
+        assert read_counters(cluster, address, ConsistencyLevel.ONE, keyspace="single") == expected, address
 
 
 class Tally:

@@ -133,6 +133,10 @@ pub struct Coordinator {
     trace_sampler: shoal_trace::Sampler,
 }
 
+/// An index query whose value names at most this many partitions runs inline, like a
+/// read of named partitions; more, and it runs on the scan stage.
+pub const INLINE_INDEX_CANDIDATES: u32 = 64;
+
 /// How many scans may run at once; further scans wait for a slot.
 pub const SCAN_SLOTS: usize = 4;
 
@@ -573,7 +577,17 @@ impl Coordinator {
             StatementClass::System => {
                 return select.execute(self, self.engine().as_ref(), parameters, bindings, None)
             }
-            StatementClass::Scan => return Box::pin(self.run_scan(select, parameters)).await,
+            StatementClass::Scan => {
+                if let Some(choice) = select.index {
+                    let inline = Box::pin(
+                        self.run_selective_index_query(select, choice, parameters, bindings),
+                    );
+                    if let Some(result) = inline.await? {
+                        return Ok(result);
+                    }
+                }
+                return Box::pin(self.run_scan(select, parameters)).await;
+            }
             _ => {}
         }
         let restrictions = select.where_plan.bind(&select.table, bindings)?;
@@ -694,11 +708,66 @@ impl Coordinator {
             runtime.block_on(replication.index_candidates(lookup, consistency))
         });
         Ok(index::CandidateView::new(
-            source,
-            Arc::clone(self.engine()),
+            index::view::Rows::of(source, self.engine()),
             table,
             fetch,
         ))
+    }
+
+    /// An index query that names few partitions runs like a read of named partitions:
+    /// inline, its candidates read at the level from their replicas (this node alone
+    /// when it can answer). `None` when the index names more partitions than that, or they
+    /// are too large to gather: the query then runs as a scan.
+    async fn run_selective_index_query(
+        self: &Arc<Self>,
+        select: &Arc<SelectPlan>,
+        choice: select::IndexChoice,
+        parameters: &QueryParameters,
+        bindings: values::Bindings<'_>,
+    ) -> Result<Option<ResultBody>, CqlError> {
+        let restrictions = select.where_plan.bind(&select.table, bindings)?;
+        let Some(value) = restrictions
+            .filters
+            .get(choice.filter)
+            .and_then(index::lookup_value)
+        else {
+            return Ok(None);
+        };
+        let table = select.table.id;
+        let lookup = shoal_replication::index::IndexLookup {
+            table,
+            index: choice.id,
+            value,
+            from: shoal_model::Token::MIN,
+            limit: INLINE_INDEX_CANDIDATES + 1,
+        };
+        let candidates = self
+            .replication
+            .index_candidates(lookup, parameters.consistency)
+            .await?;
+        if candidates.len() > INLINE_INDEX_CANDIDATES as usize {
+            return Ok(None);
+        }
+        // Held until the read is done (a topology barrier waits for it).
+        let mut _in_flight = None;
+        let rows = match self
+            .replication
+            .read_partitions(table, &candidates, parameters.consistency)
+            .await?
+        {
+            PartitionSource::Local(guard) => {
+                _in_flight = Some(guard);
+                index::view::Rows::Engine(Arc::clone(self.engine()))
+            }
+            PartitionSource::Merged(merged) => index::view::Rows::Engine(Arc::new(merged)),
+            PartitionSource::TooLarge => return Ok(None),
+        };
+        let view = index::CandidateView::of_candidates(rows, table, candidates);
+        let result = select.execute(self, &view, parameters, bindings, None);
+        match view.take_error() {
+            Some(error) => Err(error),
+            None => result.map(Some),
+        }
     }
 
     /// This node's secondary indexes: the server builds them as the schema asks

@@ -362,8 +362,9 @@ mod tests {
 }
 
 /// Local secondary index entries use the data layout above, as rows of a hidden table
-/// whose id is the index's own id: one partition per indexed value (at token 0, so a
-/// value's entries are one contiguous range), one row per indexed base *cell*, its
+/// whose id is the index's own id: one partition per indexed value (its token the value's
+/// hash, so a value's entries are one contiguous range and the bloom filters on `table id
+/// | token` let a lookup skip files without the value), one row per indexed base *cell*, its
 /// clustering the base cell's key after the table id (`token | partition key length |
 /// partition key | section | clustering | column part | L`) — so a value's entries list
 /// base partitions in token order. Each entry is a row marker carrying its base cell's
@@ -373,7 +374,7 @@ mod tests {
 /// it like any row.
 ///
 /// ```text
-/// index id (16) | token 0 (8) | value length (u16) | value
+/// index id (16) | hash of value (8) | value length (u16) | value
 ///   | 0x40 | base token (8) | base key length (u16) | base key | base section
 ///          [| base clustering] | base column part | base L
 ///   | 0x01 | L
@@ -394,7 +395,7 @@ pub fn index_entry_key(index: &TableId, value: &[u8], base_cell: &[u8]) -> Optio
 
 /// The prefix of every entry of `value` in `index`.
 pub fn index_value_prefix(index: &TableId, value: &[u8]) -> Vec<u8> {
-    partition_prefix(index, Token(0), value)
+    partition_prefix(index, crate::token::murmur3_token(value), value)
 }
 
 /// The key range of `value`'s entries whose base token is at least `from`.
@@ -442,10 +443,10 @@ mod index_tests {
         assert!(lower <= entry && entry < upper);
         let (later, _) = index_value_range(&index, b"value", Token(0));
         assert!(entry < later, "entries sort by base token");
-        let (other, _) = index_value_range(&index, b"valuf", Token::MIN);
+        let (other_lower, other_upper) = index_value_range(&index, b"valuf", Token::MIN);
         assert!(
-            entry < other,
-            "a value's entries end before the next value's"
+            !(other_lower <= entry && entry < other_upper),
+            "another value's range holds none of this value's entries"
         );
     }
 }

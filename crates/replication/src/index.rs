@@ -113,21 +113,39 @@ impl StorageProxy {
             .ok_or_else(|| CqlError::invalid("the table was dropped during the query"))?;
         let mut found: Vec<PartitionRef> = Vec::new();
         let mut from = lookup.from;
-        loop {
-            let tablet = placement.tablets.tablet_for(from);
-            let replicas = self.replicas_of(&state, &lookup.table, from);
+        // The replicas a tablet's lookup asks (live ones, this node first, as many as the
+        // level needs), by host.
+        let asked_for = |token: Token| -> Result<Vec<Replica>, CqlError> {
+            let replicas = self.replicas_of(&state, &lookup.table, token);
             let needed = requirement(self.local_datacenter(), consistency, &replicas);
             let mut alive: Vec<&Replica> = replicas.replicas.iter().filter(|r| r.alive).collect();
             alive.sort_by_key(|r| !r.local);
-            let mut asked: Vec<&Replica> = Vec::new();
+            let mut asked: Vec<Replica> = Vec::new();
             for replica in alive.iter().copied() {
                 if needed.met_by(asked.iter().map(|r| r.datacenter.as_str())) {
                     break;
                 }
-                asked.push(replica);
+                asked.push(replica.clone());
             }
             if !needed.met_by(asked.iter().map(|r| r.datacenter.as_str())) {
                 return Err(unavailable(consistency, needed.block_for(), alive.len()));
+            }
+            Ok(asked)
+        };
+        let same_hosts = |a: &[Replica], b: &[Replica]| {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.host_id == y.host_id)
+        };
+        loop {
+            let mut tablet = placement.tablets.tablet_for(from);
+            let asked = asked_for(from)?;
+            // Consecutive tablets with the same replicas to ask are one lookup each.
+            while tablet.last_token != Token::MAX {
+                let next_first = Token(tablet.last_token.0 + 1);
+                let next = placement.tablets.tablet_for(next_first);
+                if !same_hosts(&asked, &asked_for(next_first)?) {
+                    break;
+                }
+                tablet = next;
             }
             let request = IndexLookup {
                 from,

@@ -353,8 +353,9 @@ impl IndexCatalog {
                     continue;
                 };
                 let entry = Cell {
+                    timestamp: cell.timestamp,
+                    kind: cell.kind,
                     value: Vec::new(),
-                    ..cell.clone()
                 };
                 out.push((entry_key, entry.encode()));
             }

@@ -24,43 +24,68 @@ pub type FetchCandidates =
 
 /// An engine whose scans see only the candidate partitions of one index lookup.
 pub struct CandidateView {
-    /// Where the candidates' rows are read: this node's engine or a view across replicas.
-    source: ScanSource,
-    local: Arc<dyn Engine>,
+    /// Where the candidates' rows are read.
+    rows: Rows,
     table: TableId,
     fetch: FetchCandidates,
     /// The first error a fetch met, for the client (the reader only sees a storage error).
     error: parking_lot::Mutex<Option<CqlError>>,
 }
 
+/// Where an index query reads its candidates' rows.
+pub enum Rows {
+    /// A view across the table's replicas (a scan on the scan stage).
+    Replicated(shoal_replication::range::ReplicatedView),
+    /// An engine: this node's, or the candidates' partitions as reconciled from their
+    /// replicas.
+    Engine(Arc<dyn Engine>),
+}
+
+impl Rows {
+    /// Where a scan of `source` reads, `local` being this node's engine.
+    pub fn of(source: ScanSource, local: &Arc<dyn Engine>) -> Rows {
+        match source {
+            ScanSource::Replicated(view) => Rows::Replicated(view),
+            ScanSource::Local => Rows::Engine(Arc::clone(local)),
+        }
+    }
+}
+
 impl CandidateView {
-    pub fn new(
-        source: ScanSource,
-        local: Arc<dyn Engine>,
-        table: TableId,
-        fetch: FetchCandidates,
-    ) -> Self {
+    pub fn new(rows: Rows, table: TableId, fetch: FetchCandidates) -> Self {
         CandidateView {
-            source,
-            local,
+            rows,
             table,
             fetch,
             error: parking_lot::Mutex::new(None),
         }
     }
 
+    /// A view of candidates already fetched (all of them, in token order).
+    pub fn of_candidates(rows: Rows, table: TableId, candidates: Vec<PartitionRef>) -> Self {
+        let fetch: FetchCandidates = Box::new(move |from, limit| {
+            Ok(candidates
+                .iter()
+                .filter(|(token, _)| *token >= from)
+                .take(limit as usize)
+                .cloned()
+                .collect())
+        });
+        CandidateView::new(rows, table, fetch)
+    }
+
     fn inner(&self) -> &dyn Engine {
-        match &self.source {
-            ScanSource::Replicated(view) => view,
-            ScanSource::Local => self.local.as_ref(),
+        match &self.rows {
+            Rows::Replicated(view) => view,
+            Rows::Engine(engine) => engine.as_ref(),
         }
     }
 
     /// The error that stopped the scan, if one did.
     pub fn take_error(&self) -> Option<CqlError> {
-        self.error.lock().take().or_else(|| match &self.source {
-            ScanSource::Replicated(view) => view.take_error(),
-            ScanSource::Local => None,
+        self.error.lock().take().or_else(|| match &self.rows {
+            Rows::Replicated(view) => view.take_error(),
+            Rows::Engine(_) => None,
         })
     }
 }
