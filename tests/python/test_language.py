@@ -230,3 +230,15 @@ def test_token_of_a_bound_key_on_the_right_of_a_relation(session):
     start_token, start = by_token[10]
     scan = session.prepare("SELECT k FROM t WHERE token(k) >= token(?) LIMIT 5")
     assert [r.k for r in session.execute(scan, (start,))] == [k for _, k in by_token[10:15]]
+
+
+def test_conditions_on_collection_elements(session):
+    session.execute("CREATE TABLE t (k int PRIMARY KEY, m map<text, int>, l list<text>)")
+    session.execute("INSERT INTO t (k, m, l) VALUES (1, {'a': 1}, ['x', 'y'])")
+    assert session.execute("UPDATE t SET m['a'] = 2 WHERE k = 1 IF m['a'] = 1").one()[0] is True
+    assert session.execute("UPDATE t SET m['a'] = 3 WHERE k = 1 IF m['a'] = 1").one()[0] is False
+    assert session.execute("UPDATE t SET m['b'] = 1 WHERE k = 1 IF m['b'] = null").one()[0] is True
+    assert session.execute("UPDATE t SET l[1] = 'z' WHERE k = 1 IF l[1] = 'y'").one()[0] is True
+    assert session.execute(session.prepare("UPDATE t SET m['c'] = 1 WHERE k = 1 IF l[0] = ?"), ("nope",)).one()[0] is False
+    row = session.execute("SELECT m, l FROM t WHERE k = 1").one()
+    assert row.m == {"a": 2, "b": 1} and row.l == ["x", "z"]

@@ -209,3 +209,16 @@ def test_udt_values_in_json(session):
     assert json.loads(session.execute("SELECT toJson(home) FROM users").one()[0]) == {"street": "A", "zip": 1}
     with pytest.raises(InvalidRequest):
         session.execute("""INSERT INTO users JSON '{"id": 2, "home": {"nosuchfield": 1}}'""")
+
+
+def test_a_condition_on_a_field(session):
+    address_type(session)
+    session.execute("CREATE TABLE users (id int PRIMARY KEY, home address, first frozen<address>)")
+    session.execute("INSERT INTO users (id, home, first) VALUES (1, {street: 'A', zip: 2}, {street: 'B', zip: 5})")
+    assert session.execute("UPDATE users SET home.zip = 3 WHERE id = 1 IF home.zip = 2").one()[0] is True
+    result = session.execute("UPDATE users SET home.zip = 4 WHERE id = 1 IF home.zip = 2").one()
+    assert result[0] is False
+    assert session.execute(session.prepare("UPDATE users SET home.street = ? WHERE id = 1 IF first.zip = ?"),
+                           ("C", 5)).one()[0] is True
+    home = session.execute("SELECT home FROM users WHERE id = 1").one().home
+    assert (home.street, home.zip) == ("C", 3)

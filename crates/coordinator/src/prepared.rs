@@ -321,8 +321,32 @@ impl MarkerTypes<'_> {
     fn conditions(&mut self, conditions: &Option<Conditions>) {
         if let Some(Conditions::Columns(list)) = conditions {
             for condition in list {
-                let cql_type = self.column_type(&condition.column);
-                self.term(&condition.value, &condition.column, &cql_type);
+                let name = &condition.column;
+                let cql_type = self.column_type(name);
+                let receiver = match (&condition.field, &condition.element, &cql_type) {
+                    (Some(field), _, _) => cql_type
+                        .as_udt()
+                        .and_then(|udt| udt.field_index(field).map(|i| udt.fields[i].1.clone()))
+                        .unwrap_or(CqlType::Blob),
+                    (
+                        None,
+                        Some(key),
+                        CqlType::Map {
+                            key: key_type,
+                            value,
+                            ..
+                        },
+                    ) => {
+                        self.term(key, &format!("key({name})"), key_type);
+                        value.as_ref().clone()
+                    }
+                    (None, Some(index), CqlType::List { element, .. }) => {
+                        self.term(index, &format!("idx({name})"), &CqlType::Int);
+                        element.as_ref().clone()
+                    }
+                    _ => cql_type.clone(),
+                };
+                self.term(&condition.value, name, &receiver);
             }
         }
     }

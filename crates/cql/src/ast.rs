@@ -148,7 +148,10 @@ pub enum Conditions {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ColumnCondition {
     pub column: String,
+    /// `IF m['k'] = v` / `IF l[0] = v`.
     pub element: Option<Term>,
+    /// `IF addr.zip = v`: a field of a user-defined type.
+    pub field: Option<String>,
     pub operator: Operator,
     pub value: Term,
 }

@@ -719,11 +719,17 @@ impl Parser {
             } else {
                 None
             };
+            let field = if element.is_none() && self.eat_symbol(".") {
+                Some(self.identifier()?)
+            } else {
+                None
+            };
             let operator = self.operator()?;
             let value = self.term()?;
             conditions.push(ColumnCondition {
                 column,
                 element,
+                field,
                 operator,
                 value,
             });

@@ -121,14 +121,15 @@ impl StorageProxy {
             let mut alive: Vec<&Replica> = replicas.replicas.iter().filter(|r| r.alive).collect();
             alive.sort_by_key(|r| !r.local);
             let mut asked: Vec<Replica> = Vec::new();
-            for replica in alive.iter().copied() {
+            for replica in alive {
                 if needed.met_by(asked.iter().map(|r| r.datacenter.as_str())) {
                     break;
                 }
                 asked.push(replica.clone());
             }
             if !needed.met_by(asked.iter().map(|r| r.datacenter.as_str())) {
-                return Err(unavailable(consistency, needed.block_for(), alive.len()));
+                let alive = replicas.replicas.iter().filter(|r| r.alive).count();
+                return Err(unavailable(consistency, needed.block_for(), alive));
             }
             Ok(asked)
         };

@@ -14,6 +14,72 @@ use shoal_model::{CqlType, Value};
 use shoal_replication::WriteType;
 use shoal_storage::WriteBatch;
 
+/// What a condition compares: the column's value, one element of a collection (`m['k']`,
+/// `l[0]`), or one field of a user-defined type (`addr.zip`) — its type and its current
+/// value.
+fn condition_target(
+    condition: &shoal_cql::ast::ColumnCondition,
+    cql_type: &CqlType,
+    whole: Option<Value>,
+    bindings: Bindings<'_>,
+) -> Result<(CqlType, Option<Value>), CqlError> {
+    let name = &condition.column;
+    if let Some(field) = &condition.field {
+        let user_type = cql_type.as_udt().ok_or_else(|| {
+            CqlError::invalid(format!(
+                "Invalid field condition on {name}: it is not a user-defined type"
+            ))
+        })?;
+        let position = user_type.field_index(field).ok_or_else(|| {
+            CqlError::invalid(format!(
+                "UDT column {name} does not have a field named {field}"
+            ))
+        })?;
+        let actual = match whole {
+            Some(Value::Tuple(mut fields)) if position < fields.len() => {
+                fields.swap_remove(position)
+            }
+            _ => None,
+        };
+        return Ok((user_type.fields[position].1.clone(), actual));
+    }
+    let Some(element) = &condition.element else {
+        return Ok((cql_type.clone(), whole));
+    };
+    match cql_type {
+        CqlType::Map { key, value, .. } => {
+            let key = evaluate(element, key, bindings, name)?.into_value(name)?;
+            let actual = match whole {
+                Some(Value::Map(entries)) => entries
+                    .into_iter()
+                    .find(|(k, _)| k.compare(&key).is_eq())
+                    .map(|(_, v)| v),
+                _ => None,
+            };
+            Ok((value.as_ref().clone(), actual))
+        }
+        CqlType::List {
+            element: element_type,
+            ..
+        } => {
+            let index = match evaluate(element, &CqlType::Int, bindings, name)? {
+                Bound::Value(Value::Int(i)) if i >= 0 => i as usize,
+                _ => return Err(CqlError::invalid(format!("Invalid list index for {name}"))),
+            };
+            let actual = match whole {
+                Some(Value::List(mut elements)) if index < elements.len() => {
+                    Some(elements.swap_remove(index))
+                }
+                _ => None,
+            };
+            Ok((element_type.as_ref().clone(), actual))
+        }
+        other => Err(CqlError::invalid(format!(
+            "Invalid element condition on {name} of type {other}: only lists and maps have elements"
+        ))),
+    }
+}
+
 /// `IF NOT EXISTS`, `IF EXISTS`, `IF col = value`: read, check and write under a
 /// per-partition lock on this node. (Cluster-wide, these become Paxos/Raft rounds.)
 pub(super) async fn execute(
@@ -68,14 +134,10 @@ pub(super) async fn execute(
             let mut all = true;
             for condition in list {
                 let (index, column) = table.require_column(&condition.column)?;
-                ensure(condition.element.is_none(), || {
-                    CqlError::invalid(
-                        "Conditions on collection elements are not supported by Shoal yet",
-                    )
-                })?;
-                let expected =
-                    evaluate(&condition.value, &column.cql_type, bindings, &column.name)?;
-                let actual = current.as_ref().and_then(|row| row[index].clone());
+                let whole = current.as_ref().and_then(|row| row[index].clone());
+                let (receiver_type, actual) =
+                    condition_target(condition, &column.cql_type, whole, bindings)?;
+                let expected = evaluate(&condition.value, &receiver_type, bindings, &column.name)?;
                 let holds = match (condition.operator, &expected, &actual) {
                     (Operator::Eq, Bound::Null, None) => true,
                     (Operator::NotEq, Bound::Null, Some(_)) => true,
