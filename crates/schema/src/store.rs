@@ -162,6 +162,9 @@ pub struct SchemaStore {
     cluster: RwLock<Option<Arc<ClusterMetadata>>>,
     /// Serializes installing schemas (reads never take it).
     install_lock: parking_lot::Mutex<()>,
+    /// Bumped after every installation: a check on the write path that the schema is
+    /// still the one it derived something from costs one atomic load.
+    installed: std::sync::atomic::AtomicU64,
 }
 
 impl SchemaStore {
@@ -188,6 +191,7 @@ impl SchemaStore {
             engine,
             cluster: RwLock::new(None),
             install_lock: parking_lot::Mutex::new(()),
+            installed: std::sync::atomic::AtomicU64::new(0),
         };
         store.install(schema);
         Ok(store)
@@ -200,6 +204,12 @@ impl SchemaStore {
 
     pub fn current(&self) -> Arc<Schema> {
         Arc::clone(&self.current.read())
+    }
+
+    /// How many schemas were installed so far: read it before [`SchemaStore::current`],
+    /// and while it has not changed, nothing derived from that schema is stale.
+    pub fn installations(&self) -> u64 {
+        self.installed.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The current schema's version.
@@ -253,6 +263,8 @@ impl SchemaStore {
         }
         let changes = schema_diff(&before, &next);
         *self.current.write() = Arc::new(next);
+        self.installed
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
         changes
     }
 

@@ -269,6 +269,10 @@ pub struct IndexCatalog {
     schema: Arc<SchemaStore>,
     engine: Arc<dyn Engine>,
     indexed: RwLock<Arc<Indexed>>,
+    /// Whether the schema has any index at all, and which installation of the schema
+    /// that was read from — one word (`installation << 1 | any index`), so the pair is
+    /// always consistent: while it holds, a write checks it and nothing else.
+    no_index_check: std::sync::atomic::AtomicU64,
     /// Indexes whose build finished here (their entries cover everything stored).
     built: RwLock<HashSet<TableId>>,
     /// Builds under way or done since the node started, by index.
@@ -290,9 +294,27 @@ impl IndexCatalog {
             schema,
             engine,
             indexed: RwLock::new(Arc::new(Indexed::default())),
+            no_index_check: std::sync::atomic::AtomicU64::new(u64::MAX),
             built: RwLock::new(built),
             progress: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// True when the current schema has no index at all (the common case, checked on
+    /// every write without taking a lock).
+    fn has_no_index(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        // Read before the schema: the schema read below is at least this installation.
+        let installed = self.schema.installations();
+        let checked = self.no_index_check.load(Ordering::Acquire);
+        if checked != u64::MAX && checked >> 1 == installed {
+            return checked & 1 == 0;
+        }
+        let indexed = self.current();
+        let any = !indexed.names.is_empty();
+        self.no_index_check
+            .store(installed << 1 | u64::from(any), Ordering::Release);
+        !any
     }
 
     /// The indexes of the current schema (recomputed when its version changes).
@@ -511,6 +533,9 @@ impl IndexCatalog {
 
 impl LocalIndexes for IndexCatalog {
     fn entries(&self, cells: &Cells, out: &mut Cells) {
+        if self.has_no_index() {
+            return;
+        }
         let indexed = self.current();
         Self::entries_with(&indexed, cells, out);
     }
