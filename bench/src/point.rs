@@ -263,19 +263,7 @@ async fn run_phase(
     } else {
         Instant::now().min(end) - measure_from
     };
-    let mut latency_micros = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
-    let (mut operations, mut errors) = (0, 0);
-    for (histogram, ops, errs) in results {
-        latency_micros.add(&histogram)?;
-        operations += ops;
-        errors += errs;
-    }
-    Ok(PhaseResult {
-        operations,
-        errors,
-        elapsed,
-        latency_micros,
-    })
+    PhaseResult::merge(results.into_iter().map(Ok).collect(), elapsed)
 }
 
 pub fn run(args: PointArgs) -> anyhow::Result<()> {

@@ -4,6 +4,7 @@ failure (kill -9), hints, schema catch-up, anti-entropy repair, paged scans acro
 tablets, events, and no lost QUORUM write when a node dies under load. (Joins into a
 cluster holding data, leaving and replacing nodes: `test_elastic.py`.)"""
 
+import contextlib
 import signal
 import socket
 import struct
@@ -78,6 +79,21 @@ class LocalCluster:
     def stop(self):
         for node in self.nodes:
             node.kill()
+
+
+@contextlib.contextmanager
+def started_cluster(base, size=3):
+    """A LocalCluster, started; afterwards every node is stopped whatever happened (paused
+    ones resumed first, so that they can be)."""
+    local = LocalCluster(base, size)
+    try:
+        local.start()
+        yield local
+    finally:
+        for node in local.nodes:
+            if node.process is not None and node.process.poll() is None:
+                node.process.send_signal(signal.SIGCONT)
+        local.stop()
 
 
 @pytest.fixture(scope="module")

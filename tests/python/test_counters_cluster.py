@@ -24,7 +24,7 @@ from cassandra.query import SimpleStatement
 import pytest
 
 from shoal_process import shoal_binary
-from test_cluster import ADDRESSES, LocalCluster, peers_up_in_status, wait_until
+from test_cluster import ADDRESSES, peers_up_in_status, started_cluster, wait_until
 
 COUNTERS = 12
 
@@ -39,15 +39,8 @@ def session_on(cluster, address, consistency=ConsistencyLevel.QUORUM, timeout=10
 
 @pytest.fixture
 def cluster(tmp_path):
-    local = LocalCluster(tmp_path)
-    try:
-        local.start()
+    with started_cluster(tmp_path) as local:
         yield local
-    finally:
-        for node in local.nodes:
-            if node.process is not None and node.process.poll() is None:
-                node.process.send_signal(signal.SIGCONT)
-        local.stop()
 
 
 def create_schema(cluster, keyspace="counting", replication_factor=3):

@@ -8,7 +8,6 @@ The model is the table itself read whole (`SELECT *`, a full scan) and filtered 
 The operations are drawn from a fixed seed, so a failure replays the same way."""
 
 import random
-import signal
 import subprocess
 import time
 
@@ -18,7 +17,7 @@ from cassandra.cluster import Cluster, ExecutionProfile, EXEC_PROFILE_DEFAULT
 from cassandra.policies import FallthroughRetryPolicy, WhiteListRoundRobinPolicy
 
 from shoal_process import ShoalNode, shoal_binary
-from test_cluster import ADDRESSES, LocalCluster, peers_up_in_status, wait_until
+from test_cluster import ADDRESSES, peers_up_in_status, started_cluster, wait_until
 
 VALUES = 6
 PARTITIONS = 40
@@ -122,9 +121,7 @@ def test_index_queries_equal_a_filtered_full_scan_on_one_node(tmp_path):
 
 
 def test_index_queries_equal_a_filtered_full_scan_on_a_cluster_while_a_node_joins(tmp_path):
-    cluster = LocalCluster(tmp_path)
-    try:
-        cluster.start()
+    with started_cluster(tmp_path) as cluster:
         profile = ExecutionProfile(load_balancing_policy=WhiteListRoundRobinPolicy(ADDRESSES[:3]),
                                    retry_policy=FallthroughRetryPolicy(), consistency_level=ConsistencyLevel.QUORUM,
                                    request_timeout=30)
@@ -156,8 +153,3 @@ def test_index_queries_equal_a_filtered_full_scan_on_a_cluster_while_a_node_join
             finally:
                 one.shutdown()
         driver.shutdown()
-    finally:
-        for node in cluster.nodes:
-            if node.process is not None and node.process.poll() is None:
-                node.process.send_signal(signal.SIGCONT)
-        cluster.stop()

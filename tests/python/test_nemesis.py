@@ -30,7 +30,7 @@ from cassandra.policies import (
 )
 
 from shoal_process import shoal_binary
-from test_cluster import ADDRESSES, LocalCluster, peers_up_in_status, wait_until
+from test_cluster import ADDRESSES, peers_up_in_status, started_cluster, wait_until
 
 NFT_TABLE = "shoal_nemesis"
 WORKERS = 3
@@ -72,15 +72,8 @@ def nftables():
 
 @pytest.fixture
 def cluster(tmp_path):
-    local = LocalCluster(tmp_path)
-    try:
-        local.start()
+    with started_cluster(tmp_path) as local:
         yield local
-    finally:
-        for node in local.nodes:
-            if node.process is not None and node.process.poll() is None:
-                node.process.send_signal(signal.SIGCONT)
-        local.stop()
 
 
 class History:

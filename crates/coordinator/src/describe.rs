@@ -7,23 +7,11 @@
 use crate::{Coordinator, CqlError, Session};
 use shoal_cql::ast::{DescribeTarget, QualifiedName};
 use shoal_cql::response::{ColumnSpec, ResultBody, Rows, RowsBuffer};
-use shoal_model::types::UserType;
+use shoal_model::types::{quote_if_needed, UserType};
 use shoal_model::{CqlType, Value};
 use shoal_schema::{ColumnKind, KeyspaceMetadata, TableMetadata};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-
-fn quote_if_needed(name: &str) -> String {
-    let plain = name
-        .chars()
-        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-        && name.chars().next().is_some_and(|c| c.is_ascii_lowercase());
-    if plain {
-        name.to_string()
-    } else {
-        format!("\"{}\"", name.replace('"', "\"\""))
-    }
-}
 
 fn text_map_literal(map: &BTreeMap<String, String>) -> String {
     Value::Map(

@@ -177,22 +177,6 @@ impl CqlType {
         }
     }
 
-    /// True when this type contains a user-defined type that is not resolved yet.
-    pub fn has_unresolved_udt(&self) -> bool {
-        match self {
-            CqlType::UdtName { .. } => true,
-            CqlType::Udt(user_type) => user_type.field_types().any(CqlType::has_unresolved_udt),
-            CqlType::List { element, .. }
-            | CqlType::Set { element, .. }
-            | CqlType::Vector { element, .. } => element.has_unresolved_udt(),
-            CqlType::Map { key, value, .. } => {
-                key.has_unresolved_udt() || value.has_unresolved_udt()
-            }
-            CqlType::Tuple(elements) => elements.iter().any(CqlType::has_unresolved_udt),
-            _ => false,
-        }
-    }
-
     /// The same type with every user-defined type in it (at any depth) mapped by `resolve`
     /// — how schema statements resolve names and how ALTER TYPE replaces a definition.
     pub fn map_udts<E>(
@@ -637,8 +621,9 @@ impl fmt::Display for CqlType {
     }
 }
 
-/// A name as CQL must write it: double-quoted unless it is lower-case alphanumeric.
-fn quote_if_needed(name: &str) -> String {
+/// A name as CQL must write it: double-quoted unless it is lower-case alphanumeric (the
+/// one rule for types, DESCRIBE and messages).
+pub fn quote_if_needed(name: &str) -> String {
     let plain = name.chars().next().is_some_and(|c| c.is_ascii_lowercase())
         && name
             .chars()

@@ -72,17 +72,8 @@ pub fn lookup_candidates(
             let Some((token, partition_key)) = keys::index_entry_base(key) else {
                 continue;
             };
-            if token > upto {
+            if token > upto || !add_candidate(&mut found, token, partition_key, lookup.limit) {
                 return Ok(found);
-            }
-            let same = found
-                .last()
-                .is_some_and(|(t, k)| *t == token && k.as_slice() == partition_key);
-            if !same {
-                if found.len() >= lookup.limit as usize {
-                    return Ok(found);
-                }
-                found.push((token, partition_key.to_vec()));
             }
         }
         match cells.last() {
@@ -93,6 +84,27 @@ pub fn lookup_candidates(
             _ => return Ok(found),
         }
     }
+}
+
+/// Adds the base partition of one entry (entries come in token order, several per
+/// partition) to `found`; `false` once `limit` partitions are found and this is another.
+pub fn add_candidate(
+    found: &mut Vec<PartitionRef>,
+    token: Token,
+    partition_key: &[u8],
+    limit: u32,
+) -> bool {
+    let same = found
+        .last()
+        .is_some_and(|(t, k)| *t == token && k.as_slice() == partition_key);
+    if same {
+        return true;
+    }
+    if found.len() >= limit as usize {
+        return false;
+    }
+    found.push((token, partition_key.to_vec()));
+    true
 }
 
 impl StorageProxy {

@@ -32,7 +32,7 @@ use shoal_cql::ast::Operator;
 use shoal_model::clustering::{decode_component, encode_component};
 use shoal_model::keys::{self, ColumnPart};
 use shoal_model::{Cell, CqlType, TableId, Token, Value};
-use shoal_replication::index::{lookup_candidates, IndexLookup, LocalIndexes};
+use shoal_replication::index::{add_candidate, lookup_candidates, IndexLookup, LocalIndexes};
 use shoal_replication::{Cells, PartitionRef};
 use shoal_schema::{ColumnKind, IndexMetadata, IndexTarget, SchemaStore, TableMetadata};
 use shoal_storage::{Engine, WriteBatch};
@@ -583,14 +583,8 @@ impl LocalIndexes for IndexCatalog {
             for (entry, _) in entries {
                 if entry.starts_with(&value_prefix) && entry >= wanted_lower {
                     if let Some((token, partition_key)) = keys::index_entry_base(&entry) {
-                        let same = found
-                            .last()
-                            .is_some_and(|(t, k)| *t == token && k.as_slice() == partition_key);
-                        if !same {
-                            if found.len() >= lookup.limit as usize {
-                                return Ok(found);
-                            }
-                            found.push((token, partition_key.to_vec()));
+                        if !add_candidate(&mut found, token, partition_key, lookup.limit) {
+                            return Ok(found);
                         }
                     }
                 }
