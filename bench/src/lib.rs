@@ -10,6 +10,7 @@
 //!   timeline; [`report`] — an SVG plot of a phase.
 //! - [`point`] — the simple point read/write benchmark of a single node.
 //! - [`index`] — secondary indexes: write cost of an index, lookups by indexed value.
+//! - [`vector`] — vector search: recall@k against an exact search, queries/s.
 //!
 //! Benchmarks are never tests: these modules' unit tests check the generators and the
 //! statistics, not performance.
@@ -22,6 +23,7 @@ pub mod point;
 pub mod report;
 pub mod runner;
 pub mod stats;
+pub mod vector;
 pub mod workload;
 
 /// `shoal bench` subcommands.
@@ -35,6 +37,8 @@ pub enum BenchCommand {
     Mix(runner::MixArgs),
     /// Secondary indexes: inserts with and without an index, lookups by indexed value.
     Index(index::IndexArgs),
+    /// Vector search: load embeddings-like vectors, then recall@k and ANN queries/s.
+    Vector(vector::VectorArgs),
 }
 
 pub fn run(command: BenchCommand) -> anyhow::Result<()> {
@@ -43,5 +47,6 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Ycsb(args) => runner::run_ycsb(args),
         BenchCommand::Mix(args) => runner::run_mix(args),
         BenchCommand::Index(args) => index::run(args),
+        BenchCommand::Vector(args) => vector::run(args),
     }
 }

@@ -141,8 +141,18 @@ pub fn index_statement(table: &TableMetadata, index: &shoal_schema::IndexMetadat
         quote_if_needed(&table.name)
     );
     if let Some(class) = &index.class {
+        let options = if index.options.is_empty() {
+            String::new()
+        } else {
+            let pairs: Vec<String> = index
+                .options
+                .iter()
+                .map(|(k, v)| format!("'{}': '{}'", k.replace('\'', "''"), v.replace('\'', "''")))
+                .collect();
+            format!(" WITH OPTIONS = {{{}}}", pairs.join(", "))
+        };
         format!(
-            "CREATE CUSTOM INDEX {} ON {on} USING '{}';",
+            "CREATE CUSTOM INDEX {} ON {on} USING '{}'{options};",
             quote_if_needed(&index.name),
             class.replace('\'', "''")
         )

@@ -536,13 +536,7 @@ pub(crate) fn similarity(
     left: &[u8],
     right: &[u8],
 ) -> Result<f32, CqlError> {
-    use shoal_model::vector::SimilarityError;
-    let floats = |bytes: &[u8]| -> Vec<f32> {
-        bytes
-            .chunks_exact(4)
-            .map(|chunk| f32::from_be_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]))
-            .collect()
-    };
+    use shoal_model::vector::{floats, SimilarityError};
     let function = format!("system.similarity_{}", similarity.name());
     similarity
         .score(&floats(left), &floats(right))

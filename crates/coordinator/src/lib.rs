@@ -53,7 +53,7 @@ use shoal_cluster::ClusterMetadata;
 use shoal_cql::ast::Statement;
 use shoal_cql::request::{BatchQuery, BatchRequest, Consistency, QueryParameters};
 use shoal_cql::response::ResultBody;
-use shoal_model::{HostId, TableId};
+use shoal_model::{HostId, TableId, Token};
 use shoal_replication::index::LocalIndexes;
 use shoal_replication::{
     ImmediateWriteLog, Liveness, LocalReplica, LocalReplication, PartitionSource, Replication,
@@ -136,6 +136,11 @@ pub struct Coordinator {
 /// An index query whose value names at most this many partitions runs inline, like a
 /// read of named partitions; more, and it runs on the scan stage.
 pub const INLINE_INDEX_CANDIDATES: u32 = 64;
+
+/// A nearest-neighbour query filtered on another indexed column scores every row of the
+/// partitions that filter names, when it names at most this many; more, and the vector
+/// index leads instead, its candidates filtered.
+pub const NEAREST_FILTER_CANDIDATES: u32 = 1024;
 
 /// How many scans may run at once; further scans wait for a slot.
 pub const SCAN_SLOTS: usize = 4;
@@ -578,10 +583,17 @@ impl Coordinator {
                 return select.execute(self, self.engine().as_ref(), parameters, bindings, None)
             }
             StatementClass::Scan => {
+                if select.nearest.is_some() {
+                    return Box::pin(self.run_nearest(select, parameters, bindings)).await;
+                }
                 if let Some(choice) = select.index {
-                    let inline = Box::pin(
-                        self.run_selective_index_query(select, choice, parameters, bindings),
-                    );
+                    let inline = Box::pin(self.run_selective_index_query(
+                        select,
+                        choice,
+                        parameters,
+                        bindings,
+                        INLINE_INDEX_CANDIDATES,
+                    ));
                     if let Some(result) = inline.await? {
                         return Ok(result);
                     }
@@ -724,6 +736,7 @@ impl Coordinator {
         choice: select::IndexChoice,
         parameters: &QueryParameters,
         bindings: values::Bindings<'_>,
+        max_candidates: u32,
     ) -> Result<Option<ResultBody>, CqlError> {
         let restrictions = select.where_plan.bind(&select.table, bindings)?;
         let Some(value) = restrictions
@@ -739,13 +752,13 @@ impl Coordinator {
             index: choice.id,
             value,
             from: shoal_model::Token::MIN,
-            limit: INLINE_INDEX_CANDIDATES + 1,
+            limit: max_candidates + 1,
         };
         let candidates = self
             .replication
             .index_candidates(lookup, parameters.consistency)
             .await?;
-        if candidates.len() > INLINE_INDEX_CANDIDATES as usize {
+        if candidates.len() > max_candidates as usize {
             return Ok(None);
         }
         // Held until the read is done (a topology barrier waits for it).
@@ -767,6 +780,156 @@ impl Coordinator {
         match view.take_error() {
             Some(error) => Err(error),
             None => result.map(Some),
+        }
+    }
+
+    /// `ORDER BY v ANN OF [...] LIMIT k` over the whole table (or a token range). With a
+    /// filter on another indexed column that names few partitions, those are read and
+    /// scored exactly. Otherwise the vector index names the partitions nearest to the
+    /// query on every tablet (merged by score); they are read at the consistency level
+    /// and every row scored from its stored vector, filtered, and the best `k` kept. A
+    /// candidate may be stale (its row since deleted) or filtered out: while fewer than
+    /// `k` rows remain and the index may hold more, the search asks for four times as many.
+    async fn run_nearest(
+        self: &Arc<Self>,
+        select: &Arc<SelectPlan>,
+        parameters: &QueryParameters,
+        bindings: values::Bindings<'_>,
+    ) -> Result<ResultBody, CqlError> {
+        let Some(nearest) = &select.nearest else {
+            return Err(CqlError::server("not a nearest-neighbour query"));
+        };
+        let restrictions = select.where_plan.bind(&select.table, bindings)?;
+        let query = nearest.query(bindings)?;
+        let limit = match select.limit_of(bindings)? {
+            Some(limit) => select::nearest_limit(limit)?,
+            None => {
+                return Err(CqlError::invalid(
+                    "Top-K queries must have a limit specified",
+                ))
+            }
+        };
+        if let Some(choice) = select.index {
+            let filtered = Box::pin(self.run_selective_index_query(
+                select,
+                choice,
+                parameters,
+                bindings,
+                NEAREST_FILTER_CANDIDATES,
+            ));
+            if let Some(result) = filtered.await? {
+                return Ok(result);
+            }
+        }
+        let from = match restrictions.token_lower {
+            None => Some(Token::MIN),
+            Some((token, true)) => Some(Token(token)),
+            Some((token, false)) => token.checked_add(1).map(Token),
+        };
+        let upto = match restrictions.token_upper {
+            None => Some(Token::MAX),
+            Some((token, true)) => Some(Token(token)),
+            Some((token, false)) => token.checked_sub(1).map(Token),
+        };
+        let table = select.table.id;
+        // As many partitions as rows wanted: stale candidates are rare, and the loop
+        // below asks again for more when some are.
+        let mut wanted = limit as u32;
+        loop {
+            let mut candidates: Vec<shoal_replication::PartitionRef> = Vec::new();
+            let mut exhausted = true;
+            if let (Some(from), Some(upto)) = (from, upto) {
+                if from <= upto {
+                    let search = shoal_replication::index::VectorSearch {
+                        table,
+                        index: nearest.index,
+                        query: query.clone(),
+                        from,
+                        upto,
+                        limit: wanted,
+                    };
+                    let answer = self
+                        .replication
+                        .vector_candidates(search, parameters.consistency)
+                        .await?;
+                    exhausted = answer.complete;
+                    candidates = answer
+                        .hits
+                        .into_iter()
+                        .map(|hit| (hit.token, hit.partition_key))
+                        .collect();
+                    candidates.sort();
+                }
+            }
+            let result = self
+                .read_candidates(select, candidates, parameters, bindings)
+                .await?;
+            let found = match &result {
+                ResultBody::Rows(rows) => rows.rows.row_count.max(0) as u64,
+                _ => limit,
+            };
+            if found >= limit || exhausted {
+                return Ok(result);
+            }
+            wanted = wanted.saturating_mul(4);
+        }
+    }
+
+    /// Runs `select` over the candidate partitions only, read at the level from their
+    /// replicas (this node alone when it can answer; on a blocking thread through the
+    /// replicated view when they are too large to gather at once).
+    async fn read_candidates(
+        self: &Arc<Self>,
+        select: &Arc<SelectPlan>,
+        candidates: Vec<shoal_replication::PartitionRef>,
+        parameters: &QueryParameters,
+        bindings: values::Bindings<'_>,
+    ) -> Result<ResultBody, CqlError> {
+        let table = select.table.id;
+        // Held until the read is done (a topology barrier waits for it).
+        let mut _in_flight = None;
+        let rows = match self
+            .replication
+            .read_partitions(table, &candidates, parameters.consistency)
+            .await?
+        {
+            PartitionSource::Local(guard) => {
+                _in_flight = Some(guard);
+                index::view::Rows::Engine(Arc::clone(self.engine()))
+            }
+            PartitionSource::Merged(merged) => index::view::Rows::Engine(Arc::new(merged)),
+            PartitionSource::TooLarge => {
+                let coordinator = Arc::clone(self);
+                let select = Arc::clone(select);
+                let parameters = parameters.clone();
+                let runtime = tokio::runtime::Handle::current();
+                return tokio::task::spawn_blocking(move || {
+                    let bindings = values::Bindings {
+                        values: &parameters.values,
+                        names: parameters.names.as_deref(),
+                    };
+                    let source = Arc::clone(&coordinator.replication).scan_source(
+                        table,
+                        parameters.consistency,
+                        runtime,
+                    );
+                    let rows = index::view::Rows::of(source, coordinator.engine());
+                    let view = index::CandidateView::of_candidates(rows, table, candidates);
+                    let result = select.execute(&coordinator, &view, &parameters, bindings, None);
+                    match view.take_error() {
+                        Some(error) => Err(error),
+                        None => result,
+                    }
+                })
+                .await
+                .map_err(|_| CqlError::server("the read failed unexpectedly"))?;
+            }
+        };
+        let view = index::CandidateView::of_candidates(rows, table, candidates);
+        let result = select.execute(self, &view, parameters, bindings, None);
+        match view.take_error() {
+            Some(error) => Err(error),
+            None => result,
         }
     }
 

@@ -355,6 +355,12 @@ impl MarkerTypes<'_> {
         match statement {
             Statement::Select(select) => {
                 self.relations(&select.relations);
+                if let Some((name, vector)) = &select.ann {
+                    if let Some(column) = self.table.column(name) {
+                        let cql_type = column.cql_type.clone();
+                        self.term(vector, name, &cql_type);
+                    }
+                }
                 if let Some(limit) = &select.per_partition_limit {
                     self.term(limit, "[per_partition_limit]", &CqlType::Int);
                 }

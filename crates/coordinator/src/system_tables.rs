@@ -107,7 +107,7 @@ pub fn rows(
             .flat_map(|k| k.tables.values())
             .flat_map(|t| {
                 t.indexes.iter().map(move |index| {
-                    let mut options = BTreeMap::new();
+                    let mut options = index.options.clone();
                     options.insert("target".to_string(), index.target.describe(&index.column));
                     if let Some(class) = &index.class {
                         options.insert("class_name".to_string(), class.clone());

@@ -126,6 +126,9 @@ pub struct Select {
     pub group_by: Vec<String>,
     /// `(column, descending)`.
     pub order_by: Vec<(String, bool)>,
+    /// `ORDER BY v ANN OF [...]`: the vector column and the vector rows are ordered
+    /// by nearness to (alone: any other ordering is refused when planning).
+    pub ann: Option<(String, Term)>,
     pub per_partition_limit: Option<Term>,
     pub limit: Option<Term>,
     pub allow_filtering: bool,

@@ -435,10 +435,25 @@ impl Parser {
             }
         }
         let mut order_by = Vec::new();
+        let mut ann = None;
         if self.eat_word("order") {
             self.expect_word("by")?;
             loop {
                 let column = self.identifier()?;
+                if self.eat_word("ann") {
+                    self.expect_word("of")?;
+                    let vector = self.term()?;
+                    if ann.is_some() {
+                        // A second ANN ordering: refused with the others when planning.
+                        order_by.push((column, false));
+                    } else {
+                        ann = Some((column, vector));
+                    }
+                    if !self.eat_symbol(",") {
+                        break;
+                    }
+                    continue;
+                }
                 let descending = if self.eat_word("desc") {
                     true
                 } else {
@@ -477,6 +492,7 @@ impl Parser {
             relations,
             group_by,
             order_by,
+            ann,
             per_partition_limit,
             limit,
             allow_filtering,

@@ -79,6 +79,20 @@ impl Similarity {
     }
 }
 
+/// The elements of a serialized `vector<float, n>` (packed big-endian floats, as the
+/// native protocol and the storage write them).
+pub fn floats(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|chunk| f32::from_be_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]))
+        .collect()
+}
+
+/// True when a vector has no cosine similarity with anything (every element zero).
+pub fn is_zero(vector: &[f32]) -> bool {
+    vector.iter().all(|x| *x == 0.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

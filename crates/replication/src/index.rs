@@ -12,6 +12,10 @@
 //! tablet by tablet in token order, from as many replicas per tablet as the consistency
 //! level needs ([`StorageProxy::index_candidates`]); the coordinator then reads those
 //! partitions like a scan and filters them ([`IndexLookup`], `ReplicaRequest::IndexLookup`).
+//!
+//! A vector index answers nearest-neighbour searches instead ([`VectorSearch`]): each
+//! replica asked returns its best-scoring partitions for the tablets asked, and the
+//! coordinator merges them by score ([`StorageProxy::vector_candidates`]).
 
 use crate::consistency::{unavailable, READ_TIMEOUT};
 use crate::messages::{Cells, PartitionRef, ReplicaRequest, ReplicaResponse};
@@ -38,6 +42,60 @@ pub trait LocalIndexes: Send + Sync {
         lookup: &IndexLookup,
         upto: Token,
     ) -> Result<Vec<PartitionRef>, String>;
+
+    /// The partitions stored here with the rows nearest to `search.query` among tokens
+    /// `[search.from, search.upto]`, best first, at most `search.limit` of them.
+    fn vector_search(
+        &self,
+        engine: &dyn Engine,
+        search: &VectorSearch,
+    ) -> Result<VectorAnswer, String>;
+}
+
+/// A nearest-neighbour search of one vector index over a token range.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VectorSearch {
+    pub table: TableId,
+    pub index: TableId,
+    pub query: Vec<f32>,
+    pub from: Token,
+    /// Inclusive.
+    pub upto: Token,
+    /// The rows searched for: at most this many partitions come back.
+    pub limit: u32,
+}
+
+/// The answer to a [`VectorSearch`]: the nearest partitions, best first, and whether
+/// they are all there are (fewer rows qualified than were searched for).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VectorAnswer {
+    pub hits: Vec<VectorHit>,
+    pub complete: bool,
+}
+
+/// A partition holding a row near the query, and that row's similarity score (in
+/// [0, 1], higher is nearer: `shoal_model::vector::Similarity::score`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VectorHit {
+    pub token: Token,
+    pub partition_key: Vec<u8>,
+    pub score: f32,
+}
+
+/// Merges hits from several replicas and tablets: one per partition (its best score),
+/// best first, at most `limit`.
+pub fn merge_vector_hits(mut hits: Vec<VectorHit>, limit: usize) -> Vec<VectorHit> {
+    hits.sort_by(|a, b| {
+        (a.token, &a.partition_key)
+            .cmp(&(b.token, &b.partition_key))
+            .then(b.score.total_cmp(&a.score))
+    });
+    hits.dedup_by(|later, kept| {
+        later.token == kept.token && later.partition_key == kept.partition_key
+    });
+    hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+    hits.truncate(limit);
+    hits
 }
 
 /// Candidates for one indexed value: the base partitions of `table` that have an entry
@@ -107,28 +165,32 @@ pub fn add_candidate(
     true
 }
 
+/// Consecutive tablets whose lookups ask the same replicas: one request covers them all.
+struct TabletGroup {
+    asked: Vec<Replica>,
+    /// The other live replicas, to ask instead of one that fails.
+    spare: Vec<Replica>,
+    from: Token,
+    upto: Token,
+}
+
 impl StorageProxy {
-    /// Candidates for `lookup` across the table's tablets in token order, each tablet's
-    /// from as many live replicas as `consistency` needs (this node first): a partition
-    /// whose write reached that level has its entry on one of them. At most
-    /// `lookup.limit` partitions; fewer means no more exist.
-    pub async fn index_candidates(
+    /// The table's tablets from token `from` on, grouped into runs that ask the same live
+    /// replicas (this node first, as many as `consistency` needs): a write that reached
+    /// that level is on one of them.
+    fn tablet_groups(
         &self,
-        lookup: IndexLookup,
+        table: &TableId,
+        from: Token,
         consistency: Consistency,
-    ) -> Result<Vec<PartitionRef>, CqlError> {
-        let _in_flight = self.enter();
+    ) -> Result<Vec<TabletGroup>, CqlError> {
         let state = self.topology.state();
         let placement = state
             .tables
-            .get(&lookup.table)
+            .get(table)
             .ok_or_else(|| CqlError::invalid("the table was dropped during the query"))?;
-        let mut found: Vec<PartitionRef> = Vec::new();
-        let mut from = lookup.from;
-        // The replicas a tablet's lookup asks (live ones, this node first, as many as the
-        // level needs), by host.
         let asked_for = |token: Token| -> Result<Vec<Replica>, CqlError> {
-            let replicas = self.replicas_of(&state, &lookup.table, token);
+            let replicas = self.replicas_of(&state, table, token);
             let needed = requirement(self.local_datacenter(), consistency, &replicas);
             let mut alive: Vec<&Replica> = replicas.replicas.iter().filter(|r| r.alive).collect();
             alive.sort_by_key(|r| !r.local);
@@ -148,10 +210,11 @@ impl StorageProxy {
         let same_hosts = |a: &[Replica], b: &[Replica]| {
             a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.host_id == y.host_id)
         };
+        let mut groups = Vec::new();
+        let mut from = from;
         loop {
             let mut tablet = placement.tablets.tablet_for(from);
             let asked = asked_for(from)?;
-            // Consecutive tablets with the same replicas to ask are one lookup each.
             while tablet.last_token != Token::MAX {
                 let next_first = Token(tablet.last_token.0 + 1);
                 let next = placement.tablets.tablet_for(next_first);
@@ -160,17 +223,49 @@ impl StorageProxy {
                 }
                 tablet = next;
             }
-            let request = IndexLookup {
+            let upto = tablet.last_token;
+            let spare = self
+                .replicas_of(&state, table, from)
+                .replicas
+                .into_iter()
+                .filter(|r| r.alive && !asked.iter().any(|a| a.host_id == r.host_id))
+                .collect();
+            groups.push(TabletGroup {
+                asked,
+                spare,
                 from,
+                upto,
+            });
+            if upto == Token::MAX {
+                return Ok(groups);
+            }
+            from = Token(upto.0 + 1);
+        }
+    }
+
+    /// Candidates for `lookup` across the table's tablets in token order, each tablet's
+    /// from as many live replicas as `consistency` needs (this node first): a partition
+    /// whose write reached that level has its entry on one of them. At most
+    /// `lookup.limit` partitions; fewer means no more exist.
+    pub async fn index_candidates(
+        &self,
+        lookup: IndexLookup,
+        consistency: Consistency,
+    ) -> Result<Vec<PartitionRef>, CqlError> {
+        let _in_flight = self.enter();
+        let mut found: Vec<PartitionRef> = Vec::new();
+        for group in self.tablet_groups(&lookup.table, lookup.from, consistency)? {
+            let request = IndexLookup {
+                from: group.from,
                 limit: lookup.limit.saturating_sub(found.len() as u32),
                 ..lookup.clone()
             };
-            let answers = asked.iter().map(|replica| {
+            let answers = group.asked.iter().map(|replica| {
                 let call = self.call(
                     replica,
                     ReplicaRequest::IndexLookup {
                         lookup: request.clone(),
-                        upto: tablet.last_token,
+                        upto: group.upto,
                     },
                     READ_TIMEOUT,
                 );
@@ -190,10 +285,95 @@ impl StorageProxy {
             union.dedup();
             union.truncate(request.limit as usize);
             found.extend(union);
-            if found.len() >= lookup.limit as usize || tablet.last_token == Token::MAX {
-                return Ok(found);
+            if found.len() >= lookup.limit as usize {
+                break;
             }
-            from = Token(tablet.last_token.0 + 1);
         }
+        Ok(found)
+    }
+
+    /// The partitions nearest to `search.query` across the whole table: every run of
+    /// tablets asked at once, each from as many live replicas as `consistency` needs,
+    /// merged by score (best first, at most `search.limit`).
+    pub async fn vector_candidates(
+        &self,
+        search: VectorSearch,
+        consistency: Consistency,
+    ) -> Result<VectorAnswer, CqlError> {
+        let _in_flight = self.enter();
+        let groups = self.tablet_groups(&search.table, search.from, consistency)?;
+        let searches = groups
+            .iter()
+            .filter(|group| group.from <= search.upto)
+            .map(|group| {
+                let request = VectorSearch {
+                    from: group.from,
+                    upto: group.upto.min(search.upto),
+                    ..search.clone()
+                };
+                self.search_group(group, request)
+            });
+        let mut hits = Vec::new();
+        let mut complete = true;
+        for answer in futures::future::join_all(searches).await {
+            let answer = answer?;
+            hits.extend(answer.hits);
+            complete &= answer.complete;
+        }
+        Ok(VectorAnswer {
+            hits: merge_vector_hits(hits, search.limit as usize),
+            complete,
+        })
+    }
+
+    /// One run of tablets searched on the replicas it asks; a replica that fails (it died
+    /// before the failure detector noticed) is replaced by a spare one.
+    async fn search_group(
+        &self,
+        group: &TabletGroup,
+        request: VectorSearch,
+    ) -> Result<VectorAnswer, CqlError> {
+        let search_on = |replica: &Replica| {
+            let call = self.call(
+                replica,
+                ReplicaRequest::VectorSearch(request.clone()),
+                READ_TIMEOUT,
+            );
+            async move {
+                match call.await {
+                    Ok(ReplicaResponse::VectorHits(answer)) => Ok(answer),
+                    Ok(other) => Err(format!("unexpected answer {other:?}")),
+                    Err(error) => Err(error),
+                }
+            }
+        };
+        let mut merged = VectorAnswer {
+            hits: Vec::new(),
+            complete: true,
+        };
+        let mut add = |answer: VectorAnswer| {
+            merged.hits.extend(answer.hits);
+            merged.complete &= answer.complete;
+        };
+        let mut failures = Vec::new();
+        for answer in futures::future::join_all(group.asked.iter().map(search_on)).await {
+            match answer {
+                Ok(found) => add(found),
+                Err(error) => failures.push(error),
+            }
+        }
+        let mut spares = group.spare.iter();
+        while let Some(error) = failures.pop() {
+            let Some(spare) = spares.next() else {
+                return Err(CqlError::server(format!(
+                    "a vector search failed on a replica and no other replica is left: {error}"
+                )));
+            };
+            match search_on(spare).await {
+                Ok(found) => add(found),
+                Err(error) => failures.push(error),
+            }
+        }
+        Ok(merged)
     }
 }

@@ -68,6 +68,8 @@ pub enum ReplicaRequest {
         lookup: crate::index::IndexLookup,
         upto: Token,
     },
+    /// The partitions nearest to a vector, from a local vector index ([`crate::index`]).
+    VectorSearch(crate::index::VectorSearch),
 }
 
 /// Counter increments of one partition, for its leader: each a delta cell's key (the
@@ -101,6 +103,9 @@ impl ReplicaRequest {
             ReplicaRequest::IndexLookup { lookup, .. } => {
                 format!("INDEX LOOKUP of up to {} partitions", lookup.limit)
             }
+            ReplicaRequest::VectorSearch(search) => {
+                format!("VECTOR SEARCH of up to {} partitions", search.limit)
+            }
         }
     }
 }
@@ -120,6 +125,9 @@ impl ReplicaResponse {
             ReplicaResponse::Error(error) => format!("an error: {error}"),
             ReplicaResponse::CellsFrom { cells, .. } => format!("{} cells", cells.len()),
             ReplicaResponse::Partitions(partitions) => format!("{} partitions", partitions.len()),
+            ReplicaResponse::VectorHits(answer) => {
+                format!("{} nearest partitions", answer.hits.len())
+            }
         }
     }
 }
@@ -148,4 +156,6 @@ pub enum ReplicaResponse {
     },
     /// Base partitions, in token order (the answer to `IndexLookup`).
     Partitions(Vec<PartitionRef>),
+    /// The answer to `VectorSearch`: partitions best first, with their scores.
+    VectorHits(crate::index::VectorAnswer),
 }

@@ -114,6 +114,17 @@ impl LocalReplica {
         }
     }
 
+    /// The partitions stored here nearest to a vector, from this node's vector index.
+    pub fn vector_search(
+        &self,
+        search: &crate::index::VectorSearch,
+    ) -> Result<crate::index::VectorAnswer, String> {
+        match self.indexes.get() {
+            Some(indexes) => indexes.vector_search(self.engine.as_ref(), search),
+            None => Err("this node keeps no secondary indexes yet".into()),
+        }
+    }
+
     /// Applies cells (and the index entries they add) through the write log.
     pub async fn apply(&self, cells: Cells) -> Result<(), CqlError> {
         self.append_cells(cells).await
@@ -176,6 +187,10 @@ impl LocalReplica {
             }
             ReplicaRequest::IndexLookup { lookup, upto } => match self.lookup(&lookup, upto) {
                 Ok(partitions) => ReplicaResponse::Partitions(partitions),
+                Err(error) => ReplicaResponse::Error(error),
+            },
+            ReplicaRequest::VectorSearch(search) => match self.vector_search(&search) {
+                Ok(answer) => ReplicaResponse::VectorHits(answer),
                 Err(error) => ReplicaResponse::Error(error),
             },
             // Led by the node's coordinator, which the server hands these to.

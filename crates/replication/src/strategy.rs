@@ -12,7 +12,7 @@
 use crate::barrier::TopologyGuard;
 use crate::consistency::{unavailable, WriteType};
 use crate::counter::CounterLeader;
-use crate::index::IndexLookup;
+use crate::index::{IndexLookup, VectorAnswer, VectorSearch};
 use crate::messages::{CounterUpdate, PartitionRef};
 use crate::proxy::StorageProxy;
 use crate::range::ReplicatedView;
@@ -115,6 +115,14 @@ pub trait Replication: Send + Sync + 'static {
         lookup: IndexLookup,
         consistency: Consistency,
     ) -> BoxFuture<'_, Result<Vec<PartitionRef>, CqlError>>;
+
+    /// The partitions nearest to a vector across the table, best first: each run of
+    /// tablets searched on as many replicas as `consistency` needs, merged by score.
+    fn vector_candidates(
+        &self,
+        search: VectorSearch,
+        consistency: Consistency,
+    ) -> BoxFuture<'_, Result<VectorAnswer, CqlError>>;
 }
 
 impl Replication for StorageProxy {
@@ -212,6 +220,14 @@ impl Replication for StorageProxy {
         consistency: Consistency,
     ) -> BoxFuture<'_, Result<Vec<PartitionRef>, CqlError>> {
         Box::pin(StorageProxy::index_candidates(self, lookup, consistency))
+    }
+
+    fn vector_candidates(
+        &self,
+        search: VectorSearch,
+        consistency: Consistency,
+    ) -> BoxFuture<'_, Result<VectorAnswer, CqlError>> {
+        Box::pin(StorageProxy::vector_candidates(self, search, consistency))
     }
 }
 
@@ -345,6 +361,24 @@ impl Replication for LocalReplication {
         let found = self.check(Some(lookup.table), consistency).and_then(|()| {
             self.local
                 .lookup(&lookup, Token::MAX)
+                .map_err(CqlError::invalid)
+        });
+        Box::pin(async move { found })
+    }
+
+    fn vector_candidates(
+        &self,
+        search: VectorSearch,
+        consistency: Consistency,
+    ) -> BoxFuture<'_, Result<VectorAnswer, CqlError>> {
+        let limit = search.limit as usize;
+        let found = self.check(Some(search.table), consistency).and_then(|()| {
+            self.local
+                .vector_search(&search)
+                .map(|answer| VectorAnswer {
+                    hits: crate::index::merge_vector_hits(answer.hits, limit),
+                    complete: answer.complete,
+                })
                 .map_err(CqlError::invalid)
         });
         Box::pin(async move { found })

@@ -141,6 +141,19 @@ pub struct IndexMetadata {
     /// The class `USING` named, as written (DESCRIBE repeats it).
     #[serde(default)]
     pub class: Option<String>,
+    /// `WITH OPTIONS = {…}` as written: for a vector index, `similarity_function`.
+    #[serde(default)]
+    pub options: std::collections::BTreeMap<String, String>,
+}
+
+impl IndexMetadata {
+    /// The similarity function a vector index orders by (`similarity_function`,
+    /// cosine unless the index names another), as written.
+    pub fn similarity_function(&self) -> &str {
+        self.options
+            .get("similarity_function")
+            .map_or("cosine", String::as_str)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

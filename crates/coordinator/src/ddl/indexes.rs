@@ -108,6 +108,70 @@ fn resolve_target(
     })
 }
 
+/// Checks `WITH OPTIONS`: a storage-attached index on a vector column takes
+/// `similarity_function` (its ANN ordering); no other option is built yet (SAI's text
+/// analysis — case_sensitive, normalize, ascii — is refused rather than ignored).
+fn check_options(
+    column: &str,
+    cql_type: &CqlType,
+    sai: bool,
+    options: &std::collections::BTreeMap<String, String>,
+) -> Result<(), CqlError> {
+    let vector = match cql_type {
+        CqlType::Vector { element, dimension } if sai => Some((element, *dimension)),
+        _ => None,
+    };
+    if let Some((element, _)) = vector {
+        ensure(**element == CqlType::Float, || {
+            CqlError::invalid(
+                "SAI ANN indexes are only allowed on vector columns with float elements",
+            )
+        })?;
+    }
+    let unknown: Vec<&str> = options
+        .keys()
+        .map(String::as_str)
+        .filter(|option| vector.is_none() || *option != "similarity_function")
+        .collect();
+    if !unknown.is_empty() {
+        if !sai {
+            return Err(CqlError::invalid(format!(
+                "Index options are not supported by Shoal's default index (got '{}'); use USING 'sai'",
+                unknown[0]
+            )));
+        }
+        if unknown
+            .iter()
+            .any(|o| ["case_sensitive", "normalize", "ascii"].contains(o))
+        {
+            return Err(CqlError::invalid(format!(
+                "Index options are not supported by Shoal yet (got '{}'): indexes match values exactly",
+                unknown[0]
+            )));
+        }
+        return Err(CqlError::config(format!(
+            "Properties specified [{}] are not understood by StorageAttachedIndex",
+            unknown.join(", ")
+        )));
+    }
+    if let Some((_, dimension)) = vector {
+        let function = options
+            .get("similarity_function")
+            .map_or("cosine", String::as_str);
+        let similarity = shoal_model::vector::Similarity::named(function).ok_or_else(|| {
+            CqlError::invalid(format!(
+                "Similarity function {} was not recognized for the index on {column}. Valid values are: EUCLIDEAN, DOT_PRODUCT, COSINE",
+                function.to_ascii_uppercase()
+            ))
+        })?;
+        ensure(
+            !(similarity == shoal_model::vector::Similarity::Cosine && dimension == 1),
+            || CqlError::invalid("Cosine similarity is not supported for single-dimension vectors"),
+        )?;
+    }
+    Ok(())
+}
+
 pub(crate) async fn create(
     coordinator: &Coordinator,
     keyspace: &str,
@@ -125,12 +189,15 @@ pub(crate) async fn create(
     if let Some(name) = &create.name {
         validate_name("Index", name)?;
     }
-    // SAI's analysis options (case_sensitive, normalize, ascii) and vector similarity
-    // are not built yet: refused rather than silently ignored.
-    if let Some((option, _)) = create.options.first() {
-        return Err(CqlError::invalid(format!(
-            "Index options are not supported by Shoal yet (got '{option}'): indexes match values exactly"
-        )));
+    // `WITH OPTIONS = {'name': 'value', …}`.
+    let mut options = std::collections::BTreeMap::new();
+    for (property, value) in &create.options {
+        if !property.eq_ignore_ascii_case("options") {
+            return Err(CqlError::syntax(format!("Unknown property '{property}'")));
+        }
+        for (option, value) in super::property_map(value, property)? {
+            options.insert(option.to_ascii_lowercase(), value);
+        }
     }
     let table_name = &create.table.name;
     let id = TableId::random();
@@ -157,6 +224,7 @@ pub(crate) async fn create(
                 },
             )?;
             let target = resolve_target(&column.name, &column.cql_type, create.target)?;
+            check_options(&column.name, &column.cql_type, sai, &options)?;
             if let Some(name) = &create.name {
                 if index_exists(keyspace_metadata, name) {
                     if create.if_not_exists {
@@ -174,7 +242,7 @@ pub(crate) async fn create(
             if let Some(existing) = table
                 .indexes
                 .iter()
-                .find(|i| i.column == column.name && i.target == target)
+                .find(|i| i.column == column.name && i.target == target && i.options == options)
             {
                 if create.if_not_exists {
                     return Ok(false);
@@ -189,6 +257,23 @@ pub(crate) async fn create(
                     existing.name
                 )));
             }
+            if sai {
+                if let Some(existing) = table
+                    .indexes
+                    .iter()
+                    .find(|i| i.sai && i.column == column.name)
+                {
+                    if create.if_not_exists
+                        && create.name.as_ref().is_none_or(|n| *n == existing.name)
+                    {
+                        return Ok(false);
+                    }
+                    return Err(CqlError::invalid(format!(
+                        "Cannot create more than one storage-attached index on the same column: {}",
+                        column.name
+                    )));
+                }
+            }
             let name = create
                 .name
                 .clone()
@@ -200,6 +285,7 @@ pub(crate) async fn create(
                 target,
                 sai,
                 class: create.using.clone(),
+                options: options.clone(),
             };
             let mut altered = table.as_ref().clone();
             altered.indexes.push(index);

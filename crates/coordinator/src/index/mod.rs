@@ -23,8 +23,10 @@
 //!   a filtered full scan would — never a stale hit — and pages, limits and replicas'
 //!   reconciliation work as for any scan.
 
+pub mod vector;
 pub mod view;
 
+use vector::{VectorIndex, VectorIndexes};
 pub use view::CandidateView;
 
 use parking_lot::{Mutex, RwLock};
@@ -32,7 +34,9 @@ use shoal_cql::ast::Operator;
 use shoal_model::clustering::{decode_component, encode_component};
 use shoal_model::keys::{self, ColumnPart};
 use shoal_model::{Cell, CqlType, TableId, Token, Value};
-use shoal_replication::index::{add_candidate, lookup_candidates, IndexLookup, LocalIndexes};
+use shoal_replication::index::{
+    add_candidate, lookup_candidates, IndexLookup, LocalIndexes, VectorAnswer, VectorSearch,
+};
 use shoal_replication::{Cells, PartitionRef};
 use shoal_schema::{ColumnKind, IndexMetadata, IndexTarget, SchemaStore, TableMetadata};
 use shoal_storage::{Engine, WriteBatch};
@@ -68,16 +72,46 @@ struct Indexed {
     by_table: HashMap<TableId, Vec<IndexSpec>>,
     /// Every index of the schema: its name, for messages.
     names: HashMap<TableId, String>,
+    /// Vector indexes (nearest-neighbour graphs, no entries), by index id.
+    vectors: HashMap<TableId, Arc<VectorIndex>>,
+}
+
+/// What a storage-attached index on a `vector<float, n>` column orders by: its similarity
+/// function and the vectors' dimension. `None` for every other index.
+pub(crate) fn vector_index_of(
+    table: &TableMetadata,
+    index: &IndexMetadata,
+) -> Option<(shoal_model::vector::Similarity, usize)> {
+    if !index.sai {
+        return None;
+    }
+    match &table.column(&index.column)?.cql_type {
+        CqlType::Vector { element, dimension } if **element == CqlType::Float => {
+            let similarity = shoal_model::vector::Similarity::named(index.similarity_function())?;
+            Some((similarity, *dimension as usize))
+        }
+        _ => None,
+    }
 }
 
 impl Indexed {
-    fn of(schema: &shoal_schema::Schema) -> Indexed {
+    fn of(schema: &shoal_schema::Schema, vectors: &VectorIndexes) -> Indexed {
         let mut indexed = Indexed {
             version: schema.version,
             ..Indexed::default()
         };
         for table in schema.user_keyspaces().flat_map(|k| k.tables.values()) {
             for index in &table.indexes {
+                if let Some((similarity, dimension)) = vector_index_of(table, index) {
+                    let made = vectors.get_or_create(index.id, || {
+                        VectorIndex::new(table.id, &index.column, similarity, dimension)
+                    });
+                    if let Some(vector) = made {
+                        indexed.names.insert(index.id, index.name.clone());
+                        indexed.vectors.insert(index.id, vector);
+                    }
+                    continue;
+                }
                 let Some(spec) = IndexSpec::of(table, index) else {
                     continue;
                 };
@@ -233,6 +267,7 @@ pub(crate) fn index_for<'t>(
     let cql_type = &table.column(column)?.cql_type;
     table.indexes.iter().find(|index| {
         index.column == column
+            && vector_index_of(table, index).is_none()
             && match (operator, index.target) {
                 (Operator::Eq, IndexTarget::Entries) => map_entry,
                 (Operator::Eq, IndexTarget::Values) => !map_entry && !cql_type.is_collection(),
@@ -277,6 +312,8 @@ pub struct IndexCatalog {
     built: RwLock<HashSet<TableId>>,
     /// Builds under way or done since the node started, by index.
     progress: Mutex<HashMap<TableId, BuildProgress>>,
+    /// The nearest-neighbour graphs of vector indexes (in memory, rebuilt at start).
+    vectors: VectorIndexes,
 }
 
 impl IndexCatalog {
@@ -297,6 +334,7 @@ impl IndexCatalog {
             no_index_check: std::sync::atomic::AtomicU64::new(u64::MAX),
             built: RwLock::new(built),
             progress: Mutex::new(HashMap::new()),
+            vectors: VectorIndexes::default(),
         }
     }
 
@@ -326,7 +364,8 @@ impl IndexCatalog {
                 return Arc::clone(&indexed);
             }
         }
-        let fresh = Arc::new(Indexed::of(&schema));
+        let fresh = Arc::new(Indexed::of(&schema, &self.vectors));
+        self.vectors.retain(|id| fresh.vectors.contains_key(id));
         for id in fresh.names.keys() {
             // Stale entries are dropped by compaction as soon as they are deleted.
             self.engine.set_gc_grace_seconds(*id, 0);
@@ -336,7 +375,11 @@ impl IndexCatalog {
     }
 
     /// The entries of `cells` for the indexes in `indexed`: one per indexed live cell.
+    /// Vector indexes take their cells into their graphs instead.
     fn entries_with(indexed: &Indexed, cells: &Cells, out: &mut Cells) {
+        for vector in indexed.vectors.values() {
+            vector.apply(cells);
+        }
         if indexed.by_table.is_empty() {
             return;
         }
@@ -441,10 +484,13 @@ impl IndexCatalog {
         let lower = keys::table_prefix(&table);
         let upper = keys::table_end(&table);
         self.index_range_with(&lower, &upper, Some(index))?;
-        self.engine.sync().map_err(|e| e.to_string())?;
-        self.engine
-            .put_metadata(&built_key(&index), b"")
-            .map_err(|e| e.to_string())?;
+        // A vector index lives in memory: built again each time the node starts.
+        if !self.current().vectors.contains_key(&index) {
+            self.engine.sync().map_err(|e| e.to_string())?;
+            self.engine
+                .put_metadata(&built_key(&index), b"")
+                .map_err(|e| e.to_string())?;
+        }
         self.built.write().insert(index);
         if let Some(progress) = self.progress.lock().get_mut(&index) {
             progress.done = true;
@@ -470,6 +516,9 @@ impl IndexCatalog {
         let indexed: &Indexed = match only {
             None => &indexed,
             Some(id) => {
+                if let Some(vector) = indexed.vectors.get(&id) {
+                    restricted.vectors.insert(id, Arc::clone(vector));
+                }
                 for (table, specs) in &indexed.by_table {
                     let kept: Vec<IndexSpec> =
                         specs.iter().filter(|s| s.id == id).cloned().collect();
@@ -480,7 +529,7 @@ impl IndexCatalog {
                 &restricted
             }
         };
-        if indexed.by_table.is_empty() {
+        if indexed.by_table.is_empty() && indexed.vectors.is_empty() {
             return Ok(());
         }
         let mut cursor = self
@@ -594,9 +643,35 @@ impl LocalIndexes for IndexCatalog {
         cursor.status().map_err(|e| e.to_string())?;
         Ok(found)
     }
+
+    fn vector_search(
+        &self,
+        engine: &dyn Engine,
+        search: &VectorSearch,
+    ) -> Result<VectorAnswer, String> {
+        self.search_vectors(engine, search)
+    }
 }
 
 impl IndexCatalog {
+    /// The nearest partitions for a vector search: from the graph once this node's build
+    /// is done, by scoring every stored vector of the range until then.
+    fn search_vectors(
+        &self,
+        engine: &dyn Engine,
+        search: &VectorSearch,
+    ) -> Result<VectorAnswer, String> {
+        let Some(vector) = self.current().vectors.get(&search.index).cloned() else {
+            return Err("the index was dropped".into());
+        };
+        let now = shoal_model::timestamp::now_seconds();
+        if self.is_built(&search.index) {
+            vector.search(search, now)
+        } else {
+            vector.search_exactly(engine, search, now)
+        }
+    }
+
     /// True once this node's build of `index` is done.
     pub(crate) fn is_built(&self, index: &TableId) -> bool {
         self.built.read().contains(index)

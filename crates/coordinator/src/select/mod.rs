@@ -53,6 +53,136 @@ pub(crate) struct SelectPlan {
     /// A scan answered through a secondary index: which index, and which of the bound
     /// filters gives the value it looks up ([`crate::index`]).
     pub(crate) index: Option<IndexChoice>,
+    /// `ORDER BY v ANN OF [...]`: rows come nearest first.
+    pub(crate) nearest: Option<NearestPlan>,
+}
+
+/// The largest LIMIT of a nearest-neighbour query, as in Cassandra.
+pub(crate) const NEAREST_LIMIT_MAX: u64 = 1000;
+
+/// What `ORDER BY v ANN OF [...]` orders by: the vector column, the vector index that
+/// answers it, and the query vector.
+#[derive(Debug, Clone)]
+pub(crate) struct NearestPlan {
+    /// The vector column's position in the table's columns.
+    pub(crate) column: usize,
+    pub(crate) index: TableId,
+    pub(crate) similarity: shoal_model::vector::Similarity,
+    vector: TypedTerm,
+}
+
+impl NearestPlan {
+    /// Checks an `ORDER BY … ANN OF` against the table and the rest of the statement, as
+    /// Cassandra does; `None` without one.
+    fn new(
+        table: &TableMetadata,
+        select: &Select,
+        selection: &Selection,
+        where_plan: &WherePlan,
+        scanning: bool,
+    ) -> Result<Option<NearestPlan>, CqlError> {
+        let Some((name, term)) = &select.ann else {
+            return Ok(None);
+        };
+        ensure(select.order_by.is_empty(), || {
+            CqlError::invalid("ANN ordering does not support any other ordering")
+        })?;
+        let column = table
+            .column(name)
+            .ok_or_else(|| CqlError::invalid(format!("Undefined column name {name}")))?;
+        let CqlType::Vector { element, .. } = &column.cql_type else {
+            return Err(CqlError::invalid(format!(
+                "Unexpected receiver type '{}'; only list and vector are expected",
+                column.cql_type
+            )));
+        };
+        ensure(**element == CqlType::Float, || {
+            CqlError::invalid("ANN ordering is only supported on float vector indexes")
+        })?;
+        let (index, similarity) = table
+            .indexes
+            .iter()
+            .filter(|index| index.column == column.name)
+            .find_map(|index| {
+                crate::index::vector_index_of(table, index).map(|(s, _)| (index.id, s))
+            })
+            .ok_or_else(|| {
+                CqlError::invalid("ANN ordering by vector requires the column to be indexed")
+            })?;
+        ensure(select.limit.is_some(), || {
+            CqlError::invalid("Top-K queries must have a limit specified and the limit must be less than the query page size")
+        })?;
+        ensure(select.per_partition_limit.is_none(), || {
+            CqlError::invalid("Top-K queries do not support per-partition limits")
+        })?;
+        ensure(!selection.aggregate && selection.grouping.is_none(), || {
+            CqlError::invalid("Top-K queries can not be run with aggregation")
+        })?;
+        ensure(!where_plan.partition_in, || {
+            CqlError::invalid(
+                "Select on indexed columns and with IN clause for the PRIMARY KEY are not supported",
+            )
+        })?;
+        // Rows are filtered after the search, so every filter must be one an index answers.
+        let mut restricted: Vec<(usize, shoal_cql::ast::Operator, bool)> =
+            where_plan.filter_shapes();
+        if scanning {
+            let clustering_restricted =
+                where_plan.clustering_prefix_columns + usize::from(where_plan.has_clustering_slice);
+            for column in table.clustering().take(clustering_restricted) {
+                if let Some(position) = table.column_index(&column.name) {
+                    restricted.push((position, shoal_cql::ast::Operator::Eq, false));
+                }
+            }
+        }
+        for (position, operator, map_entry) in restricted {
+            let indexed =
+                crate::index::index_for(table, &table.columns[position].name, operator, map_entry)
+                    .is_some_and(|index| index.sai);
+            ensure(indexed, || {
+                CqlError::invalid(
+                    "ANN ordering by vector requires all restricted column(s) to be indexed",
+                )
+            })?;
+        }
+        Ok(Some(NearestPlan {
+            column: table.column_index(&column.name).unwrap_or_default(),
+            index,
+            similarity,
+            vector: TypedTerm::new(term, &column.cql_type, &column.name)?,
+        }))
+    }
+
+    /// The query vector of one execution.
+    pub(crate) fn query(&self, bindings: Bindings<'_>) -> Result<Vec<f32>, CqlError> {
+        let vector = match self.vector.evaluate(bindings)? {
+            Bound::Value(value) => shoal_model::vector::floats(&value.serialize()),
+            Bound::Null | Bound::Unset => {
+                return Err(CqlError::invalid(format!(
+                    "Unsupported null value for column {}",
+                    self.vector.receiver
+                )))
+            }
+        };
+        ensure(
+            !(self.similarity == shoal_model::vector::Similarity::Cosine
+                && shoal_model::vector::is_zero(&vector)),
+            || {
+                CqlError::invalid("Zero and near-zero vectors cannot be indexed or queried with cosine similarity")
+            },
+        )?;
+        Ok(vector)
+    }
+}
+
+/// A nearest-neighbour query's LIMIT, checked against Cassandra's maximum.
+pub(crate) fn nearest_limit(limit: u64) -> Result<u64, CqlError> {
+    ensure(limit <= NEAREST_LIMIT_MAX, || {
+        CqlError::invalid(format!(
+            "Use of ANN OF in an ORDER BY clause requires a LIMIT that is not greater than {NEAREST_LIMIT_MAX}. LIMIT was {limit}"
+        ))
+    })?;
+    Ok(limit)
 }
 
 /// The index a scan uses.
@@ -216,6 +346,7 @@ impl SelectPlan {
             clustering_restricted: false,
             class: StatementClass::System,
             index: None,
+            nearest: None,
             table,
         };
         if plan.table.is_virtual {
@@ -224,6 +355,16 @@ impl SelectPlan {
         let table = &plan.table;
         let mut where_plan = WherePlan::analyse(table, &select.relations)?;
         let scanning = !where_plan.names_partitions();
+        for (position, _, _) in where_plan.filter_shapes() {
+            let name = &table.columns[position].name;
+            let vector_indexed = table.indexes.iter().any(|index| {
+                index.column == *name && crate::index::vector_index_of(table, index).is_some()
+            });
+            ensure(!vector_indexed, || {
+                CqlError::invalid("Vector indexes only support ANN queries")
+            })?;
+        }
+        let nearest = NearestPlan::new(table, select, &plan.selection, &where_plan, scanning)?;
         let clustering_restricted =
             where_plan.clustering_prefix_columns > 0 || where_plan.has_clustering_slice;
         let (index, filters_remain) = choose_index(table, &mut where_plan, scanning);
@@ -236,8 +377,10 @@ impl SelectPlan {
                 crate::index::index_for(table, &column.name, shoal_cql::ast::Operator::Eq, false)
                     .is_some()
             });
-        let needs_filtering = filters_remain
-            || (scanning && clustering_restricted && !select.distinct && !clustering_answered);
+        // A nearest-neighbour query's filters were all checked to be indexed.
+        let needs_filtering = nearest.is_none()
+            && (filters_remain
+                || (scanning && clustering_restricted && !select.distinct && !clustering_answered));
         ensure(!needs_filtering || select.allow_filtering, || {
             CqlError::invalid("Cannot execute this query as it might involve data filtering and thus may have unpredictable performance. If you want to execute this query despite the performance unpredictability, use ALLOW FILTERING")
         })?;
@@ -245,6 +388,13 @@ impl SelectPlan {
             ensure(!clustering_restricted, || {
                 CqlError::invalid("SELECT DISTINCT with WHERE clause only supports restriction by partition key and/or static columns.")
             })?;
+        }
+        if let Some(limit) = &plan.limit {
+            if nearest.is_some() {
+                if let Ok(Bound::Value(Value::Int(limit))) = limit.evaluate(Bindings::NONE) {
+                    nearest_limit(limit.max(0) as u64)?;
+                }
+            }
         }
         plan.reversed = order_by_reverses(table, select, scanning)?;
         plan.class = if scanning {
@@ -257,7 +407,13 @@ impl SelectPlan {
         plan.clustering_restricted = clustering_restricted;
         plan.where_plan = where_plan;
         plan.index = index;
+        plan.nearest = nearest;
         Ok(plan)
+    }
+
+    /// The LIMIT of one execution.
+    pub(crate) fn limit_of(&self, bindings: Bindings<'_>) -> Result<Option<u64>, CqlError> {
+        positive_int(&self.limit, bindings)
     }
 
     /// The table's id, unless it is virtual.
@@ -307,6 +463,17 @@ impl SelectPlan {
         coordinator.check_consistency(&self.keyspace, parameters.consistency, false)?;
         let selection = self.selection.bind(bindings)?;
         let limit = positive_int(&self.limit, bindings)?;
+        let nearest = match &self.nearest {
+            Some(plan) => {
+                limit.map(nearest_limit).transpose()?;
+                Some(visitor::Nearest {
+                    column: plan.column,
+                    query: plan.query(bindings)?,
+                    similarity: plan.similarity,
+                })
+            }
+            None => None,
+        };
         let per_partition_limit = positive_int(&self.per_partition_limit, bindings)?;
         if table.is_virtual {
             return system::select_virtual(
@@ -328,7 +495,12 @@ impl SelectPlan {
         };
         let page_size = match parameters.page_size {
             // An aggregate is one row; grouped results page by groups.
-            Some(size) if size > 0 && (!selection.aggregate || selection.grouping.is_some()) => {
+            // Nearest-neighbour results come whole, as from Cassandra.
+            Some(size)
+                if size > 0
+                    && nearest.is_none()
+                    && (!selection.aggregate || selection.grouping.is_some()) =>
+            {
                 size as usize
             }
             _ => usize::MAX,
@@ -351,9 +523,12 @@ impl SelectPlan {
             Some(bytes) => Some(PagingState::decode(bytes)?),
             None => None,
         };
-        let limit_remaining = resume
-            .as_ref()
-            .map_or(limit.unwrap_or(u64::MAX), |r| r.remaining);
+        // Nearest first: every candidate row is scored, then the best LIMIT kept.
+        let limit_remaining = match (&resume, &nearest) {
+            (_, Some(_)) => u64::MAX,
+            (Some(resume), None) => resume.remaining,
+            (None, None) => limit.unwrap_or(u64::MAX),
+        };
         let scanning = restrictions.partition_keys.is_none();
         let slices = restrictions.slices();
         let mut visitor = SelectVisitor {
@@ -367,11 +542,12 @@ impl SelectPlan {
             page_size,
             per_partition_limit: per_partition_limit.unwrap_or(u64::MAX),
             now_seconds: shoal_model::timestamp::now_seconds(),
-            sort_rows: if sort_across_partitions {
+            sort_rows: if sort_across_partitions || nearest.is_some() {
                 Some(Vec::new())
             } else {
                 None
             },
+            nearest,
             ..SelectVisitor::new(table, &selection, &restrictions.filters, limit_remaining)
         };
         match &restrictions.partition_keys {

@@ -182,7 +182,32 @@ pub(crate) struct SelectVisitor<'a> {
     /// accumulated.
     pub(crate) group: Option<(Vec<u8>, Vec<u8>)>,
     pub(crate) sort_rows: Option<Vec<SortableRow>>,
+    /// `ORDER BY v ANN OF [...]`: rows are sorted by their vector's score, best first
+    /// (rows without a vector are left out).
+    pub(crate) nearest: Option<Nearest>,
     pub(crate) error: Option<CqlError>,
+}
+
+/// How a nearest-neighbour query scores a row.
+#[derive(Debug, Clone)]
+pub(crate) struct Nearest {
+    /// The vector column's position in the table's columns.
+    pub(crate) column: usize,
+    pub(crate) query: Vec<f32>,
+    pub(crate) similarity: shoal_model::vector::Similarity,
+}
+
+impl Nearest {
+    /// A sort key putting higher scores first; `None` for a row with no vector to score.
+    fn sort_key(&self, values: &[ColumnValue]) -> Option<Vec<u8>> {
+        let bytes = values.get(self.column)?.bytes.as_ref()?;
+        let score = self
+            .similarity
+            .score(&shoal_model::vector::floats(bytes), &self.query)
+            .ok()?;
+        // Scores are in [0, 1]: their bits order as unsigned integers.
+        Some((!score.to_bits()).to_be_bytes().to_vec())
+    }
 }
 
 impl<'a> SelectVisitor<'a> {
@@ -214,6 +239,7 @@ impl<'a> SelectVisitor<'a> {
             accumulators: vec![Accumulator::default(); selection.outputs.len()],
             group: None,
             sort_rows: None,
+            nearest: None,
             error: None,
         }
     }
@@ -535,6 +561,13 @@ impl<'a> SelectVisitor<'a> {
                 Flow::Continue
             };
         }
+        let nearest_key = match &self.nearest {
+            Some(nearest) => match nearest.sort_key(&values) {
+                Some(key) => Some(key),
+                None => return Flow::Continue,
+            },
+            None => None,
+        };
         if self.emitted >= self.page_size {
             self.has_more = true;
             return Flow::Stop;
@@ -547,7 +580,10 @@ impl<'a> SelectVisitor<'a> {
             Err(error) => return self.fail(error),
         };
         match &mut self.sort_rows {
-            Some(rows) => rows.push((clustering.clone().unwrap_or_default(), cells)),
+            Some(rows) => rows.push((
+                nearest_key.unwrap_or_else(|| clustering.clone().unwrap_or_default()),
+                cells,
+            )),
             None => self.buffer.push_row(cells.iter().map(|c| c.as_deref())),
         }
         self.emitted += 1;
