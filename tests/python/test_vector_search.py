@@ -335,3 +335,12 @@ def test_on_three_nodes_every_coordinator_finds_the_same_neighbours(tmp_path):
         cluster.nodes[2].kill()
         found = answers(ADDRESSES[0], "replicated", ConsistencyLevel.QUORUM)
         assert sum(recall(f, t) for f, t in zip(found, truth)) / len(truth) >= 0.95
+
+
+def test_truncate_empties_the_index(session):
+    rng, rows = create_items(session, "cosine", 80)
+    session.execute("TRUNCATE items")
+    query = random_vectors(rng, 1)[0]
+    assert nearest_ids(session, query, 10) == []
+    session.execute("INSERT INTO items (id, v) VALUES (500, %s)", (query,))
+    assert nearest_ids(session, query, 10) == [500]

@@ -50,6 +50,9 @@ pub trait LocalIndexes: Send + Sync {
         engine: &dyn Engine,
         search: &VectorSearch,
     ) -> Result<VectorAnswer, String>;
+
+    /// Every cell of `table` stored here was just removed (TRUNCATE).
+    fn truncated(&self, table: TableId);
 }
 
 /// A nearest-neighbour search of one vector index over a token range.

@@ -125,6 +125,15 @@ impl LocalReplica {
         }
     }
 
+    /// Removes every cell of `table` stored here, and tells this node's indexes.
+    pub async fn truncate(&self, table: TableId) -> Result<(), String> {
+        remove_table_data(Arc::clone(&self.engine), table).await?;
+        if let Some(indexes) = self.indexes.get() {
+            indexes.truncated(table);
+        }
+        Ok(())
+    }
+
     /// Applies cells (and the index entries they add) through the write log.
     pub async fn apply(&self, cells: Cells) -> Result<(), CqlError> {
         self.append_cells(cells).await
@@ -179,12 +188,10 @@ impl LocalReplica {
                     Err(error) => ReplicaResponse::Error(error.message),
                 }
             }
-            ReplicaRequest::Truncate(table_id) => {
-                match remove_table_data(Arc::clone(&self.engine), table_id).await {
-                    Ok(()) => ReplicaResponse::Applied,
-                    Err(error) => ReplicaResponse::Error(error),
-                }
-            }
+            ReplicaRequest::Truncate(table_id) => match self.truncate(table_id).await {
+                Ok(()) => ReplicaResponse::Applied,
+                Err(error) => ReplicaResponse::Error(error),
+            },
             ReplicaRequest::IndexLookup { lookup, upto } => match self.lookup(&lookup, upto) {
                 Ok(partitions) => ReplicaResponse::Partitions(partitions),
                 Err(error) => ReplicaResponse::Error(error),

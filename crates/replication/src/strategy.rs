@@ -22,7 +22,7 @@ use crate::topology::Replica;
 use futures::future::BoxFuture;
 use shoal_cql::request::Consistency;
 use shoal_cql::CqlError;
-use shoal_model::{keys, HostId, TableId, Token};
+use shoal_model::{HostId, TableId, Token};
 use shoal_schema::SchemaStore;
 use shoal_storage::{Engine, WriteBatch};
 use std::sync::Arc;
@@ -309,12 +309,12 @@ impl Replication for LocalReplication {
     }
 
     fn truncate(&self, table: TableId) -> BoxFuture<'_, Result<(), CqlError>> {
-        let result = self
-            .local
-            .engine
-            .delete_range(&keys::table_prefix(&table), &keys::table_end(&table))
-            .map_err(|e| CqlError::server(format!("could not remove the table's data: {e}")));
-        Box::pin(async move { result })
+        Box::pin(async move {
+            self.local
+                .truncate(table)
+                .await
+                .map_err(|e| CqlError::server(format!("could not remove the table's data: {e}")))
+        })
     }
 
     fn local_engine(&self) -> &Arc<dyn Engine> {

@@ -7,7 +7,6 @@ use crate::proxy::StorageProxy;
 use shoal_cql::request::Consistency;
 use shoal_cql::{CqlError, ErrorCode};
 use shoal_model::TableId;
-use std::sync::Arc;
 
 impl StorageProxy {
     /// Removes `table`'s data on every member.
@@ -46,7 +45,8 @@ impl StorageProxy {
                 WRITE_TIMEOUT,
             ));
         }
-        crate::replica::remove_table_data(Arc::clone(&self.local.engine), table)
+        self.local
+            .truncate(table)
             .await
             .map_err(|e| CqlError::server(format!("could not remove the table's data: {e}")))?;
         for result in futures::future::join_all(calls).await {

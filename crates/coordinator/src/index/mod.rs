@@ -651,6 +651,14 @@ impl LocalIndexes for IndexCatalog {
     ) -> Result<VectorAnswer, String> {
         self.search_vectors(engine, search)
     }
+
+    fn truncated(&self, table: TableId) {
+        for vector in self.current().vectors.values() {
+            if vector.table == table {
+                vector.clear();
+            }
+        }
+    }
 }
 
 impl IndexCatalog {

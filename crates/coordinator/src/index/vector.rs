@@ -14,11 +14,13 @@
 //!   value adds a point for its row (replacing the row's previous point), a deleted value
 //!   removes it. The last write wins by timestamp, as in the data: a write older than the
 //!   one indexed for the row (a late hint, a repair) changes nothing.
-//! - **Never trusted.** A point may outlive its row — a row, range or partition deletion,
-//!   a tablet that moved away — because those are not vector cells. Expired points are
-//!   skipped by the search itself; every other hit is only a candidate, read back through
-//!   the normal read path and scored from the stored value, so a stale point can cost a
-//!   slot but never return a row that is not there.
+//!   Row, range and partition deletions remove the points of the rows they cover (written
+//!   no later than the deletion), and TRUNCATE empties the graph.
+//! - **Never trusted.** A point may still outlive its row — a tablet that moved away, a
+//!   deletion applied before the write it shadows arrived. Expired points are skipped by
+//!   the search itself; every other hit is only a candidate, read back through the normal
+//!   read path and scored from the stored value, so a stale point can cost a slot but
+//!   never return a row that is not there.
 //! - **Rebuilt, not persisted.** The graph is derived from the data, which the commit log
 //!   and RocksDB already keep durable: a node rebuilds it in the background when it starts
 //!   (or when the index is created), and until that build is done it answers searches
@@ -30,8 +32,9 @@ use shoal_model::vector::{floats, is_zero, Similarity};
 use shoal_model::{Cell, CellKind, TableId, Token};
 use shoal_replication::index::{merge_vector_hits, VectorAnswer, VectorHit, VectorSearch};
 use shoal_replication::Cells;
+use shoal_storage::reader::RangeTombstone;
 use shoal_storage::Engine;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use usearch::{Index, IndexOptions, MetricKind, ScalarKind};
 
@@ -58,9 +61,9 @@ struct Point {
 #[derive(Default)]
 struct Points {
     by_key: HashMap<u64, Point>,
-    /// The current point of each row (by its vector cell's storage key), with that
-    /// cell's write timestamp.
-    by_row: HashMap<Box<[u8]>, (u64, i64)>,
+    /// The current point of each row (by its vector cell's storage key, so a partition's
+    /// rows are one range), with that cell's write timestamp.
+    by_row: BTreeMap<Box<[u8]>, (u64, i64)>,
     /// Points whose value has a TTL: while there are none, a search of the whole table
     /// needs no filter.
     expiring: usize,
@@ -81,6 +84,14 @@ impl Points {
             }
         }
     }
+}
+
+/// What a deletion covers in its partition.
+enum Deletion {
+    Partition,
+    /// The row whose key the deletion's key is (its column part a row deletion).
+    Row,
+    Range(RangeTombstone),
 }
 
 /// One vector index on this node.
@@ -163,7 +174,8 @@ impl VectorIndex {
         self.points.read().by_key.len()
     }
 
-    /// Applies the cells of a batch that belong to this index's column.
+    /// Applies the cells of a batch that belong to this index's column, and the
+    /// deletions of rows, ranges and partitions of its table.
     pub fn apply(&self, cells: &Cells) {
         for (key, value) in cells {
             if TableId::of_key(key) != Some(self.table) {
@@ -172,18 +184,107 @@ impl VectorIndex {
             let Some((token, partition_key, rest)) = keys::split_partition(key) else {
                 continue;
             };
-            let Some((_, _, column_part)) = keys::split_row_key(rest) else {
-                continue;
+            let partition = &key[..key.len() - rest.len()];
+            let deletion = match rest.first() {
+                Some(&keys::SECTION_PARTITION_DELETION) => Some(Deletion::Partition),
+                Some(&keys::SECTION_RANGE_TOMBSTONE) => {
+                    keys::parse_range_tombstone(rest).map(|(start, si, end, ei)| {
+                        Deletion::Range(RangeTombstone {
+                            start: start.to_vec(),
+                            start_inclusive: si,
+                            end: end.to_vec(),
+                            end_inclusive: ei,
+                            timestamp: shoal_model::WriteTimestamp(0),
+                        })
+                    })
+                }
+                _ => {
+                    let Some((_, _, column_part)) = keys::split_row_key(rest) else {
+                        continue;
+                    };
+                    match keys::parse_column_part(column_part) {
+                        Some(ColumnPart::Cell { column, .. }) if *column == *self.column => None,
+                        Some(ColumnPart::RowDeletion) => Some(Deletion::Row),
+                        _ => continue,
+                    }
+                }
             };
-            match keys::parse_column_part(column_part) {
-                Some(ColumnPart::Cell { column, .. }) if *column == *self.column => {}
-                _ => continue,
-            }
             let Ok(cell) = Cell::decode(value) else {
                 continue;
             };
-            self.apply_cell(key, token, partition_key, &cell);
+            match deletion {
+                None => self.apply_cell(key, token, partition_key, &cell),
+                Some(deletion) if cell.is_tombstone() => {
+                    self.delete(partition, key, &deletion, cell.timestamp.0)
+                }
+                Some(_) => {}
+            }
         }
+    }
+
+    /// Removes the points of the rows a deletion at `timestamp` covers.
+    fn delete(&self, partition: &[u8], key: &[u8], deletion: &Deletion, timestamp: i64) {
+        let mut removed = Vec::new();
+        {
+            let mut points = self.points.write();
+            let upper = keys::increment_prefix(partition);
+            let rows = points.by_row.range::<[u8], _>((
+                std::ops::Bound::Included(partition),
+                match &upper {
+                    Some(upper) => std::ops::Bound::Excluded(upper.as_slice()),
+                    None => std::ops::Bound::Unbounded,
+                },
+            ));
+            for (row_key, (point, indexed_at)) in rows {
+                if *indexed_at > timestamp {
+                    continue;
+                }
+                let covered = match deletion {
+                    Deletion::Partition => true,
+                    Deletion::Row | Deletion::Range(_) => {
+                        let rest = &row_key[partition.len()..];
+                        let Some((section, clustering, _)) = keys::split_row_key(rest) else {
+                            continue;
+                        };
+                        match deletion {
+                            // The row deletion's key is the row's, up to the column part.
+                            Deletion::Row => {
+                                let row_end = key.len() - 3;
+                                row_key.len() > row_end && row_key[..row_end] == key[..row_end]
+                            }
+                            _ => {
+                                section == keys::SECTION_ROW
+                                    && matches!(deletion, Deletion::Range(range) if range.covers(clustering))
+                            }
+                        }
+                    }
+                };
+                if covered {
+                    removed.push((row_key.clone(), *point));
+                }
+            }
+            for (row_key, point) in &removed {
+                points.by_row.remove(row_key);
+                points.remove(*point);
+            }
+        }
+        for (_, point) in removed {
+            self.remove_from_graph(point);
+        }
+    }
+
+    /// Forgets every point (the table was truncated).
+    pub fn clear(&self) {
+        let mut points = self.points.write();
+        let graph = self.graph.write();
+        if let Err(error) = graph.reset() {
+            tracing::warn!(%error, "a vector index could not be emptied");
+            return;
+        }
+        if let Err(error) = graph.reserve_capacity_and_threads(1024, CONTEXTS) {
+            tracing::warn!(%error, "a vector index could not be emptied");
+        }
+        *points = Points::default();
     }
 
     fn apply_cell(&self, key: &[u8], token: Token, partition_key: &[u8], cell: &Cell) {
@@ -488,6 +589,76 @@ mod tests {
         index.apply(&vec![(key, tombstone.encode())]);
         assert_eq!(index.point_count(), 1);
         assert_eq!(search(&index, &[9.0, 9.0], 5).len(), 1);
+    }
+
+    fn tombstone(timestamp: i64) -> Vec<u8> {
+        Cell {
+            timestamp: WriteTimestamp(timestamp),
+            kind: CellKind::Tombstone {
+                deleted_at: 0,
+                shadow_cleared: false,
+            },
+            value: Vec::new(),
+        }
+        .encode()
+    }
+
+    /// The vector cell key of row `clustering` of partition 1, and its partition prefix.
+    fn row_cell(table: &TableId, clustering: u8) -> (Vec<u8>, Vec<u8>) {
+        let partition_key = 1u32.to_be_bytes().to_vec();
+        let token = shoal_model::token::murmur3_token(&partition_key);
+        let partition = keys::partition_prefix(table, token, &partition_key);
+        let mut key = partition.clone();
+        key.push(keys::SECTION_ROW);
+        key.push(clustering);
+        keys::push_column_part(&mut key, |part| keys::push_cell_column(part, "v", &[]));
+        (key, partition)
+    }
+
+    #[test]
+    fn row_range_and_partition_deletions_remove_the_rows_they_cover() {
+        let table = TableId([3; 16]);
+        let index = VectorIndex::new(table, "v", Similarity::Euclidean, 2).unwrap();
+        for clustering in 0..6u8 {
+            let (key, _) = row_cell(&table, clustering);
+            index.apply(&vec![(key, vector_cell(&[clustering as f32, 0.0], 10))]);
+        }
+        assert_eq!(index.point_count(), 6);
+        let (_, partition) = row_cell(&table, 0);
+        // Row 1 deleted.
+        let mut row = partition.clone();
+        row.push(keys::SECTION_ROW);
+        row.push(1);
+        keys::push_column_part(&mut row, |part| part.push(keys::COLUMN_ROW_DELETION));
+        index.apply(&vec![(row, tombstone(20))]);
+        assert_eq!(index.point_count(), 5);
+        // Rows 2..=3 deleted by a range; an older range deletion of 4..=5 changes nothing.
+        let mut range = partition.clone();
+        keys::push_range_tombstone(&mut range, &[2], true, &[3], true);
+        index.apply(&vec![(range, tombstone(20))]);
+        assert_eq!(index.point_count(), 3);
+        let mut older = partition.clone();
+        keys::push_range_tombstone(&mut older, &[4], true, &[5], true);
+        index.apply(&vec![(older, tombstone(5))]);
+        assert_eq!(index.point_count(), 3);
+        // The whole partition.
+        let mut whole = partition.clone();
+        whole.push(keys::SECTION_PARTITION_DELETION);
+        index.apply(&vec![(whole, tombstone(30))]);
+        assert_eq!(index.point_count(), 0);
+        assert!(search(&index, &[0.0, 0.0], 5).is_empty());
+    }
+
+    #[test]
+    fn a_truncated_table_leaves_an_empty_index() {
+        let table = TableId([4; 16]);
+        let index = VectorIndex::new(table, "v", Similarity::Cosine, 2).unwrap();
+        let (key, _) = row_cell(&table, 0);
+        index.apply(&vec![(key.clone(), vector_cell(&[1.0, 0.0], 1))]);
+        index.clear();
+        assert_eq!(index.point_count(), 0);
+        index.apply(&vec![(key, vector_cell(&[0.0, 1.0], 2))]);
+        assert_eq!(search(&index, &[0.0, 1.0], 5).len(), 1);
     }
 
     #[test]
