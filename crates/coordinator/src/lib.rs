@@ -728,8 +728,8 @@ impl Coordinator {
 
     /// An index query that names few partitions runs like a read of named partitions:
     /// inline, its candidates read at the level from their replicas (this node alone
-    /// when it can answer). `None` when the index names more partitions than that, or they
-    /// are too large to gather: the query then runs as a scan.
+    /// when it can answer). `None` when the index names more partitions than that: the
+    /// query then runs as a scan.
     async fn run_selective_index_query(
         self: &Arc<Self>,
         select: &Arc<SelectPlan>,
@@ -761,26 +761,9 @@ impl Coordinator {
         if candidates.len() > max_candidates as usize {
             return Ok(None);
         }
-        // Held until the read is done (a topology barrier waits for it).
-        let mut _in_flight = None;
-        let rows = match self
-            .replication
-            .read_partitions(table, &candidates, parameters.consistency)
-            .await?
-        {
-            PartitionSource::Local(guard) => {
-                _in_flight = Some(guard);
-                index::view::Rows::Engine(Arc::clone(self.engine()))
-            }
-            PartitionSource::Merged(merged) => index::view::Rows::Engine(Arc::new(merged)),
-            PartitionSource::TooLarge => return Ok(None),
-        };
-        let view = index::CandidateView::of_candidates(rows, table, candidates);
-        let result = select.execute(self, &view, parameters, bindings, None);
-        match view.take_error() {
-            Some(error) => Err(error),
-            None => result.map(Some),
-        }
+        self.read_candidates(select, candidates, parameters, bindings)
+            .await
+            .map(Some)
     }
 
     /// `ORDER BY v ANN OF [...] LIMIT k` over the whole table (or a token range). With a
