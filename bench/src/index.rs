@@ -10,16 +10,11 @@
 //! never tests: the figures are printed (and written as JSON), not asserted.
 
 use crate::point::{consistency, PhaseResult};
-use anyhow::Context;
-use futures::future::join_all;
-use hdrhistogram::Histogram;
 use rand::Rng;
 use scylla::client::session::Session;
-use scylla::client::session_builder::SessionBuilder;
+use scylla::client::PoolSize;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IndexKind {
@@ -111,7 +106,7 @@ fn email(id: u64) -> String {
     format!("user{id}@example.com")
 }
 
-async fn write_all(session: Arc<Session>, args: &IndexArgs) -> anyhow::Result<PhaseResult> {
+async fn write_all(session: &Session, args: &IndexArgs) -> anyhow::Result<PhaseResult> {
     let mut insert = session
         .prepare(format!(
             "INSERT INTO {}.users (id, email, payload) VALUES (?, ?, ?)",
@@ -119,39 +114,17 @@ async fn write_all(session: Arc<Session>, args: &IndexArgs) -> anyhow::Result<Ph
         ))
         .await?;
     insert.set_consistency(consistency(&args.consistency)?);
-    let next = Arc::new(AtomicU64::new(0));
-    let start = Instant::now();
-    let workers = (0..args.concurrency).map(|_| {
-        let (session, insert, next) = (Arc::clone(&session), insert.clone(), Arc::clone(&next));
-        let records = args.records;
-        async move {
-            let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
-            let (mut operations, mut errors) = (0u64, 0u64);
-            let payload = vec![0x5au8; 100];
-            loop {
-                let id = next.fetch_add(1, Ordering::Relaxed);
-                if id >= records {
-                    break;
-                }
-                let began = Instant::now();
-                match session
-                    .execute_unpaged(&insert, (id as i64, email(id), &payload))
-                    .await
-                {
-                    Ok(_) => {
-                        operations += 1;
-                        histogram.record(began.elapsed().as_micros().max(1) as u64)?;
-                    }
-                    Err(_) => errors += 1,
-                }
-            }
-            anyhow::Ok((histogram, operations, errors))
-        }
-    });
-    PhaseResult::merge(join_all(workers).await, start.elapsed())
+    let (insert, payload) = (&insert, &vec![0x5au8; 100]);
+    PhaseResult::each_once(args.records, args.concurrency, |id| async move {
+        session
+            .execute_unpaged(insert, (id as i64, email(id), payload))
+            .await
+            .is_ok()
+    })
+    .await
 }
 
-async fn look_up(session: Arc<Session>, args: &IndexArgs) -> anyhow::Result<PhaseResult> {
+async fn look_up(session: &Session, args: &IndexArgs) -> anyhow::Result<PhaseResult> {
     let mut select = session
         .prepare(format!(
             "SELECT id FROM {}.users WHERE email = ?",
@@ -159,52 +132,28 @@ async fn look_up(session: Arc<Session>, args: &IndexArgs) -> anyhow::Result<Phas
         ))
         .await?;
     select.set_consistency(consistency(&args.consistency)?);
-    let done = Arc::new(AtomicBool::new(false));
-    let start = Instant::now();
-    let measure_from = start + Duration::from_secs(args.warmup_seconds);
-    let end = measure_from + Duration::from_secs(args.duration_seconds);
-    let workers = (0..args.concurrency).map(|_| {
-        let (session, select, done) = (Arc::clone(&session), select.clone(), Arc::clone(&done));
-        let records = args.records;
-        async move {
-            let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
-            let (mut operations, mut errors) = (0u64, 0u64);
-            let mut rng = rand::rng();
-            while !done.load(Ordering::Relaxed) {
-                let id = rng.random_range(0..records);
-                let began = Instant::now();
-                let outcome = session.execute_unpaged(&select, (email(id),)).await;
-                let finished = Instant::now();
-                if finished >= end {
-                    break;
-                }
-                if began < measure_from {
-                    continue;
-                }
-                // Exactly the one row asked for, or the lookup is wrong.
-                let found = outcome.ok().and_then(|result| {
-                    let rows = result.into_rows_result().ok()?;
-                    let ids: Vec<i64> = rows
-                        .rows::<(i64,)>()
-                        .ok()?
-                        .filter_map(|row| row.ok().map(|(id,)| id))
-                        .collect();
-                    Some(ids == [id as i64])
-                });
-                match found {
-                    Some(true) => {
-                        operations += 1;
-                        histogram.record((finished - began).as_micros().max(1) as u64)?;
-                    }
-                    _ => errors += 1,
-                }
-            }
-            anyhow::Ok((histogram, operations, errors))
-        }
-    });
-    let results = join_all(workers).await;
-    done.store(true, Ordering::Relaxed);
-    PhaseResult::merge(results, Instant::now().min(end) - measure_from)
+    let (select, records) = (&select, args.records);
+    PhaseResult::timed(
+        args.concurrency,
+        Duration::from_secs(args.warmup_seconds),
+        Duration::from_secs(args.duration_seconds),
+        || async move {
+            let id = rand::rng().random_range(0..records);
+            let outcome = session.execute_unpaged(select, (email(id),)).await;
+            // Exactly the one row asked for, or the lookup is wrong.
+            let found = outcome.ok().and_then(|result| {
+                let rows = result.into_rows_result().ok()?;
+                let ids: Vec<i64> = rows
+                    .rows::<(i64,)>()
+                    .ok()?
+                    .filter_map(|row| row.ok().map(|(id,)| id))
+                    .collect();
+                Some(ids == [id as i64])
+            });
+            found == Some(true)
+        },
+    )
+    .await
 }
 
 pub fn run(args: IndexArgs) -> anyhow::Result<()> {
@@ -216,20 +165,16 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
     runtime.block_on(async {
         let session = args
             .login
-            .apply(SessionBuilder::new())?
-            .known_node(&args.contact)
-            .build()
-            .await
-            .with_context(|| format!("cannot connect to {}", args.contact))?;
-        let session = Arc::new(session);
+            .connect(&args.contact, PoolSize::default())
+            .await?;
         setup(&session, &args).await?;
         println!(
             "shoal bench index: {} users, index {:?}, {} in flight, consistency {}, against {}",
             args.records, args.index, args.concurrency, args.consistency, args.contact
         );
         let (name, result) = match args.phase {
-            IndexPhase::Write => ("write", write_all(Arc::clone(&session), &args).await?),
-            IndexPhase::Lookup => ("lookup", look_up(Arc::clone(&session), &args).await?),
+            IndexPhase::Write => ("write", write_all(&session, &args).await?),
+            IndexPhase::Lookup => ("lookup", look_up(&session, &args).await?),
         };
         result.print(name);
         if let Some(path) = &args.json {

@@ -11,9 +11,9 @@ use futures::future::join_all;
 use hdrhistogram::Histogram;
 use rand::Rng;
 use scylla::client::session::Session;
-use scylla::client::session_builder::SessionBuilder;
 use scylla::client::PoolSize;
 use scylla::statement::Consistency;
+use std::future::Future;
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -119,6 +119,82 @@ impl PhaseResult {
             elapsed,
             latency_micros,
         })
+    }
+
+    /// Runs `operation(id)` once for every id in `0..count`, `concurrency` at a time; an
+    /// operation answers whether it succeeded. Successes are timed; the phase lasts
+    /// until the last one.
+    pub(crate) async fn each_once<F, Fut>(
+        count: u64,
+        concurrency: usize,
+        operation: F,
+    ) -> anyhow::Result<PhaseResult>
+    where
+        F: Fn(u64) -> Fut,
+        Fut: Future<Output = bool>,
+    {
+        let next = AtomicU64::new(0);
+        let start = Instant::now();
+        let workers = (0..concurrency).map(|_| async {
+            let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+            let (mut operations, mut errors) = (0u64, 0u64);
+            loop {
+                let id = next.fetch_add(1, Ordering::Relaxed);
+                if id >= count {
+                    break;
+                }
+                let began = Instant::now();
+                if operation(id).await {
+                    operations += 1;
+                    histogram.record(began.elapsed().as_micros().max(1) as u64)?;
+                } else {
+                    errors += 1;
+                }
+            }
+            anyhow::Ok((histogram, operations, errors))
+        });
+        PhaseResult::merge(join_all(workers).await, start.elapsed())
+    }
+
+    /// Runs `operation` again and again from `concurrency` workers for `warmup` and then
+    /// `duration`; only what started after the warm-up and finished within the duration
+    /// is counted (an operation answers whether it succeeded).
+    pub(crate) async fn timed<F, Fut>(
+        concurrency: usize,
+        warmup: Duration,
+        duration: Duration,
+        operation: F,
+    ) -> anyhow::Result<PhaseResult>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = bool>,
+    {
+        let measure_from = Instant::now() + warmup;
+        let end = measure_from + duration;
+        let workers = (0..concurrency).map(|_| async {
+            let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+            let (mut operations, mut errors) = (0u64, 0u64);
+            loop {
+                let began = Instant::now();
+                let succeeded = operation().await;
+                let finished = Instant::now();
+                if finished >= end {
+                    break;
+                }
+                if began < measure_from {
+                    continue;
+                }
+                if succeeded {
+                    operations += 1;
+                    histogram.record((finished - began).as_micros().max(1) as u64)?;
+                } else {
+                    errors += 1;
+                }
+            }
+            anyhow::Ok((histogram, operations, errors))
+        });
+        let results = join_all(workers).await;
+        PhaseResult::merge(results, Instant::now().min(end) - measure_from)
     }
 
     /// The figures as JSON: operations/s and latency percentiles in milliseconds.
@@ -288,12 +364,8 @@ pub fn run(args: PointArgs) -> anyhow::Result<()> {
             NonZeroUsize::new(args.connections).context("--connections must be at least 1")?;
         let session = args
             .login
-            .apply(SessionBuilder::new())?
-            .known_node(&args.contact)
-            .pool_size(PoolSize::PerHost(connections))
-            .build()
-            .await
-            .with_context(|| format!("cannot connect to {}", args.contact))?;
+            .connect(&args.contact, PoolSize::PerHost(connections))
+            .await?;
         let session = Arc::new(session);
         setup(&session, &args).await?;
         println!(

@@ -60,6 +60,17 @@ impl Login {
         }
         Ok(builder)
     }
+
+    /// A session to the cluster at `contact`, logged in as asked, with `pool`
+    /// connections.
+    pub async fn connect(&self, contact: &str, pool: PoolSize) -> anyhow::Result<Session> {
+        self.apply(SessionBuilder::new())?
+            .known_node(contact)
+            .pool_size(pool)
+            .build()
+            .await
+            .with_context(|| format!("cannot connect to {contact}"))
+    }
 }
 
 /// Options shared by every workload.
@@ -163,12 +174,8 @@ async fn connect(common: &CommonArgs) -> anyhow::Result<Session> {
     let connections = NonZeroUsize::new(common.connections.max(1)).unwrap_or(NonZeroUsize::MIN);
     common
         .login
-        .apply(SessionBuilder::new())?
-        .known_node(&common.contact)
-        .pool_size(PoolSize::PerHost(connections))
-        .build()
+        .connect(&common.contact, PoolSize::PerHost(connections))
         .await
-        .with_context(|| format!("cannot connect to {}", common.contact))
 }
 
 async fn prepare(session: &Session, common: &CommonArgs) -> anyhow::Result<Statements> {

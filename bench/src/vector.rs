@@ -16,17 +16,12 @@
 //! are printed (and written as JSON), not asserted.
 
 use crate::point::{consistency, PhaseResult};
-use anyhow::Context;
-use futures::future::join_all;
-use hdrhistogram::Histogram;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use scylla::client::session::Session;
-use scylla::client::session_builder::SessionBuilder;
+use scylla::client::PoolSize;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VectorPhase {
@@ -161,7 +156,7 @@ async fn setup(session: &Session, args: &VectorArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn load(session: Arc<Session>, args: &VectorArgs) -> anyhow::Result<PhaseResult> {
+async fn load(session: &Session, args: &VectorArgs) -> anyhow::Result<PhaseResult> {
     let mut insert = session
         .prepare(format!(
             "INSERT INTO {}.vectors (id, v) VALUES (?, ?)",
@@ -169,35 +164,15 @@ async fn load(session: Arc<Session>, args: &VectorArgs) -> anyhow::Result<PhaseR
         ))
         .await?;
     insert.set_consistency(consistency(&args.consistency)?);
-    let embeddings = Arc::new(Embeddings::new(args.dimension, args.seed));
-    let next = Arc::new(AtomicU64::new(0));
-    let start = Instant::now();
-    let workers = (0..args.concurrency).map(|_| {
-        let (session, insert, next) = (Arc::clone(&session), insert.clone(), Arc::clone(&next));
-        let embeddings = Arc::clone(&embeddings);
-        let records = args.records;
-        async move {
-            let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
-            let (mut operations, mut errors) = (0u64, 0u64);
-            loop {
-                let id = next.fetch_add(1, Ordering::Relaxed);
-                if id >= records {
-                    break;
-                }
-                let vector = embeddings.vector(STORED, id);
-                let began = Instant::now();
-                match session.execute_unpaged(&insert, (id as i32, vector)).await {
-                    Ok(_) => {
-                        operations += 1;
-                        histogram.record(began.elapsed().as_micros().max(1) as u64)?;
-                    }
-                    Err(_) => errors += 1,
-                }
-            }
-            anyhow::Ok((histogram, operations, errors))
-        }
-    });
-    PhaseResult::merge(join_all(workers).await, start.elapsed())
+    let (insert, embeddings) = (&insert, &Embeddings::new(args.dimension, args.seed));
+    PhaseResult::each_once(args.records, args.concurrency, |id| async move {
+        let vector = embeddings.vector(STORED, id);
+        session
+            .execute_unpaged(insert, (id as i32, vector))
+            .await
+            .is_ok()
+    })
+    .await
 }
 
 /// The ids of the `k` stored vectors nearest to `query` (cosine), by brute force.
@@ -253,7 +228,7 @@ async fn measure_recall(
     Ok(found as f64 / expected.max(1) as f64)
 }
 
-async fn query(session: Arc<Session>, args: &VectorArgs) -> anyhow::Result<(f64, PhaseResult)> {
+async fn query(session: &Session, args: &VectorArgs) -> anyhow::Result<(f64, PhaseResult)> {
     let mut select = session
         .prepare(format!(
             "SELECT id FROM {}.vectors ORDER BY v ANN OF ? LIMIT {}",
@@ -262,54 +237,22 @@ async fn query(session: Arc<Session>, args: &VectorArgs) -> anyhow::Result<(f64,
         .await?;
     select.set_consistency(consistency(&args.consistency)?);
     let embeddings = Embeddings::new(args.dimension, args.seed);
-    let recall = measure_recall(&session, &select, args, &embeddings).await?;
+    let recall = measure_recall(session, &select, args, &embeddings).await?;
     // A pool of query vectors (not the ones recall was measured on).
-    let pool: Arc<Vec<Vec<f32>>> = Arc::new(
-        (0..1000u64)
-            .map(|i| embeddings.vector(QUERIES, 1_000_000 + i))
-            .collect(),
-    );
-    let done = Arc::new(AtomicBool::new(false));
-    let start = Instant::now();
-    let measure_from = start + Duration::from_secs(args.warmup_seconds);
-    let end = measure_from + Duration::from_secs(args.duration_seconds);
-    let workers = (0..args.concurrency).map(|_| {
-        let (session, select, done, pool) = (
-            Arc::clone(&session),
-            select.clone(),
-            Arc::clone(&done),
-            Arc::clone(&pool),
-        );
-        let k = args.k;
-        async move {
-            let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
-            let (mut operations, mut errors) = (0u64, 0u64);
-            let mut rng = rand::rng();
-            while !done.load(Ordering::Relaxed) {
-                let query = &pool[rng.random_range(0..pool.len())];
-                let began = Instant::now();
-                let outcome = nearest(&session, &select, query).await;
-                let finished = Instant::now();
-                if finished >= end {
-                    break;
-                }
-                if began < measure_from {
-                    continue;
-                }
-                match outcome {
-                    Ok(ids) if ids.len() == k => {
-                        operations += 1;
-                        histogram.record((finished - began).as_micros().max(1) as u64)?;
-                    }
-                    _ => errors += 1,
-                }
-            }
-            anyhow::Ok((histogram, operations, errors))
-        }
-    });
-    let results = join_all(workers).await;
-    done.store(true, Ordering::Relaxed);
-    let result = PhaseResult::merge(results, Instant::now().min(end) - measure_from)?;
+    let pool: Vec<Vec<f32>> = (0..1000u64)
+        .map(|i| embeddings.vector(QUERIES, 1_000_000 + i))
+        .collect();
+    let (select, pool, k) = (&select, &pool, args.k);
+    let result = PhaseResult::timed(
+        args.concurrency,
+        Duration::from_secs(args.warmup_seconds),
+        Duration::from_secs(args.duration_seconds),
+        || async move {
+            let query = &pool[rand::rng().random_range(0..pool.len())];
+            matches!(nearest(session, select, query).await, Ok(ids) if ids.len() == k)
+        },
+    )
+    .await?;
     Ok((recall, result))
 }
 
@@ -327,21 +270,17 @@ pub fn run(args: VectorArgs) -> anyhow::Result<()> {
     runtime.block_on(async {
         let session = args
             .login
-            .apply(SessionBuilder::new())?
-            .known_node(&args.contact)
-            .build()
-            .await
-            .with_context(|| format!("cannot connect to {}", args.contact))?;
-        let session = Arc::new(session);
+            .connect(&args.contact, PoolSize::default())
+            .await?;
         setup(&session, &args).await?;
         println!(
             "shoal bench vector: {} vectors of {} dimensions, k = {}, {} in flight, consistency {}, against {}",
             args.records, args.dimension, args.k, args.concurrency, args.consistency, args.contact
         );
         let (name, recall, result) = match args.phase {
-            VectorPhase::Load => ("load", None, load(Arc::clone(&session), &args).await?),
+            VectorPhase::Load => ("load", None, load(&session, &args).await?),
             VectorPhase::Query => {
-                let (recall, result) = query(Arc::clone(&session), &args).await?;
+                let (recall, result) = query(&session, &args).await?;
                 println!("recall@{}: {recall:.4}", args.k);
                 ("query", Some(recall), result)
             }

@@ -17,6 +17,7 @@ from cassandra.cluster import Cluster
 from cassandra.protocol import ConfigurationException
 
 from shoal_process import ShoalNode
+from test_indexes import when_built
 
 DIMENSION = 8
 
@@ -113,7 +114,7 @@ def test_the_index_follows_overwrites_deletes_and_ttls(session):
 def test_a_filter_on_another_indexed_column(session):
     rng, rows = create_items(session, "cosine", 200)
     session.execute("CREATE INDEX items_tag ON items (tag) USING 'sai'")
-    wait_for_index(session, "SELECT id FROM items WHERE tag = 'even'")
+    when_built(session, "SELECT id FROM items WHERE tag = 'even'")
     evens = {i: v for i, v in rows.items() if i % 2 == 0}
     for query in random_vectors(rng, 5):
         found = nearest_ids(session, query, 7, where="WHERE tag = 'even'")
@@ -171,17 +172,6 @@ def test_a_token_range_limits_the_search(session):
     assert recall(found, exact({i: rows[i] for i in in_range}, "cosine", query, 5)) >= 0.8
 
 
-def wait_for_index(session, query, timeout=30):
-    deadline = time.time() + timeout
-    while True:
-        try:
-            return list(session.execute(query))
-        except Exception as error:  # Cassandra: INDEX_NOT_AVAILABLE while building
-            if time.time() > deadline or "INDEX_NOT_AVAILABLE" not in str(error):
-                raise
-            time.sleep(0.2)
-
-
 def test_an_index_over_existing_data(session):
     session.execute(f"CREATE TABLE items (id int PRIMARY KEY, v vector<float, {DIMENSION}>)")
     rng = random.Random(5)
@@ -190,7 +180,7 @@ def test_an_index_over_existing_data(session):
         session.execute("INSERT INTO items (id, v) VALUES (%s, %s)", (i, vector))
     session.execute("CREATE INDEX ON items (v) USING 'sai' WITH OPTIONS = {'similarity_function': 'euclidean'}")
     query = random_vectors(rng, 1)[0]
-    found = wait_for_index(session, f"SELECT id FROM items ORDER BY v ANN OF {query} LIMIT 5")
+    found = when_built(session, f"SELECT id FROM items ORDER BY v ANN OF {query} LIMIT 5")
     assert recall([row.id for row in found], exact(rows, "euclidean", query, 5)) >= 0.8
 
 

@@ -587,9 +587,11 @@ impl Coordinator {
                     return Box::pin(self.run_nearest(select, parameters, bindings)).await;
                 }
                 if let Some(choice) = select.index {
+                    let restrictions = select.where_plan.bind(&select.table, bindings)?;
                     let inline = Box::pin(self.run_selective_index_query(
                         select,
                         choice,
+                        &restrictions,
                         parameters,
                         bindings,
                         INLINE_INDEX_CANDIDATES,
@@ -734,11 +736,11 @@ impl Coordinator {
         self: &Arc<Self>,
         select: &Arc<SelectPlan>,
         choice: select::IndexChoice,
+        restrictions: &restrictions::Restrictions,
         parameters: &QueryParameters,
         bindings: values::Bindings<'_>,
         max_candidates: u32,
     ) -> Result<Option<ResultBody>, CqlError> {
-        let restrictions = select.where_plan.bind(&select.table, bindings)?;
         let Some(value) = restrictions
             .filters
             .get(choice.filter)
@@ -761,7 +763,7 @@ impl Coordinator {
         if candidates.len() > max_candidates as usize {
             return Ok(None);
         }
-        self.read_candidates(select, candidates, parameters, bindings)
+        self.read_candidates(select, candidates, restrictions, parameters, bindings)
             .await
             .map(Some)
     }
@@ -796,6 +798,7 @@ impl Coordinator {
             let filtered = Box::pin(self.run_selective_index_query(
                 select,
                 choice,
+                &restrictions,
                 parameters,
                 bindings,
                 NEAREST_FILTER_CANDIDATES,
@@ -845,7 +848,7 @@ impl Coordinator {
                 }
             }
             let result = self
-                .read_candidates(select, candidates, parameters, bindings)
+                .read_candidates(select, candidates, &restrictions, parameters, bindings)
                 .await?;
             let found = match &result {
                 ResultBody::Rows(rows) => rows.rows.row_count.max(0) as u64,
@@ -865,6 +868,7 @@ impl Coordinator {
         self: &Arc<Self>,
         select: &Arc<SelectPlan>,
         candidates: Vec<shoal_replication::PartitionRef>,
+        restrictions: &restrictions::Restrictions,
         parameters: &QueryParameters,
         bindings: values::Bindings<'_>,
     ) -> Result<ResultBody, CqlError> {
@@ -909,7 +913,7 @@ impl Coordinator {
             }
         };
         let view = index::CandidateView::of_candidates(rows, table, candidates);
-        let result = select.execute(self, &view, parameters, bindings, None);
+        let result = select.execute(self, &view, parameters, bindings, Some(restrictions));
         match view.take_error() {
             Some(error) => Err(error),
             None => result,

@@ -192,23 +192,23 @@ impl StorageProxy {
             .tables
             .get(table)
             .ok_or_else(|| CqlError::invalid("the table was dropped during the query"))?;
-        let asked_for = |token: Token| -> Result<Vec<Replica>, CqlError> {
+        // The replicas a tablet's lookup asks (live ones, this node first, as many as the
+        // level needs), and the other live ones.
+        let choose = |token: Token| -> Result<(Vec<Replica>, Vec<Replica>), CqlError> {
             let replicas = self.replicas_of(&state, table, token);
             let needed = requirement(self.local_datacenter(), consistency, &replicas);
             let mut alive: Vec<&Replica> = replicas.replicas.iter().filter(|r| r.alive).collect();
             alive.sort_by_key(|r| !r.local);
+            let mut alive = alive.into_iter();
             let mut asked: Vec<Replica> = Vec::new();
-            for replica in alive {
-                if needed.met_by(asked.iter().map(|r| r.datacenter.as_str())) {
-                    break;
-                }
+            while !needed.met_by(asked.iter().map(|r| r.datacenter.as_str())) {
+                let Some(replica) = alive.next() else {
+                    let alive = replicas.replicas.iter().filter(|r| r.alive).count();
+                    return Err(unavailable(consistency, needed.block_for(), alive));
+                };
                 asked.push(replica.clone());
             }
-            if !needed.met_by(asked.iter().map(|r| r.datacenter.as_str())) {
-                let alive = replicas.replicas.iter().filter(|r| r.alive).count();
-                return Err(unavailable(consistency, needed.block_for(), alive));
-            }
-            Ok(asked)
+            Ok((asked, alive.cloned().collect()))
         };
         let same_hosts = |a: &[Replica], b: &[Replica]| {
             a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.host_id == y.host_id)
@@ -217,22 +217,16 @@ impl StorageProxy {
         let mut from = from;
         loop {
             let mut tablet = placement.tablets.tablet_for(from);
-            let asked = asked_for(from)?;
+            let (asked, spare) = choose(from)?;
             while tablet.last_token != Token::MAX {
                 let next_first = Token(tablet.last_token.0 + 1);
                 let next = placement.tablets.tablet_for(next_first);
-                if !same_hosts(&asked, &asked_for(next_first)?) {
+                if !same_hosts(&asked, &choose(next_first)?.0) {
                     break;
                 }
                 tablet = next;
             }
             let upto = tablet.last_token;
-            let spare = self
-                .replicas_of(&state, table, from)
-                .replicas
-                .into_iter()
-                .filter(|r| r.alive && !asked.iter().any(|a| a.host_id == r.host_id))
-                .collect();
             groups.push(TabletGroup {
                 asked,
                 spare,

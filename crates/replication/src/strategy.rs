@@ -371,16 +371,9 @@ impl Replication for LocalReplication {
         search: VectorSearch,
         consistency: Consistency,
     ) -> BoxFuture<'_, Result<VectorAnswer, CqlError>> {
-        let limit = search.limit as usize;
-        let found = self.check(Some(search.table), consistency).and_then(|()| {
-            self.local
-                .vector_search(&search)
-                .map(|answer| VectorAnswer {
-                    hits: crate::index::merge_vector_hits(answer.hits, limit),
-                    complete: answer.complete,
-                })
-                .map_err(CqlError::invalid)
-        });
+        let found = self
+            .check(Some(search.table), consistency)
+            .and_then(|()| self.local.vector_search(&search).map_err(CqlError::invalid));
         Box::pin(async move { found })
     }
 }

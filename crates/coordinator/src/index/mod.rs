@@ -649,7 +649,17 @@ impl LocalIndexes for IndexCatalog {
         engine: &dyn Engine,
         search: &VectorSearch,
     ) -> Result<VectorAnswer, String> {
-        self.search_vectors(engine, search)
+        // From the graph once this node's build is done; until then by scoring every
+        // stored vector of the range.
+        let Some(vector) = self.current().vectors.get(&search.index).cloned() else {
+            return Err("the index was dropped".into());
+        };
+        let now = shoal_model::timestamp::now_seconds();
+        if self.is_built(&search.index) {
+            vector.search(search, now)
+        } else {
+            vector.search_exactly(engine, search, now)
+        }
     }
 
     fn truncated(&self, table: TableId) {
@@ -662,24 +672,6 @@ impl LocalIndexes for IndexCatalog {
 }
 
 impl IndexCatalog {
-    /// The nearest partitions for a vector search: from the graph once this node's build
-    /// is done, by scoring every stored vector of the range until then.
-    fn search_vectors(
-        &self,
-        engine: &dyn Engine,
-        search: &VectorSearch,
-    ) -> Result<VectorAnswer, String> {
-        let Some(vector) = self.current().vectors.get(&search.index).cloned() else {
-            return Err("the index was dropped".into());
-        };
-        let now = shoal_model::timestamp::now_seconds();
-        if self.is_built(&search.index) {
-            vector.search(search, now)
-        } else {
-            vector.search_exactly(engine, search, now)
-        }
-    }
-
     /// True once this node's build of `index` is done.
     pub(crate) fn is_built(&self, index: &TableId) -> bool {
         self.built.read().contains(index)
