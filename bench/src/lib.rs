@@ -11,6 +11,7 @@
 //! - [`point`] — the simple point read/write benchmark of a single node.
 //! - [`index`] — secondary indexes: write cost of an index, lookups by indexed value.
 //! - [`vector`] — vector search: recall@k against an exact search, queries/s.
+//! - [`lwt`] — lightweight transactions: conditional inserts and updates per second.
 //!
 //! Benchmarks are never tests: these modules' unit tests check the generators and the
 //! statistics, not performance.
@@ -19,6 +20,7 @@
 
 pub mod generators;
 pub mod index;
+pub mod lwt;
 pub mod point;
 pub mod report;
 pub mod runner;
@@ -39,6 +41,8 @@ pub enum BenchCommand {
     Index(index::IndexArgs),
     /// Vector search: load embeddings-like vectors, then recall@k and ANN queries/s.
     Vector(vector::VectorArgs),
+    /// Lightweight transactions: `INSERT … IF NOT EXISTS`, then `UPDATE … IF EXISTS`.
+    Lwt(lwt::LwtArgs),
 }
 
 pub fn run(command: BenchCommand) -> anyhow::Result<()> {
@@ -48,5 +52,6 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Mix(args) => runner::run_mix(args),
         BenchCommand::Index(args) => index::run(args),
         BenchCommand::Vector(args) => vector::run(args),
+        BenchCommand::Lwt(args) => lwt::run(args),
     }
 }

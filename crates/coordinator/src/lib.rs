@@ -115,8 +115,6 @@ pub struct Coordinator {
     pub(crate) replication: Arc<dyn Replication>,
     pub(crate) prepared: prepared::PreparedCache,
     pub(crate) info: NodeInfo,
-    /// Serializes conditional (IF ...) writes per partition stripe on this node.
-    pub(crate) condition_locks: Vec<tokio::sync::Mutex<()>>,
     /// Serializes increments of one counter shard led by this node ([`counter`]).
     pub(crate) counter_locks: counter::CounterLocks,
     /// This node's secondary indexes ([`index`]).
@@ -174,7 +172,6 @@ impl Coordinator {
             replication,
             prepared: prepared::PreparedCache::new(prepared::PREPARED_CACHE_CAPACITY),
             info,
-            condition_locks: (0..64).map(|_| tokio::sync::Mutex::new(())).collect(),
             counter_locks: counter::CounterLocks::default(),
             scan_slots: tokio::sync::Semaphore::new(SCAN_SLOTS),
             cluster,
@@ -442,7 +439,7 @@ impl Coordinator {
         let result = modify::batch::apply(
             self,
             &statements,
-            request.consistency,
+            (request.consistency, request.serial_consistency),
             match request.kind {
                 shoal_cql::request::BatchKind::Logged => shoal_cql::ast::BatchType::Logged,
                 shoal_cql::request::BatchKind::Unlogged => shoal_cql::ast::BatchType::Unlogged,
@@ -606,6 +603,14 @@ impl Coordinator {
         }
         let restrictions = select.where_plan.bind(&select.table, bindings)?;
         let partitions = SelectPlan::partitions(&restrictions).unwrap_or_default();
+        if matches!(
+            parameters.consistency,
+            Consistency::Serial | Consistency::LocalSerial
+        ) {
+            return self
+                .run_serial_select(select, parameters, bindings, &restrictions, partitions)
+                .await;
+        }
         let engine = self.engine();
         match self
             .replication
@@ -628,6 +633,44 @@ impl Coordinator {
             }
             PartitionSource::TooLarge => Box::pin(self.run_scan(select, parameters)).await,
         }
+    }
+
+    /// A SELECT of named partitions at `SERIAL` or `LOCAL_SERIAL`: a Paxos round on each
+    /// partition settles every decision before it (in-progress proposals finished, the
+    /// latest commit on a quorum), then the partitions are read at a quorum — so it sees
+    /// every conditional write applied before it began. (Scans at a serial level read at
+    /// a quorum, as in Cassandra.)
+    async fn run_serial_select(
+        self: &Arc<Self>,
+        select: &Arc<SelectPlan>,
+        parameters: &QueryParameters,
+        bindings: values::Bindings<'_>,
+        restrictions: &restrictions::Restrictions,
+        partitions: Vec<shoal_replication::PartitionRef>,
+    ) -> Result<ResultBody, CqlError> {
+        let serial = parameters.consistency;
+        self.check_consistency(&select.keyspace, serial, false)?;
+        let deadline =
+            tokio::time::Instant::now() + shoal_replication::paxos::CAS_CONTENTION_TIMEOUT;
+        for (token, partition_key) in &partitions {
+            let key = shoal_replication::paxos::PaxosKey {
+                table: select.table.id,
+                token: *token,
+                partition_key: partition_key.clone(),
+            };
+            self.replication
+                .paxos_prepare(&key, serial, deadline)
+                .await
+                .map_err(modify::serial_read_error)?;
+        }
+        let state = modify::read_in_round(self, &select.table, &partitions, serial).await?;
+        select.execute(
+            self,
+            state.engine(self),
+            parameters,
+            bindings,
+            Some(restrictions),
+        )
     }
 
     /// Runs a scan (a SELECT not limited to named partitions, or a partition read too
@@ -956,14 +999,6 @@ impl Coordinator {
             return Err(CqlError::invalid(
                 "You must use conditional updates for serializable writes",
             ));
-        }
-        if matches!(consistency, Consistency::Serial | Consistency::LocalSerial)
-            && self.member_count() > 1
-        {
-            return Err(CqlError::invalid(format!(
-                "{} consistency is only for lightweight transactions (conditional statements), which need a single node for now",
-                consistency.name()
-            )));
         }
         Ok(())
     }

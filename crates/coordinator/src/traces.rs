@@ -196,7 +196,7 @@ impl Coordinator {
             crate::modify::batch::apply(
                 self,
                 statements,
-                consistency,
+                (consistency, None),
                 shoal_cql::ast::BatchType::Unlogged,
                 (None, None),
             )

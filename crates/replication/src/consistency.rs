@@ -23,6 +23,8 @@ pub enum WriteType {
     BatchLog,
     /// A counter increment: the leader has its shard, the other replicas may not.
     Counter,
+    /// A lightweight transaction's Paxos phase: its outcome is unknown.
+    Cas,
 }
 
 impl WriteType {
@@ -34,6 +36,7 @@ impl WriteType {
             WriteType::UnloggedBatch => "UNLOGGED_BATCH",
             WriteType::BatchLog => "BATCH_LOG",
             WriteType::Counter => "COUNTER",
+            WriteType::Cas => "CAS",
         }
     }
 }

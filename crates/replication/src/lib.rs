@@ -18,6 +18,8 @@
 //! - [`replica`] — the replica side: [`LocalReplica`] answers [`messages`] from any
 //!   coordinator, through the node's [`WriteLog`] for writes.
 //! - [`hints`] — writes kept for replicas that are down, replayed when they return.
+//! - [`paxos`] — lightweight transactions: Paxos rounds over a partition's replicas
+//!   (`IF` conditions, `SERIAL` reads).
 //! - [`counter`] — which replica leads a counter increment, and forwarding it there.
 //! - [`index`] — local secondary indexes: entries written with the cells they index,
 //!   candidates looked up across tablets.
@@ -40,6 +42,7 @@ pub mod counter;
 pub mod hints;
 pub mod index;
 pub mod messages;
+pub mod paxos;
 pub mod proxy;
 pub mod range;
 pub mod read;

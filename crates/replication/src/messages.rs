@@ -70,6 +70,21 @@ pub enum ReplicaRequest {
     },
     /// The partitions nearest to a vector, from a local vector index ([`crate::index`]).
     VectorSearch(crate::index::VectorSearch),
+    /// Promise `ballot` for the partition ([`crate::paxos`]).
+    PaxosPrepare {
+        key: crate::paxos::PaxosKey,
+        ballot: crate::paxos::Ballot,
+    },
+    /// Accept the proposal unless a higher ballot was promised.
+    PaxosPropose {
+        key: crate::paxos::PaxosKey,
+        proposal: crate::paxos::Proposal,
+    },
+    /// Apply the decided update and remember it as the latest commit.
+    PaxosCommit {
+        key: crate::paxos::PaxosKey,
+        proposal: crate::paxos::Proposal,
+    },
 }
 
 /// Counter increments of one partition, for its leader: each a delta cell's key (the
@@ -106,6 +121,11 @@ impl ReplicaRequest {
             ReplicaRequest::VectorSearch(search) => {
                 format!("VECTOR SEARCH of up to {} partitions", search.limit)
             }
+            ReplicaRequest::PaxosPrepare { .. } => "PAXOS_PREPARE".into(),
+            ReplicaRequest::PaxosPropose { .. } => "PAXOS_PROPOSE".into(),
+            ReplicaRequest::PaxosCommit { proposal, .. } => {
+                format!("PAXOS_COMMIT of {} cells", proposal.update.len())
+            }
         }
     }
 }
@@ -128,6 +148,10 @@ impl ReplicaResponse {
             ReplicaResponse::VectorHits(answer) => {
                 format!("{} nearest partitions", answer.hits.len())
             }
+            ReplicaResponse::PaxosPromise(promise) if promise.promised => "a promise".into(),
+            ReplicaResponse::PaxosPromise(_) => "a refusal (a higher ballot came first)".into(),
+            ReplicaResponse::PaxosAccepted { accepted: true, .. } => "accepted".into(),
+            ReplicaResponse::PaxosAccepted { .. } => "refused (a higher ballot came first)".into(),
         }
     }
 }
@@ -158,4 +182,12 @@ pub enum ReplicaResponse {
     Partitions(Vec<PartitionRef>),
     /// The answer to `VectorSearch`: partitions best first, with their scores.
     VectorHits(crate::index::VectorAnswer),
+    /// The answer to `PaxosPrepare`.
+    PaxosPromise(crate::paxos::Promise),
+    /// The answer to `PaxosPropose`: whether it was accepted, and the highest ballot
+    /// the replica has promised.
+    PaxosAccepted {
+        accepted: bool,
+        promised: crate::paxos::Ballot,
+    },
 }

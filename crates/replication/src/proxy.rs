@@ -36,6 +36,8 @@ pub struct StorageProxy {
     pub(crate) repairs: RepairCounters,
     /// Requests under way, by the epoch they began in (topology barriers wait for them).
     pub(crate) in_flight: InFlight,
+    /// The Paxos ballots this node makes ([`crate::paxos`]).
+    pub(crate) ballots: crate::paxos::BallotClock,
 }
 
 /// Counts of repairs coordinated by this node since it started.
@@ -72,6 +74,7 @@ impl StorageProxy {
             background_checks: Arc::new(tokio::sync::Semaphore::new(MAX_BACKGROUND_CHECKS)),
             repairs: RepairCounters::default(),
             in_flight: InFlight::default(),
+            ballots: crate::paxos::BallotClock::default(),
         }
     }
 

@@ -47,18 +47,23 @@ pub struct LocalReplica {
     /// This node's secondary indexes, kept in step with every write ([`crate::index`]);
     /// set once as the node starts.
     indexes: std::sync::OnceLock<Arc<dyn LocalIndexes>>,
+    /// This node's side of Paxos rounds ([`crate::paxos`]).
+    paxos: crate::paxos::PaxosReplica,
 }
 
 impl LocalReplica {
     pub fn new(engine: Arc<dyn Engine>, log: Arc<dyn WriteLog>) -> LocalReplica {
         // Removed batchlog entries may be purged at once (see `crate::batchlog`).
         engine.set_gc_grace_seconds(crate::batchlog::BATCHLOG_TABLE_ID, 0);
+        // Expired Paxos state (see `crate::paxos`) too.
+        engine.set_gc_grace_seconds(crate::paxos::PAXOS_TABLE_ID, 0);
         LocalReplica {
             engine,
             log,
             fence: Fence::default(),
             fenced: std::sync::atomic::AtomicU64::new(0),
             indexes: std::sync::OnceLock::new(),
+            paxos: crate::paxos::PaxosReplica::default(),
         }
     }
 
@@ -200,6 +205,26 @@ impl LocalReplica {
                 Ok(answer) => ReplicaResponse::VectorHits(answer),
                 Err(error) => ReplicaResponse::Error(error),
             },
+            ReplicaRequest::PaxosPrepare { key, ballot } => {
+                match self.paxos.prepare(self, &key, ballot).await {
+                    Ok(promise) => ReplicaResponse::PaxosPromise(promise),
+                    Err(error) => ReplicaResponse::Error(error),
+                }
+            }
+            ReplicaRequest::PaxosPropose { key, proposal } => {
+                match self.paxos.propose(self, &key, proposal).await {
+                    Ok((accepted, promised)) => {
+                        ReplicaResponse::PaxosAccepted { accepted, promised }
+                    }
+                    Err(error) => ReplicaResponse::Error(error),
+                }
+            }
+            ReplicaRequest::PaxosCommit { key, proposal } => {
+                match self.paxos.commit(self, &key, proposal).await {
+                    Ok(()) => ReplicaResponse::Applied,
+                    Err(error) => ReplicaResponse::Error(error),
+                }
+            }
             // Led by the node's coordinator, which the server hands these to.
             ReplicaRequest::Increment(_) => {
                 ReplicaResponse::Error("counter increments are led by the coordinator".into())

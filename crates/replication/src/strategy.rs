@@ -10,10 +10,12 @@
 //! without touching statement code.
 
 use crate::barrier::TopologyGuard;
+use crate::consistency::Requirement;
 use crate::consistency::{unavailable, WriteType};
 use crate::counter::CounterLeader;
 use crate::index::{IndexLookup, VectorAnswer, VectorSearch};
-use crate::messages::{CounterUpdate, PartitionRef};
+use crate::messages::{Cells, CounterUpdate, PartitionRef, ReplicaRequest, ReplicaResponse};
+use crate::paxos::{self, PaxosKey, PreparedRound, ProposalOutcome};
 use crate::proxy::StorageProxy;
 use crate::range::ReplicatedView;
 use crate::read::PartitionSource;
@@ -123,6 +125,27 @@ pub trait Replication: Send + Sync + 'static {
         search: VectorSearch,
         consistency: Consistency,
     ) -> BoxFuture<'_, Result<VectorAnswer, CqlError>>;
+
+    /// Begins a lightweight transaction on one partition ([`crate::paxos`]): a ballot a
+    /// quorum of its replicas promised (`serial` picks the quorum), with every earlier
+    /// decision settled. Retries under contention until `deadline`.
+    fn paxos_prepare<'a>(
+        &'a self,
+        key: &'a PaxosKey,
+        serial: Consistency,
+        deadline: tokio::time::Instant,
+    ) -> BoxFuture<'a, Result<PreparedRound, CqlError>>;
+
+    /// Proposes `update` (written with the round's ballot as timestamp) and commits it,
+    /// waiting for `consistency`.
+    fn paxos_propose<'a>(
+        &'a self,
+        key: &'a PaxosKey,
+        round: PreparedRound,
+        update: Cells,
+        serial: Consistency,
+        consistency: Consistency,
+    ) -> BoxFuture<'a, Result<ProposalOutcome, CqlError>>;
 }
 
 impl Replication for StorageProxy {
@@ -229,18 +252,61 @@ impl Replication for StorageProxy {
     ) -> BoxFuture<'_, Result<VectorAnswer, CqlError>> {
         Box::pin(StorageProxy::vector_candidates(self, search, consistency))
     }
+
+    fn paxos_prepare<'a>(
+        &'a self,
+        key: &'a PaxosKey,
+        serial: Consistency,
+        deadline: tokio::time::Instant,
+    ) -> BoxFuture<'a, Result<PreparedRound, CqlError>> {
+        Box::pin(async move {
+            let _in_flight = self.enter();
+            paxos::prepare(self, key, serial, deadline).await
+        })
+    }
+
+    fn paxos_propose<'a>(
+        &'a self,
+        key: &'a PaxosKey,
+        round: PreparedRound,
+        update: Cells,
+        serial: Consistency,
+        consistency: Consistency,
+    ) -> BoxFuture<'a, Result<ProposalOutcome, CqlError>> {
+        Box::pin(async move {
+            let _in_flight = self.enter();
+            paxos::propose(self, key, round, update, serial, consistency).await
+        })
+    }
 }
 
 /// This node alone: every table has replication factor 1 here, so a level needing more
 /// than one replica is `Unavailable` for keyspaces that ask for more.
 pub struct LocalReplication {
-    local: LocalReplica,
+    local: Arc<LocalReplica>,
     schema: Arc<SchemaStore>,
+    ballots: paxos::BallotClock,
 }
 
 impl LocalReplication {
     pub fn new(local: LocalReplica, schema: Arc<SchemaStore>) -> LocalReplication {
-        LocalReplication { local, schema }
+        LocalReplication {
+            local: Arc::new(local),
+            schema,
+            ballots: paxos::BallotClock::default(),
+        }
+    }
+
+    /// This node as the one replica of every partition.
+    fn only_replica() -> Replica {
+        Replica {
+            host_id: HostId([0; 16]),
+            address: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+            datacenter: String::new(),
+            local: true,
+            alive: true,
+            topology_version: 0,
+        }
     }
 
     /// `Unavailable` when `consistency` needs more replicas than this one node.
@@ -375,5 +441,67 @@ impl Replication for LocalReplication {
             .check(Some(search.table), consistency)
             .and_then(|()| self.local.vector_search(&search).map_err(CqlError::invalid));
         Box::pin(async move { found })
+    }
+
+    fn paxos_prepare<'a>(
+        &'a self,
+        key: &'a PaxosKey,
+        serial: Consistency,
+        deadline: tokio::time::Instant,
+    ) -> BoxFuture<'a, Result<PreparedRound, CqlError>> {
+        Box::pin(paxos::prepare(self, key, serial, deadline))
+    }
+
+    fn paxos_propose<'a>(
+        &'a self,
+        key: &'a PaxosKey,
+        round: PreparedRound,
+        update: Cells,
+        serial: Consistency,
+        consistency: Consistency,
+    ) -> BoxFuture<'a, Result<ProposalOutcome, CqlError>> {
+        Box::pin(paxos::propose(
+            self,
+            key,
+            round,
+            update,
+            serial,
+            consistency,
+        ))
+    }
+}
+
+/// One node is every partition's only participant.
+impl paxos::PaxosNetwork for LocalReplication {
+    fn participants(
+        &self,
+        key: &PaxosKey,
+        serial: Consistency,
+    ) -> Result<paxos::Participants, CqlError> {
+        self.check(Some(key.table), serial)?;
+        Ok(paxos::Participants::single(Self::only_replica()))
+    }
+
+    fn commit_requirement(&self, _key: &PaxosKey, consistency: Consistency) -> Requirement {
+        Requirement::of(consistency, &[""], "")
+    }
+
+    fn call(
+        &self,
+        _replica: &Replica,
+        request: ReplicaRequest,
+        _timeout: std::time::Duration,
+    ) -> BoxFuture<'static, Result<ReplicaResponse, String>> {
+        let local = Arc::clone(&self.local);
+        Box::pin(async move {
+            match local.serve(request).await {
+                ReplicaResponse::Error(error) => Err(error),
+                response => Ok(response),
+            }
+        })
+    }
+
+    fn ballots(&self) -> (&paxos::BallotClock, u64) {
+        (&self.ballots, 1)
     }
 }

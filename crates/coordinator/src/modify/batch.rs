@@ -52,7 +52,7 @@ pub(crate) async fn execute_batch_statement(
     apply(
         coordinator,
         &statements,
-        parameters.consistency,
+        (parameters.consistency, parameters.serial_consistency),
         batch.batch_type,
         (batch_timestamp, parameters.default_timestamp),
     )
@@ -84,16 +84,29 @@ async fn apply_counters(
     Ok(ResultBody::Void)
 }
 
-/// Builds every statement into one write; `timestamps` are `BEGIN BATCH USING TIMESTAMP`
-/// and the protocol's default timestamp.
+/// Builds every statement into one write; `levels` are the batch's consistency and serial
+/// consistency (for conditions), `timestamps` are `BEGIN BATCH USING TIMESTAMP` and the
+/// protocol's default timestamp. A batch with conditions is one lightweight transaction
+/// ([`super::conditional::execute_batch`]).
 pub(crate) async fn apply(
     coordinator: &Coordinator,
     statements: &[(&ModifyPlan, Bindings<'_>)],
-    consistency: Consistency,
+    levels: (Consistency, Option<Consistency>),
     kind: BatchType,
     timestamps: (Option<i64>, Option<i64>),
 ) -> Result<ResultBody, CqlError> {
+    let (consistency, serial) = levels;
     let (batch_timestamp, default_timestamp) = timestamps;
+    if statements.iter().any(|(plan, _)| plan.conditions.is_some()) {
+        return super::conditional::execute_batch(
+            coordinator,
+            statements,
+            consistency,
+            serial,
+            batch_timestamp,
+        )
+        .await;
+    }
     let counters = statements
         .iter()
         .filter(|(plan, _)| plan.counter_update)
@@ -123,9 +136,6 @@ pub(crate) async fn apply(
             .unwrap_or_else(|| WriteTimestamp::now().0),
     );
     for (plan, bindings) in statements {
-        ensure(plan.conditions.is_none(), || {
-            CqlError::invalid("Conditional statements in BATCH are not supported by Shoal yet")
-        })?;
         coordinator.check_consistency(&plan.keyspace, consistency, true)?;
         ensure(
             !(plan.has_own_timestamp && batch_timestamp.is_some()),

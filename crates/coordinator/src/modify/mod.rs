@@ -40,6 +40,8 @@ use shoal_storage::{Engine, WriteBatch};
 use std::sync::Arc;
 use update::UpdatePlan;
 
+pub(crate) use conditional::{read_in_round, serial_read_error};
+
 /// Cassandra's maximum TTL (20 years).
 pub const MAX_TTL_SECONDS: i32 = 630_720_000;
 

@@ -2,7 +2,7 @@
 //! list element operations and conditional statements read before they write.
 
 use crate::select::visitor::{decode_partition_key_values, fill_from_row, ColumnValue};
-use crate::{Coordinator, CqlError};
+use crate::CqlError;
 use shoal_model::clustering::decode_component;
 use shoal_model::keys::increment_prefix;
 use shoal_model::{Token, Value};
@@ -64,13 +64,12 @@ pub(crate) fn read_single_row(
 
 /// The typed values of every column of one row, if it exists (conditional updates).
 pub(crate) fn read_row_values(
-    coordinator: &Coordinator,
+    engine: &dyn Engine,
     table: &TableMetadata,
     token: Token,
     partition_key: &[u8],
     clustering: Option<&[u8]>,
 ) -> Result<Option<Vec<Option<Value>>>, CqlError> {
-    let engine = coordinator.engine().as_ref();
     let Some(row) = read_single_row(engine, table, token, partition_key, clustering)? else {
         return Ok(None);
     };

@@ -2,5 +2,6 @@
 //! plain-text golden scripts ([`golden`], scripts in `src/testscripts/`).
 
 mod golden;
+mod paxos;
 mod reverse;
 mod sim;

@@ -1,0 +1,706 @@
+//! Lightweight transactions: Paxos over a partition's replicas (design:
+//! `docs/decisions/0013-lightweight-transactions.md`).
+//!
+//! Every conditional statement (`IF …`) and every read at `SERIAL`/`LOCAL_SERIAL` runs one
+//! Paxos round on the replicas of its partition, as Cassandra's `StorageProxy.cas` does:
+//!
+//! 1. **Prepare** ([`StorageProxy::paxos_prepare`]): a new [`Ballot`], higher than any this
+//!    node has seen, is sent to every replica; a replica *promises* it when it is higher
+//!    than every ballot it promised before and answers with the proposal it accepted last
+//!    and the update it committed last. A quorum of promises is needed. Before the round
+//!    goes on, what earlier rounds left behind is finished: an accepted proposal newer
+//!    than every commit is proposed again under the new ballot and committed (then the
+//!    round starts over), and replicas that missed the latest commit are sent it — so
+//!    every commit is on a quorum before anything newer is decided.
+//! 2. The caller reads the partition at `QUORUM`, checks its conditions and builds the
+//!    update with the ballot's time as its timestamp (nothing is proposed when a
+//!    condition fails or for a read).
+//! 3. **Propose** ([`StorageProxy::paxos_propose`]): replicas *accept* the update unless
+//!    they promised a higher ballot since; a quorum of acceptances decides it.
+//! 4. **Commit**: every replica applies the update (through its write log, with its index
+//!    entries) and records it as its latest commit; the client is answered once the
+//!    statement's own consistency level is met.
+//!
+//! A replica keeps its state per partition — the promise, the accepted proposal, the
+//! latest commit — in one cell under [`PAXOS_TABLE_ID`], written through the write log
+//! before it answers, and serializes the steps of one partition with a striped lock.
+//! Contention (a higher ballot seen) retries after a random pause until
+//! [`CAS_CONTENTION_TIMEOUT`]; an outcome that cannot be known (a proposal accepted by
+//! some replicas but not a quorum, or no quorum answering) is `WriteTimeout` with write
+//! type `CAS`, as in Cassandra.
+
+use crate::consistency::{unavailable, write_timeout, Requirement, WriteType, WRITE_TIMEOUT};
+use crate::messages::{Cells, ReplicaRequest, ReplicaResponse};
+use crate::proxy::StorageProxy;
+use crate::replica::LocalReplica;
+use crate::topology::{requirement, Replica};
+use futures::future::BoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
+use serde::{Deserialize, Serialize};
+use shoal_cql::request::Consistency;
+use shoal_cql::CqlError;
+use shoal_model::{keys, Cell, HostId, TableId, Token, WriteTimestamp};
+use shoal_storage::{Engine, WriteBatch};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// The internal table id Paxos state is stored under (before the batchlog and hints).
+pub const PAXOS_TABLE_ID: TableId = TableId([0xfd; 16]);
+
+/// How long a round may retry under contention before it gives up (Cassandra's
+/// `cas_contention_timeout`).
+pub const CAS_CONTENTION_TIMEOUT: Duration = Duration::from_millis(1000);
+
+/// The longest random pause before a round retries after losing to a higher ballot.
+const MAX_RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// How long a replica keeps a partition's Paxos state after its last change (ten days,
+/// Cassandra's default `gc_grace_seconds`). Ballots are times, so a ballot newer than a
+/// forgotten state is always higher than what it promised.
+const STATE_TTL_SECONDS: i32 = 864_000;
+
+/// Lock stripes a replica serializes the Paxos steps of one partition on.
+const STATE_LOCK_STRIPES: usize = 1024;
+
+/// A Paxos ballot: a time in microseconds and the node that made it (ties between
+/// nodes). Ballots order by time first, so an update written with its ballot's time
+/// as timestamp is newer than every update decided before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Ballot {
+    pub micros: i64,
+    pub node: u64,
+}
+
+impl Ballot {
+    /// Lower than every ballot a node makes.
+    pub const ZERO: Ballot = Ballot { micros: 0, node: 0 };
+
+    /// The write timestamp of the update decided under this ballot.
+    pub fn timestamp(self) -> WriteTimestamp {
+        WriteTimestamp(self.micros)
+    }
+}
+
+/// The partition a round is about.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PaxosKey {
+    pub table: TableId,
+    pub token: Token,
+    pub partition_key: Vec<u8>,
+}
+
+impl PaxosKey {
+    /// Where a replica keeps the partition's state: `PAXOS_TABLE_ID | token | table id ++
+    /// partition key`.
+    fn storage_key(&self) -> Vec<u8> {
+        let mut inner = Vec::with_capacity(16 + self.partition_key.len());
+        inner.extend_from_slice(&self.table.0);
+        inner.extend_from_slice(&self.partition_key);
+        keys::partition_prefix(&PAXOS_TABLE_ID, self.token, &inner)
+    }
+}
+
+/// An update proposed or committed under a ballot (the cells it writes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Proposal {
+    pub ballot: Ballot,
+    pub update: Cells,
+}
+
+/// A replica's answer to a prepare.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Promise {
+    /// True when the replica promised the ballot asked for.
+    pub promised: bool,
+    /// The highest ballot the replica has promised (the one asked for, when promised).
+    pub highest: Ballot,
+    /// The last proposal it accepted, if not yet known committed.
+    pub accepted: Option<Proposal>,
+    /// The last update it committed.
+    pub committed: Option<Proposal>,
+}
+
+/// What a replica remembers of one partition's rounds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct PaxosState {
+    promised: Option<Ballot>,
+    accepted: Option<Proposal>,
+    committed: Option<Proposal>,
+}
+
+/// The replica side: each step reads the partition's state, decides and writes the new
+/// state through the write log before answering, under the partition's lock stripe.
+pub struct PaxosReplica {
+    stripes: Vec<tokio::sync::Mutex<()>>,
+}
+
+impl Default for PaxosReplica {
+    fn default() -> Self {
+        PaxosReplica {
+            stripes: (0..STATE_LOCK_STRIPES)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
+        }
+    }
+}
+
+/// The partition's state as stored, and the timestamp its cell was written with.
+fn load_state(engine: &dyn Engine, key: &[u8]) -> Result<(PaxosState, i64), String> {
+    let mut upper = key.to_vec();
+    upper.push(0);
+    let cursor = engine.scan(key, &upper, false).map_err(|e| e.to_string())?;
+    let Some((_, value)) = cursor.current() else {
+        cursor.status().map_err(|e| e.to_string())?;
+        return Ok((PaxosState::default(), 0));
+    };
+    let cell = Cell::decode(value).map_err(|e| e.to_string())?;
+    if !cell.is_live(shoal_model::timestamp::now_seconds()) {
+        return Ok((PaxosState::default(), cell.timestamp.0));
+    }
+    let state = bincode::deserialize(&cell.value).map_err(|e| e.to_string())?;
+    Ok((state, cell.timestamp.0))
+}
+
+/// The cell that replaces the state written at `previous`: always newer, so the write
+/// wins whatever the clock did.
+fn state_cell(key: Vec<u8>, state: &PaxosState, previous: i64) -> Result<WriteBatch, String> {
+    let timestamp = shoal_model::timestamp::now_micros().max(previous + 1);
+    let value = bincode::serialize(state).map_err(|e| e.to_string())?;
+    let cell = Cell::with_ttl(
+        WriteTimestamp(timestamp),
+        value,
+        STATE_TTL_SECONDS,
+        shoal_model::timestamp::now_seconds(),
+    );
+    let mut batch = WriteBatch::new();
+    batch.merge(key, cell.encode());
+    Ok(batch)
+}
+
+impl PaxosReplica {
+    fn stripe(&self, key: &PaxosKey) -> &tokio::sync::Mutex<()> {
+        let spread = (key.token.0 as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        &self.stripes[(spread >> 32) as usize % self.stripes.len()]
+    }
+
+    /// Promises `ballot` unless a higher or equal one was promised.
+    pub(crate) async fn prepare(
+        &self,
+        replica: &LocalReplica,
+        key: &PaxosKey,
+        ballot: Ballot,
+    ) -> Result<Promise, String> {
+        let _guard = self.stripe(key).lock().await;
+        let storage_key = key.storage_key();
+        let (mut state, written) = load_state(replica.engine.as_ref(), &storage_key)?;
+        if state.promised.is_some_and(|promised| promised >= ballot) {
+            return Ok(Promise {
+                promised: false,
+                highest: state.promised.unwrap_or(Ballot::ZERO),
+                accepted: None,
+                committed: None,
+            });
+        }
+        state.promised = Some(ballot);
+        let batch = state_cell(storage_key, &state, written)?;
+        replica.log.append(batch).await.map_err(|e| e.message)?;
+        Ok(Promise {
+            promised: true,
+            highest: ballot,
+            accepted: state.accepted,
+            committed: state.committed,
+        })
+    }
+
+    /// Accepts `proposal` unless a higher ballot was promised since; answers whether it
+    /// did and the highest ballot promised.
+    pub(crate) async fn propose(
+        &self,
+        replica: &LocalReplica,
+        key: &PaxosKey,
+        proposal: Proposal,
+    ) -> Result<(bool, Ballot), String> {
+        let _guard = self.stripe(key).lock().await;
+        let storage_key = key.storage_key();
+        let (mut state, written) = load_state(replica.engine.as_ref(), &storage_key)?;
+        if state
+            .promised
+            .is_some_and(|promised| promised > proposal.ballot)
+        {
+            return Ok((false, state.promised.unwrap_or(Ballot::ZERO)));
+        }
+        let ballot = proposal.ballot;
+        state.promised = Some(ballot);
+        state.accepted = Some(proposal);
+        let batch = state_cell(storage_key, &state, written)?;
+        replica.log.append(batch).await.map_err(|e| e.message)?;
+        Ok((true, ballot))
+    }
+
+    /// Applies a committed update and remembers it as the latest commit (an older commit
+    /// arriving late is applied — its cells are older anyway — but not remembered).
+    pub(crate) async fn commit(
+        &self,
+        replica: &LocalReplica,
+        key: &PaxosKey,
+        proposal: Proposal,
+    ) -> Result<(), String> {
+        let _guard = self.stripe(key).lock().await;
+        let storage_key = key.storage_key();
+        let (mut state, written) = load_state(replica.engine.as_ref(), &storage_key)?;
+        let update = proposal.update.clone();
+        let newer = state
+            .committed
+            .as_ref()
+            .is_none_or(|committed| committed.ballot < proposal.ballot);
+        if newer {
+            if state
+                .accepted
+                .as_ref()
+                .is_some_and(|accepted| accepted.ballot <= proposal.ballot)
+            {
+                state.accepted = None;
+            }
+            state.committed = Some(proposal);
+        }
+        let mut batch = WriteBatch::from(update);
+        if newer {
+            batch.extend(state_cell(storage_key, &state, written)?);
+        }
+        replica
+            .apply(batch.into_entries())
+            .await
+            .map_err(|e| e.message)
+    }
+}
+
+/// The replicas a round on one partition talks to, and the quorums it needs: a quorum
+/// of the current replica set and, while the tablet moves, of the new one too.
+pub(crate) struct Participants {
+    pub(crate) replicas: Vec<Replica>,
+    /// One per replica set: what it needs and which hosts are in it.
+    quorums: Vec<(Requirement, Vec<HostId>)>,
+}
+
+impl Participants {
+    /// `replica` alone (replication factor 1 on one node).
+    pub(crate) fn single(replica: Replica) -> Participants {
+        Participants {
+            quorums: vec![(
+                Requirement::of(Consistency::Quorum, &[""], ""),
+                vec![replica.host_id],
+            )],
+            replicas: vec![replica],
+        }
+    }
+
+    /// True when replies from `hosts` meet the quorum of every set.
+    fn met_by(&self, hosts: &[HostId]) -> bool {
+        self.quorums.iter().all(|(requirement, members)| {
+            requirement.met_by(
+                self.replicas
+                    .iter()
+                    .filter(|r| members.contains(&r.host_id) && hosts.contains(&r.host_id))
+                    .map(|r| r.datacenter.as_str()),
+            )
+        })
+    }
+
+    /// Acknowledgements needed in all (for errors).
+    fn block_for(&self) -> usize {
+        self.quorums
+            .iter()
+            .map(|(requirement, _)| requirement.block_for())
+            .sum()
+    }
+}
+
+/// How a proposal fared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProposalOutcome {
+    /// A quorum accepted it and it was committed at the level asked for.
+    Committed,
+    /// No replica accepted it: a higher ballot came first; the round may start over.
+    Preempted,
+}
+
+/// The answer a round hands back after a successful prepare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PreparedRound {
+    pub ballot: Ballot,
+}
+
+/// A random pause before retrying a contended round.
+async fn pause_before_retry() {
+    let millis = rand::random_range(0..MAX_RETRY_PAUSE.as_millis() as u64);
+    tokio::time::sleep(Duration::from_millis(millis)).await;
+}
+
+fn cas_timeout(serial: Consistency, received: usize, block_for: usize) -> CqlError {
+    write_timeout(serial, received, block_for, WriteType::Cas)
+}
+
+/// The ballots this node makes: each higher than the last and than every ballot seen.
+#[derive(Default)]
+pub struct BallotClock {
+    last_micros: AtomicI64,
+}
+
+impl BallotClock {
+    /// A new ballot of node `node`, later than `at_least` and every ballot made before.
+    pub fn next(&self, node: u64, at_least: Ballot) -> Ballot {
+        let now = shoal_model::timestamp::now_micros();
+        let mut last = self.last_micros.load(Ordering::Relaxed);
+        loop {
+            let micros = now.max(last + 1).max(at_least.micros + 1);
+            match self.last_micros.compare_exchange_weak(
+                last,
+                micros,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Ballot { micros, node },
+                Err(seen) => last = seen,
+            }
+        }
+    }
+}
+
+/// The node part of this node's ballots.
+pub(crate) fn ballot_node(host: HostId) -> u64 {
+    u64::from_be_bytes(host.0[..8].try_into().unwrap_or([0; 8]))
+}
+
+/// What a round needs of the replication strategy that runs it: the participants of a
+/// partition, a way to reach each of them, and this node's ballots.
+pub(crate) trait PaxosNetwork: Send + Sync {
+    /// The replicas of `key`'s partition and the quorums `serial` needs of them:
+    /// `Unavailable` when too few are alive.
+    fn participants(&self, key: &PaxosKey, serial: Consistency) -> Result<Participants, CqlError>;
+    /// What a commit at `consistency` needs of the partition's replicas.
+    fn commit_requirement(&self, key: &PaxosKey, consistency: Consistency) -> Requirement;
+    /// Sends a request to one participant.
+    fn call(
+        &self,
+        replica: &Replica,
+        request: ReplicaRequest,
+        timeout: Duration,
+    ) -> BoxFuture<'static, Result<ReplicaResponse, String>>;
+    /// This node's ballots and the node part of them.
+    fn ballots(&self) -> (&BallotClock, u64);
+}
+
+impl PaxosNetwork for StorageProxy {
+    fn participants(&self, key: &PaxosKey, serial: Consistency) -> Result<Participants, CqlError> {
+        let state = self.topology.state();
+        let replicas = self.write_replicas_of(&state, &key.table, key.token);
+        if replicas.replicas.is_empty() {
+            return Err(CqlError::server(
+                "no replicas are placed for this table yet; retry once the schema has settled",
+            ));
+        }
+        let mut quorums = Vec::new();
+        for set in std::iter::once(replicas.clone()).chain(replicas.new_set()) {
+            let needed = requirement(self.local_datacenter(), serial, &set);
+            let alive = set.iter().filter(|r| r.alive);
+            if !needed.met_by(alive.clone().map(|r| r.datacenter.as_str())) {
+                return Err(unavailable(serial, needed.block_for(), alive.count()));
+            }
+            quorums.push((needed, set.iter().map(|r| r.host_id).collect()));
+        }
+        Ok(Participants {
+            replicas: replicas.targets().into_iter().cloned().collect(),
+            quorums,
+        })
+    }
+
+    fn commit_requirement(&self, key: &PaxosKey, consistency: Consistency) -> Requirement {
+        let state = self.topology.state();
+        let replicas = self.write_replicas_of(&state, &key.table, key.token);
+        requirement(self.local_datacenter(), consistency, &replicas)
+    }
+
+    fn call(
+        &self,
+        replica: &Replica,
+        request: ReplicaRequest,
+        timeout: Duration,
+    ) -> BoxFuture<'static, Result<ReplicaResponse, String>> {
+        StorageProxy::call(self, replica, request, timeout)
+    }
+
+    fn ballots(&self) -> (&BallotClock, u64) {
+        (&self.ballots, ballot_node(self.topology.me().host_id))
+    }
+}
+
+/// Prepares a round on `key`'s partition and finishes what earlier rounds left behind:
+/// returns a ballot a quorum promised, with every earlier commit on a quorum. Retries
+/// under contention until `deadline` (then `WriteTimeout`, type `CAS`).
+pub(crate) async fn prepare(
+    network: &dyn PaxosNetwork,
+    key: &PaxosKey,
+    serial: Consistency,
+    deadline: Instant,
+) -> Result<PreparedRound, CqlError> {
+    let (clock, node) = network.ballots();
+    let mut at_least = Ballot::ZERO;
+    loop {
+        let participants = network.participants(key, serial)?;
+        if Instant::now() >= deadline {
+            return Err(cas_timeout(serial, 0, participants.block_for()));
+        }
+        let ballot = clock.next(node, at_least);
+        let promises = collect_promises(network, &participants, key, ballot).await;
+        let granted: Vec<&(Replica, Promise)> =
+            promises.iter().filter(|(_, p)| p.promised).collect();
+        let hosts: Vec<HostId> = granted.iter().map(|(r, _)| r.host_id).collect();
+        if !participants.met_by(&hosts) {
+            let refused = promises.iter().filter(|(_, p)| !p.promised);
+            match refused.map(|(_, p)| p.highest).max() {
+                Some(highest) => {
+                    // Contention: a higher ballot is under way. Try again above it.
+                    at_least = at_least.max(highest);
+                    pause_before_retry().await;
+                    continue;
+                }
+                None => return Err(cas_timeout(serial, granted.len(), participants.block_for())),
+            }
+        }
+        let latest_commit = granted
+            .iter()
+            .filter_map(|(_, p)| p.committed.as_ref())
+            .max_by_key(|c| c.ballot);
+        let in_progress = granted
+            .iter()
+            .filter_map(|(_, p)| p.accepted.as_ref())
+            .max_by_key(|a| a.ballot)
+            .filter(|a| latest_commit.is_none_or(|c| a.ballot > c.ballot));
+        if let Some(in_progress) = in_progress {
+            // An accepted proposal may have been decided: finish it under this ballot,
+            // then start over.
+            let again = Proposal {
+                ballot,
+                update: in_progress.update.clone(),
+            };
+            tracing::debug!(?ballot, "finishing an in-progress Paxos proposal");
+            let quorum = match serial {
+                Consistency::LocalSerial => Consistency::LocalQuorum,
+                _ => Consistency::Quorum,
+            };
+            match propose_and_commit(network, &participants, key, again, quorum, serial).await? {
+                ProposalOutcome::Committed => at_least = ballot,
+                ProposalOutcome::Preempted => pause_before_retry().await,
+            }
+            continue;
+        }
+        if let Some(latest) = latest_commit {
+            // Replicas that missed the latest commit get it before anything newer.
+            let behind: Vec<&Replica> = granted
+                .iter()
+                .filter(|(_, p)| {
+                    p.committed
+                        .as_ref()
+                        .is_none_or(|c| c.ballot < latest.ballot)
+                })
+                .map(|(r, _)| r)
+                .collect();
+            if !behind.is_empty() && !commit_on(network, &behind, key, latest).await {
+                at_least = ballot;
+                pause_before_retry().await;
+                continue;
+            }
+            if latest.ballot.micros >= ballot.micros {
+                // The same microsecond as the latest commit (another node's clock): its
+                // update must stay older than ours, so take a later ballot.
+                at_least = latest.ballot.max(ballot);
+                continue;
+            }
+        }
+        return Ok(PreparedRound { ballot });
+    }
+}
+
+/// Proposes `update` under the prepared round's ballot and commits it at `consistency`.
+/// `Preempted` when no replica accepted (the round may start over); `WriteTimeout`
+/// (`CAS`) when some but not a quorum did, so the outcome is unknown.
+pub(crate) async fn propose(
+    network: &dyn PaxosNetwork,
+    key: &PaxosKey,
+    round: PreparedRound,
+    update: Cells,
+    serial: Consistency,
+    consistency: Consistency,
+) -> Result<ProposalOutcome, CqlError> {
+    let participants = network.participants(key, serial)?;
+    let proposal = Proposal {
+        ballot: round.ballot,
+        update,
+    };
+    propose_and_commit(network, &participants, key, proposal, consistency, serial).await
+}
+
+/// Sends a prepare to every live participant and gathers the answers until the quorums
+/// are met, a replica refuses, or every one has answered or timed out.
+async fn collect_promises(
+    network: &dyn PaxosNetwork,
+    participants: &Participants,
+    key: &PaxosKey,
+    ballot: Ballot,
+) -> Vec<(Replica, Promise)> {
+    let mut pending: FuturesUnordered<_> = participants
+        .replicas
+        .iter()
+        .filter(|r| r.alive)
+        .map(|replica| {
+            let request = ReplicaRequest::PaxosPrepare {
+                key: key.clone(),
+                ballot,
+            };
+            let call = network.call(replica, request, WRITE_TIMEOUT);
+            let replica = replica.clone();
+            async move { (replica, call.await) }
+        })
+        .collect();
+    let mut answers: Vec<(Replica, Promise)> = Vec::new();
+    let mut promised: Vec<HostId> = Vec::new();
+    while let Some((replica, answer)) = pending.next().await {
+        match answer {
+            Ok(ReplicaResponse::PaxosPromise(promise)) => {
+                let refused = !promise.promised;
+                if !refused {
+                    promised.push(replica.host_id);
+                }
+                answers.push((replica, promise));
+                if refused || participants.met_by(&promised) {
+                    break;
+                }
+            }
+            Ok(other) => tracing::debug!(?other, "unexpected answer to a Paxos prepare"),
+            Err(error) => tracing::debug!(%error, "a Paxos prepare failed"),
+        }
+    }
+    answers
+}
+
+/// The propose and commit phases of one proposal.
+async fn propose_and_commit(
+    network: &dyn PaxosNetwork,
+    participants: &Participants,
+    key: &PaxosKey,
+    proposal: Proposal,
+    consistency: Consistency,
+    serial: Consistency,
+) -> Result<ProposalOutcome, CqlError> {
+    let mut pending: FuturesUnordered<_> = participants
+        .replicas
+        .iter()
+        .filter(|r| r.alive)
+        .map(|replica| {
+            let request = ReplicaRequest::PaxosPropose {
+                key: key.clone(),
+                proposal: proposal.clone(),
+            };
+            let call = network.call(replica, request, WRITE_TIMEOUT);
+            let host = replica.host_id;
+            async move { (host, call.await) }
+        })
+        .collect();
+    let (mut accepted, mut refused) = (Vec::new(), 0usize);
+    while let Some((host, answer)) = pending.next().await {
+        match answer {
+            Ok(ReplicaResponse::PaxosAccepted { accepted: true, .. }) => {
+                accepted.push(host);
+                if participants.met_by(&accepted) {
+                    break;
+                }
+            }
+            Ok(ReplicaResponse::PaxosAccepted {
+                accepted: false, ..
+            }) => refused += 1,
+            Ok(other) => tracing::debug!(?other, "unexpected answer to a Paxos proposal"),
+            Err(error) => tracing::debug!(%error, "a Paxos proposal failed"),
+        }
+    }
+    drop(pending);
+    if !participants.met_by(&accepted) {
+        if accepted.is_empty() && refused > 0 {
+            return Ok(ProposalOutcome::Preempted);
+        }
+        // Accepted somewhere, or nobody answered: it may yet be decided.
+        return Err(cas_timeout(
+            serial,
+            accepted.len(),
+            participants.block_for(),
+        ));
+    }
+    commit_everywhere(network, participants, key, proposal, consistency).await?;
+    Ok(ProposalOutcome::Committed)
+}
+
+/// Sends the commit to every live participant; waits for `consistency` (not at `ANY`).
+/// Deliveries still on their way finish in the background.
+async fn commit_everywhere(
+    network: &dyn PaxosNetwork,
+    participants: &Participants,
+    key: &PaxosKey,
+    proposal: Proposal,
+    consistency: Consistency,
+) -> Result<(), CqlError> {
+    let mut pending: FuturesUnordered<_> = participants
+        .replicas
+        .iter()
+        .filter(|r| r.alive)
+        .map(|replica| {
+            let request = ReplicaRequest::PaxosCommit {
+                key: key.clone(),
+                proposal: proposal.clone(),
+            };
+            let call = network.call(replica, request, WRITE_TIMEOUT);
+            let datacenter = replica.datacenter.clone();
+            async move { (datacenter, call.await) }
+        })
+        .collect();
+    if consistency == Consistency::Any {
+        tokio::spawn(async move { while pending.next().await.is_some() {} });
+        return Ok(());
+    }
+    let needed = network.commit_requirement(key, consistency);
+    let mut committed: Vec<String> = Vec::new();
+    while let Some((datacenter, answer)) = pending.next().await {
+        if matches!(answer, Ok(ReplicaResponse::Applied)) {
+            committed.push(datacenter);
+            if needed.met_by(committed.iter().map(String::as_str)) {
+                tokio::spawn(async move { while pending.next().await.is_some() {} });
+                return Ok(());
+            }
+        }
+    }
+    Err(write_timeout(
+        consistency,
+        committed.len(),
+        needed.block_for(),
+        WriteType::Simple,
+    ))
+}
+
+/// Sends `latest` to replicas that missed it; true when every one applied it.
+async fn commit_on(
+    network: &dyn PaxosNetwork,
+    replicas: &[&Replica],
+    key: &PaxosKey,
+    latest: &Proposal,
+) -> bool {
+    let answers = futures::future::join_all(replicas.iter().map(|replica| {
+        let request = ReplicaRequest::PaxosCommit {
+            key: key.clone(),
+            proposal: latest.clone(),
+        };
+        network.call(replica, request, WRITE_TIMEOUT)
+    }))
+    .await;
+    answers
+        .iter()
+        .all(|answer| matches!(answer, Ok(ReplicaResponse::Applied)))
+}

@@ -1,0 +1,174 @@
+//! Paxos rounds on a simulated three-node cluster: what a round leaves behind (a proposal
+//! accepted by too few replicas, a commit that missed a replica) is finished by the next
+//! round before anything newer is decided, and a lower ballot loses to a higher one.
+
+use super::sim::{Behaviour, SimCluster, TABLE};
+use crate::messages::{ReplicaRequest, ReplicaResponse};
+use crate::paxos::{self, Ballot, PaxosKey, Proposal, ProposalOutcome};
+use crate::replica::read_visible;
+use shoal_cql::request::Consistency;
+use shoal_model::token::murmur3_token;
+use shoal_model::{keys, Cell, WriteTimestamp};
+use std::time::Duration;
+use tokio::time::Instant;
+
+fn key() -> PaxosKey {
+    let partition_key = b"p".to_vec();
+    PaxosKey {
+        table: TABLE,
+        token: murmur3_token(&partition_key),
+        partition_key,
+    }
+}
+
+/// One cell of the partition, written at `micros`.
+fn update(micros: i64, value: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let key = key();
+    let mut cell_key = keys::partition_prefix(&TABLE, key.token, &key.partition_key);
+    cell_key.push(keys::SECTION_STATIC_ROW);
+    vec![(
+        cell_key,
+        Cell::live(WriteTimestamp(micros), value.to_vec()).encode(),
+    )]
+}
+
+/// The values of the partition's cells on node `index`.
+fn values_on(cluster: &SimCluster, index: usize) -> Vec<Vec<u8>> {
+    let key = key();
+    let lower = keys::partition_prefix(&TABLE, key.token, &key.partition_key);
+    let upper = keys::increment_prefix(&lower).unwrap();
+    let (cells, _) =
+        read_visible(cluster.nodes[index].engine.as_ref(), &lower, &upper, 100).unwrap();
+    cells
+        .into_iter()
+        .map(|(_, cell)| Cell::decode(&cell).unwrap().value)
+        .collect()
+}
+
+fn cluster() -> SimCluster {
+    SimCluster::new(3, 3, Duration::from_secs(3600), 1 << 20)
+}
+
+fn deadline() -> Instant {
+    Instant::now() + paxos::CAS_CONTENTION_TIMEOUT
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_proposal_accepted_by_one_replica_is_finished_by_the_next_round() {
+    let cluster = cluster();
+    // A coordinator that died after one replica (n1) accepted its proposal.
+    let ballot = Ballot {
+        micros: 1_000,
+        node: 9,
+    };
+    let node = cluster.nodes[0].proxy.local();
+    let prepare = ReplicaRequest::PaxosPrepare { key: key(), ballot };
+    assert!(matches!(node.serve(prepare).await, ReplicaResponse::PaxosPromise(p) if p.promised));
+    let proposal = Proposal {
+        ballot,
+        update: update(1_000, b"first"),
+    };
+    let propose = ReplicaRequest::PaxosPropose {
+        key: key(),
+        proposal,
+    };
+    assert!(matches!(
+        node.serve(propose).await,
+        ReplicaResponse::PaxosAccepted { accepted: true, .. }
+    ));
+    assert!(values_on(&cluster, 1).is_empty());
+    // n3 is down, so the next round's quorum is n1 and n2: it sees the accepted proposal
+    // and commits it before it goes on.
+    cluster.set_behaviour(2, Behaviour::Down);
+    let proxy = &cluster.nodes[1].proxy;
+    let round = paxos::prepare(proxy.as_ref(), &key(), Consistency::Serial, deadline())
+        .await
+        .unwrap();
+    assert_eq!(values_on(&cluster, 0), vec![b"first".to_vec()]);
+    assert_eq!(values_on(&cluster, 1), vec![b"first".to_vec()]);
+    // The new round's own update is newer than the one it finished.
+    let outcome = paxos::propose(
+        proxy.as_ref(),
+        &key(),
+        round,
+        update(round.ballot.micros, b"second"),
+        Consistency::Serial,
+        Consistency::Quorum,
+    )
+    .await
+    .unwrap();
+    assert_eq!(outcome, ProposalOutcome::Committed);
+    assert_eq!(values_on(&cluster, 1), vec![b"second".to_vec()]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replica_that_missed_the_latest_commit_gets_it_before_a_new_proposal() {
+    let cluster = cluster();
+    cluster.set_behaviour(2, Behaviour::Down);
+    let first = &cluster.nodes[0].proxy;
+    let round = paxos::prepare(first.as_ref(), &key(), Consistency::Serial, deadline())
+        .await
+        .unwrap();
+    let outcome = paxos::propose(
+        first.as_ref(),
+        &key(),
+        round,
+        update(round.ballot.micros, b"decided"),
+        Consistency::Serial,
+        Consistency::All,
+    )
+    .await;
+    // ALL cannot be met with n3 down, but the update is decided (a quorum accepted it).
+    assert!(outcome.is_err());
+    assert!(values_on(&cluster, 2).is_empty());
+    // n3 is back and n1 is down: the next round's quorum is n2 and n3, and n3 is sent the
+    // commit it missed before anything newer can be proposed.
+    cluster.set_behaviour(2, Behaviour::Up);
+    cluster.set_behaviour(0, Behaviour::Down);
+    let second = &cluster.nodes[1].proxy;
+    paxos::prepare(second.as_ref(), &key(), Consistency::Serial, deadline())
+        .await
+        .unwrap();
+    assert_eq!(values_on(&cluster, 2), vec![b"decided".to_vec()]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_round_preempted_by_a_higher_ballot_decides_nothing() {
+    let cluster = cluster();
+    // Both rounds use the same quorum (n1 and n2), so the higher promise reaches every
+    // replica the lower proposal is sent to.
+    cluster.set_behaviour(2, Behaviour::Down);
+    let (a, b) = (&cluster.nodes[0].proxy, &cluster.nodes[1].proxy);
+    let lower = paxos::prepare(a.as_ref(), &key(), Consistency::Serial, deadline())
+        .await
+        .unwrap();
+    let higher = paxos::prepare(b.as_ref(), &key(), Consistency::Serial, deadline())
+        .await
+        .unwrap();
+    assert!(higher.ballot > lower.ballot);
+    let preempted = paxos::propose(
+        a.as_ref(),
+        &key(),
+        lower,
+        update(lower.ballot.micros, b"lower"),
+        Consistency::Serial,
+        Consistency::Quorum,
+    )
+    .await
+    .unwrap();
+    assert_eq!(preempted, ProposalOutcome::Preempted);
+    let committed = paxos::propose(
+        b.as_ref(),
+        &key(),
+        higher,
+        update(higher.ballot.micros, b"higher"),
+        Consistency::Serial,
+        Consistency::Quorum,
+    )
+    .await
+    .unwrap();
+    assert_eq!(committed, ProposalOutcome::Committed);
+    for node in 0..3 {
+        assert!(!values_on(&cluster, node).contains(&b"lower".to_vec()));
+    }
+}

@@ -1,0 +1,130 @@
+"""Linearizability of lightweight transactions under a nemesis: clients on every
+coordinator read at SERIAL, write (`UPDATE … IF EXISTS`) and compare-and-set
+(`UPDATE … IF v = ?`) a few registers while nodes are killed (kill -9) and restarted,
+paused (SIGSTOP) and resumed, and cut off from the others by nftables. Every history is
+then checked (tests/python/linearizability.py): zero violations.
+
+Operations whose outcome the client could not learn (timeouts, lost connections) count as
+unknown — they may have happened at any moment after they began, or never. Refusals that
+happen before anything is proposed (`Unavailable`) are known not to have happened.
+
+The suite runs one round of the nemesis; a longer run:
+    SHOAL_LWT_NEMESIS_ROUNDS=10 scripts/test.sh tests/python/test_lwt_nemesis.py
+Needs root and the `nft` command, as tests/python/test_nemesis.py does."""
+
+import os
+import random
+import threading
+import time
+
+from cassandra import ConsistencyLevel, InvalidRequest, Unavailable
+from cassandra.cluster import Cluster, ExecutionProfile, EXEC_PROFILE_DEFAULT
+from cassandra.policies import FallthroughRetryPolicy, WhiteListRoundRobinPolicy
+
+from linearizability import Operation, check
+from test_cluster import ADDRESSES, wait_until
+from test_nemesis import cluster, nemesis, nftables  # noqa: F401  (fixtures and the nemesis)
+
+KEYS = 8
+CLIENTS_PER_COORDINATOR = 2
+ROUNDS = int(os.environ.get("SHOAL_LWT_NEMESIS_ROUNDS", "1"))
+
+
+def connect(cluster, address, keyspace="lwt"):
+    profile = ExecutionProfile(load_balancing_policy=WhiteListRoundRobinPolicy([address]),
+                               retry_policy=FallthroughRetryPolicy(), consistency_level=ConsistencyLevel.QUORUM,
+                               serial_consistency_level=ConsistencyLevel.SERIAL, request_timeout=10)
+    driver = Cluster([address], port=cluster.cql_port, execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+                     connect_timeout=5)
+    return driver, driver.connect(keyspace)
+
+
+def client(session, number, histories, lock, stop):
+    rng = random.Random(number)
+    read = session.prepare("SELECT v FROM r WHERE k = ?")
+    read.consistency_level = ConsistencyLevel.SERIAL
+    write = session.prepare("UPDATE r SET v = ? WHERE k = ? IF EXISTS")
+    cas = session.prepare("UPDATE r SET v = ? WHERE k = ? IF v = ?")
+    last_seen = {}
+    while not stop.is_set():
+        key = rng.randrange(KEYS)
+        choice = rng.random()
+        value = rng.randrange(5)
+        invoked = time.monotonic()
+        if choice < 0.5:
+            try:
+                row = session.execute(read, (key,)).one()
+            except Exception:
+                time.sleep(0.05)
+                continue  # a read that failed tells nothing
+            seen = row.v if row else None
+            last_seen[key] = seen
+            operation = Operation("read", invoked, time.monotonic(), result=seen, client=number)
+        else:
+            expected = last_seen.get(key, 0)
+            try:
+                if choice < 0.75:
+                    applied = session.execute(write, (value, key)).one().applied
+                    assert applied, "the registers exist from the start: IF EXISTS always holds"
+                    operation = Operation("write", invoked, time.monotonic(), value=value, client=number)
+                else:
+                    applied = session.execute(cas, (value, key, expected)).one().applied
+                    operation = Operation("cas", invoked, time.monotonic(), value=value, expected=expected,
+                                          result=applied, client=number)
+            except (Unavailable, InvalidRequest):
+                time.sleep(0.05)
+                continue  # refused before anything was proposed
+            except Exception:
+                kind = "write" if choice < 0.75 else "cas"
+                operation = Operation(kind, invoked, None, value=value, expected=expected, client=number)
+                time.sleep(0.05)
+        with lock:
+            histories[key].append(operation)
+        time.sleep(0.03)
+
+
+def test_lightweight_transactions_are_linearizable_under_kills_pauses_and_partitions(cluster, nftables):  # noqa: F811
+    driver, setup = connect(cluster, ADDRESSES[0], keyspace=None)
+    try:
+        setup.execute("CREATE KEYSPACE IF NOT EXISTS lwt WITH replication = "
+                      "{'class': 'SimpleStrategy', 'replication_factor': 3}")
+        setup.execute("CREATE TABLE lwt.r (k int PRIMARY KEY, v int)")
+        for key in range(KEYS):
+            setup.execute("INSERT INTO lwt.r (k, v) VALUES (%s, 0) IF NOT EXISTS", (key,))
+        assert setup.cluster.control_connection.wait_for_schema_agreement(wait_time=30)
+    finally:
+        driver.shutdown()
+    connections = [connect(cluster, address) for address in ADDRESSES]
+    histories = {key: [] for key in range(KEYS)}
+    lock = threading.Lock()
+    stop = threading.Event()
+    threads = [threading.Thread(target=client, args=(session, index * CLIENTS_PER_COORDINATOR + n, histories, lock, stop))
+               for index, (_, session) in enumerate(connections) for n in range(CLIENTS_PER_COORDINATOR)]
+    try:
+        for thread in threads:
+            thread.start()
+        time.sleep(2)
+        for _ in range(ROUNDS):
+            nemesis(cluster, threading.Event())
+        time.sleep(3)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+        for connected, _ in connections:
+            connected.shutdown()
+    assert not any(thread.is_alive() for thread in threads)
+    completed = sum(1 for history in histories.values() for op in history if op.completed is not None)
+    unknown = sum(1 for history in histories.values() for op in history if op.completed is None)
+    successful_cas = sum(1 for history in histories.values() for op in history if op.kind == "cas" and op.result)
+    assert completed > 200 and successful_cas > 10, f"too little happened: {completed} ops, {successful_cas} cas"
+    violations = [key for key, history in histories.items() if not check(history, initial=0)]
+    assert not violations, f"not linearizable: keys {violations} ({completed} ops, {unknown} unknown)"
+    # Every node answers a SERIAL read once the nemesis is over.
+    for address in ADDRESSES:
+        driver, session = connect(cluster, address)
+        try:
+            wait_until(lambda: session.execute("SELECT count(*) FROM r").one()[0] == KEYS, timeout=30,
+                       message=f"{address} serves again")
+        finally:
+            driver.shutdown()
