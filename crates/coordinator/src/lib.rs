@@ -39,6 +39,7 @@ pub mod plan;
 pub mod prepared;
 pub mod restrictions;
 mod roles;
+pub mod schedule;
 pub mod select;
 pub mod system_tables;
 pub mod traces;
@@ -76,6 +77,9 @@ pub struct NodeInfo {
     /// The tokens this node reports when it is not part of a cluster.
     pub tokens: Vec<i64>,
     pub gossip_generation: i32,
+    /// The order this node serves reads in, and its read threads (0: one per core).
+    pub read_scheduling: schedule::Ordering,
+    pub read_threads: usize,
 }
 
 /// Per-connection state.
@@ -119,8 +123,8 @@ pub struct Coordinator {
     pub(crate) counter_locks: counter::CounterLocks,
     /// This node's secondary indexes ([`index`]).
     pub(crate) indexes: Arc<index::IndexCatalog>,
-    /// Scans running at once (see [`Coordinator::run_scan`]).
-    scan_slots: tokio::sync::Semaphore,
+    /// The read threads and the order reads are served in ([`schedule`]).
+    reads: schedule::ReadScheduler,
     /// The cluster this node is part of, for the system tables; `None` on its own.
     cluster: Option<ClusterView>,
     /// Roles, and whether logins and permissions are checked.
@@ -139,9 +143,6 @@ pub const INLINE_INDEX_CANDIDATES: u32 = 64;
 /// partitions that filter names, when it names at most this many; more, and the vector
 /// index leads instead, its candidates filtered.
 pub const NEAREST_FILTER_CANDIDATES: u32 = 1024;
-
-/// How many scans may run at once; further scans wait for a slot.
-pub const SCAN_SLOTS: usize = 4;
 
 /// The release version this node reports; cqlsh uses the server-side DESCRIBE of 4.0+.
 pub const RELEASE_VERSION: &str = "5.0.0-shoal";
@@ -166,14 +167,18 @@ impl Coordinator {
             Arc::clone(replication.local_engine()),
         ));
         replication.set_local_indexes(Arc::clone(&indexes) as Arc<dyn LocalIndexes>);
+        let read_threads = match info.read_threads {
+            0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+            threads => threads,
+        };
         Coordinator {
+            reads: schedule::ReadScheduler::new(info.read_scheduling, read_threads),
             indexes,
             schema,
             replication,
             prepared: prepared::PreparedCache::new(prepared::PREPARED_CACHE_CAPACITY),
             info,
             counter_locks: counter::CounterLocks::default(),
-            scan_slots: tokio::sync::Semaphore::new(SCAN_SLOTS),
             cluster,
             auth,
             observer: std::sync::OnceLock::new(),
@@ -240,9 +245,9 @@ impl Coordinator {
         }
     }
 
-    /// Scans waiting for a slot or running, for the metrics.
-    pub fn scans_in_progress(&self) -> usize {
-        SCAN_SLOTS - self.scan_slots.available_permits()
+    /// The read scheduler: its order and what each class of reads has seen.
+    pub fn reads(&self) -> &schedule::ReadScheduler {
+        &self.reads
     }
 
     /// Installs the cluster's current roles (a node calls it whenever the cluster's
@@ -617,7 +622,7 @@ impl Coordinator {
             .read_partitions(table_id, &partitions, parameters.consistency)
             .await?
         {
-            PartitionSource::Local(_in_flight) => {
+            PartitionSource::Local(in_flight) if self.reads.point_read_inline() => {
                 let result = select.execute(
                     self,
                     engine.as_ref(),
@@ -625,6 +630,34 @@ impl Coordinator {
                     bindings,
                     Some(&restrictions),
                 );
+                drop(in_flight);
+                Arc::clone(&self.replication).after_local_read(table_id, partitions);
+                result
+            }
+            PartitionSource::Local(in_flight) => {
+                // Scans are queued or running: the read takes its turn on a read thread.
+                let coordinator = Arc::clone(self);
+                let select = Arc::clone(select);
+                let parameters = parameters.clone();
+                let result = self
+                    .reads
+                    .run(schedule::ReadClass::LocalPoint, move || {
+                        let bindings = values::Bindings {
+                            values: &parameters.values,
+                            names: parameters.names.as_deref(),
+                        };
+                        let engine = Arc::clone(coordinator.engine());
+                        let result = select.execute(
+                            &coordinator,
+                            engine.as_ref(),
+                            &parameters,
+                            bindings,
+                            Some(&restrictions),
+                        );
+                        drop(in_flight);
+                        result
+                    })
+                    .await?;
                 Arc::clone(&self.replication).after_local_read(table_id, partitions);
                 result
             }
@@ -674,62 +707,59 @@ impl Coordinator {
     }
 
     /// Runs a scan (a SELECT not limited to named partitions, or a partition read too
-    /// large to gather whole from its replicas) on a blocking thread, so that it holds
-    /// neither a runtime worker nor the point requests queued behind it on its
-    /// connection. At most [`SCAN_SLOTS`] run at once; more wait for a slot.
+    /// large to gather whole from its replicas) on a read thread in its turn
+    /// ([`schedule`]), so that it holds neither a runtime worker nor the point requests
+    /// queued behind it on its connection.
     async fn run_scan(
         self: &Arc<Self>,
         select: &Arc<SelectPlan>,
         parameters: &QueryParameters,
     ) -> Result<ResultBody, CqlError> {
-        let _slot = self
-            .scan_slots
-            .acquire()
-            .await
-            .map_err(|_| CqlError::server("the scan stage is closed"))?;
+        let class = select.scan_class(parameters)?;
         let coordinator = Arc::clone(self);
         let select = Arc::clone(select);
         let parameters = parameters.clone();
         let runtime = tokio::runtime::Handle::current();
-        tokio::task::spawn_blocking(move || {
-            let bindings = values::Bindings {
-                values: &parameters.values,
-                names: parameters.names.as_deref(),
-            };
-            let source = match select.stored_table() {
-                Some(table_id) => Arc::clone(&coordinator.replication).scan_source(
-                    table_id,
-                    parameters.consistency,
-                    runtime.clone(),
-                ),
-                None => ScanSource::Local,
-            };
-            if let Some(choice) = select.index {
-                let view = coordinator.index_view(&select, choice, source, &parameters, runtime)?;
-                let result = select.execute(&coordinator, &view, &parameters, bindings, None);
-                return match view.take_error() {
+        self.reads
+            .run(class, move || {
+                let bindings = values::Bindings {
+                    values: &parameters.values,
+                    names: parameters.names.as_deref(),
+                };
+                let source = match select.stored_table() {
+                    Some(table_id) => Arc::clone(&coordinator.replication).scan_source(
+                        table_id,
+                        parameters.consistency,
+                        runtime.clone(),
+                    ),
+                    None => ScanSource::Local,
+                };
+                if let Some(choice) = select.index {
+                    let view =
+                        coordinator.index_view(&select, choice, source, &parameters, runtime)?;
+                    let result = select.execute(&coordinator, &view, &parameters, bindings, None);
+                    return match view.take_error() {
+                        Some(error) => Err(error),
+                        None => result,
+                    };
+                }
+                let engine: &dyn Engine = match &source {
+                    ScanSource::Replicated(view) => view,
+                    ScanSource::Local => coordinator.engine().as_ref(),
+                };
+                let result = select.execute(&coordinator, engine, &parameters, bindings, None);
+                // A replicated scan's reader sees only a storage error; the client gets the
+                // real one (Unavailable, ReadTimeout).
+                let scan_error = match &source {
+                    ScanSource::Replicated(view) => view.take_error(),
+                    ScanSource::Local => None,
+                };
+                match scan_error {
                     Some(error) => Err(error),
                     None => result,
-                };
-            }
-            let engine: &dyn Engine = match &source {
-                ScanSource::Replicated(view) => view,
-                ScanSource::Local => coordinator.engine().as_ref(),
-            };
-            let result = select.execute(&coordinator, engine, &parameters, bindings, None);
-            // A replicated scan's reader sees only a storage error; the client gets the
-            // real one (Unavailable, ReadTimeout).
-            let scan_error = match &source {
-                ScanSource::Replicated(view) => view.take_error(),
-                ScanSource::Local => None,
-            };
-            match scan_error {
-                Some(error) => Err(error),
-                None => result,
-            }
-        })
-        .await
-        .map_err(|_| CqlError::server("the scan failed unexpectedly"))?
+                }
+            })
+            .await?
     }
 
     /// The engine an index query scans: the candidate partitions of the index lookup its

@@ -19,6 +19,8 @@ fn info() -> NodeInfo {
         host_id: shoal_model::HostId([1; 16]),
         tokens: vec![0],
         gossip_generation: 1,
+        read_scheduling: crate::schedule::Ordering::PointFirst { narrow_first: true },
+        read_threads: 2,
     }
 }
 

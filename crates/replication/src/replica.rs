@@ -107,6 +107,51 @@ impl LocalReplica {
         self.serve(request).await
     }
 
+    /// [`LocalReplica::serve_routed`] for the reads (`Read`, `Digest`, `ReadBefore`),
+    /// which need no runtime: what a read thread runs. Other requests are refused.
+    pub fn serve_read_routed(
+        &self,
+        request: ReplicaRequest,
+        topology_version: u64,
+    ) -> ReplicaResponse {
+        if let Err(refusal) = self.fence.check(topology_version) {
+            self.fenced
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return ReplicaResponse::Error(refusal);
+        }
+        let engine = self.engine.as_ref();
+        match request {
+            ReplicaRequest::Read {
+                lower,
+                upper,
+                limit,
+            } => match read_visible(engine, &lower, &upper, limit) {
+                Ok((cells, complete)) => ReplicaResponse::Cells { cells, complete },
+                Err(error) => ReplicaResponse::Error(error),
+            },
+            ReplicaRequest::Digest {
+                lower,
+                upper,
+                limit,
+            } => match digest_visible(engine, &lower, &upper, limit) {
+                Ok((hash, complete)) => ReplicaResponse::Digest { hash, complete },
+                Err(error) => ReplicaResponse::Error(error),
+            },
+            ReplicaRequest::ReadBefore {
+                lower,
+                upper,
+                limit,
+            } => match read_visible_before(engine, &lower, &upper, limit) {
+                Ok((cells, from)) => ReplicaResponse::CellsFrom { cells, from },
+                Err(error) => ReplicaResponse::Error(error),
+            },
+            other => ReplicaResponse::Error(format!(
+                "{} is not a read a read thread serves",
+                other.describe()
+            )),
+        }
+    }
+
     /// Candidates from this node's index, once it covers everything stored here.
     pub fn lookup(
         &self,

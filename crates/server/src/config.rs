@@ -18,6 +18,31 @@ pub enum CommitLogSync {
     Group,
 }
 
+/// The order a node serves reads in (see `shoal_coordinator::schedule`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadScheduling {
+    /// Arrival order, as Cassandra's read stage (for comparison).
+    Fifo,
+    /// Point reads before scans; scans oldest first.
+    PointFirst,
+    /// Point reads before scans; scans spanning fewer tablets first, then smaller limits.
+    NarrowFirst,
+}
+
+impl ReadScheduling {
+    pub fn ordering(self) -> shoal_coordinator::schedule::Ordering {
+        use shoal_coordinator::schedule::Ordering;
+        match self {
+            ReadScheduling::Fifo => Ordering::Fifo,
+            ReadScheduling::PointFirst => Ordering::PointFirst {
+                narrow_first: false,
+            },
+            ReadScheduling::NarrowFirst => Ordering::PointFirst { narrow_first: true },
+        }
+    }
+}
+
 /// How clients log in (Cassandra's `authenticator`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Authenticator {
@@ -70,6 +95,10 @@ pub struct Config {
     /// Threads running requests (0: one per core). Nodes sharing a machine (a local
     /// cluster) do better with the cores divided among them.
     pub worker_threads: usize,
+    /// `narrow_first` (default), `point_first` or `fifo`: the order reads are served in.
+    pub read_scheduling: ReadScheduling,
+    /// Threads serving scans, and point reads while scans run (0: one per core).
+    pub read_threads: usize,
     /// Datacenter and rack this node reports.
     pub datacenter: String,
     pub rack: String,
@@ -142,6 +171,8 @@ impl Default for Config {
             max_hint_window_ms: 3 * 3600 * 1000,
             max_hints_mib: 1024,
             worker_threads: 0,
+            read_scheduling: ReadScheduling::NarrowFirst,
+            read_threads: 0,
             datacenter: "datacenter1".into(),
             rack: "rack1".into(),
             commitlog_sync: CommitLogSync::Periodic,
@@ -186,6 +217,10 @@ impl Config {
         anyhow::ensure!(
             self.worker_threads <= 1024,
             "worker_threads must be at most 1024 (0 means one per core)"
+        );
+        anyhow::ensure!(
+            self.read_threads <= 1024,
+            "read_threads must be at most 1024 (0 means one per core)"
         );
         anyhow::ensure!(
             self.internode_port != self.cql_port,

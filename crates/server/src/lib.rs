@@ -179,6 +179,8 @@ impl Node {
             host_id,
             tokens: Vec::new(),
             gossip_generation: shoal_model::timestamp::now_seconds() as i32,
+            read_scheduling: config.read_scheduling.ordering(),
+            read_threads: config.read_threads,
         };
         let liveness = Arc::clone(&detector) as Arc<dyn Liveness>;
         let hints = Arc::new(Hints::new(

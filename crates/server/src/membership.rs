@@ -329,11 +329,14 @@ impl Handler for NodeHandler {
                 Message::Replica {
                     request,
                     topology_version,
-                } => match self.proxy.get() {
-                    Some(proxy) => {
+                } => match (self.proxy.get(), self.coordinator.get()) {
+                    (Some(proxy), Some(coordinator)) => Reply::Replica(
+                        serve_replica_request(proxy, coordinator, request, topology_version).await,
+                    ),
+                    (Some(proxy), None) => {
                         Reply::Replica(proxy.local().serve_routed(request, topology_version).await)
                     }
-                    None => Reply::Error("this node is still starting".into()),
+                    _ => Reply::Error("this node is still starting".into()),
                 },
                 Message::Barrier { version, fence } => match self.proxy.get() {
                     Some(proxy) if fence => {
@@ -539,4 +542,59 @@ pub async fn follow_metadata(
             .map(|m| (m.host_id, m.cql_address))
             .collect();
     }
+}
+
+/// Serves a replica request from another coordinator. Reads take their turn in the read
+/// scheduler (`shoal_coordinator::schedule`): a read of one partition as a point read
+/// for another coordinator — on the connection's task when no scan is queued or running —
+/// and a chunk of a range as a scan; everything else is served at once.
+async fn serve_replica_request(
+    proxy: &Arc<StorageProxy>,
+    coordinator: &Arc<Coordinator>,
+    request: ReplicaRequest,
+    topology_version: u64,
+) -> ReplicaResponse {
+    use shoal_coordinator::schedule::ReadClass;
+    let range = match &request {
+        ReplicaRequest::Read {
+            lower,
+            upper,
+            limit,
+        }
+        | ReplicaRequest::Digest {
+            lower,
+            upper,
+            limit,
+        }
+        | ReplicaRequest::ReadBefore {
+            lower,
+            upper,
+            limit,
+        } => Some((lower, upper, *limit)),
+        _ => None,
+    };
+    let Some((lower, upper, limit)) = range else {
+        return proxy.local().serve_routed(request, topology_version).await;
+    };
+    let prefix = shoal_model::keys::TOKEN_PREFIX_LENGTH;
+    let one_partition = lower.len() >= prefix && upper.get(..prefix) == lower.get(..prefix);
+    let class = if one_partition {
+        ReadClass::RemotePoint
+    } else {
+        ReadClass::Scan {
+            width: 1,
+            limit: limit as u64,
+        }
+    };
+    if one_partition && coordinator.reads().point_read_inline() {
+        return proxy.local().serve_routed(request, topology_version).await;
+    }
+    let local = Arc::clone(proxy.local());
+    let served = coordinator
+        .reads()
+        .run(class, move || {
+            local.serve_read_routed(request, topology_version)
+        })
+        .await;
+    served.unwrap_or_else(|error| ReplicaResponse::Error(error.message))
 }

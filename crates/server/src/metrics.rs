@@ -460,12 +460,26 @@ impl Collector for NodeCollector {
             sizes.metric_type(),
         )?;
         sizes.encode(metric)?;
-        gauge(
-            &mut encoder,
-            "scans_in_progress",
-            "Scans running or waiting for one of the scan slots",
-            coordinator.scans_in_progress() as i64,
-        )?;
+        for class in coordinator.reads().statistics() {
+            gauge(
+                &mut encoder,
+                &format!("read_queue_{}", class.class),
+                "Reads of this class waiting in the read scheduler's queue",
+                class.queued as i64,
+            )?;
+            gauge(
+                &mut encoder,
+                &format!("read_queue_{}_served", class.class),
+                "Reads of this class the read scheduler has served since the node started",
+                class.served as i64,
+            )?;
+            gauge(
+                &mut encoder,
+                &format!("read_queue_{}_wait_microseconds", class.class),
+                "Total time served reads of this class waited in the queue",
+                class.waited.as_micros() as i64,
+            )?;
+        }
         gauge(
             &mut encoder,
             "roles",

@@ -76,6 +76,9 @@ pub enum Operation {
     Streams,
     /// Builds of secondary indexes on this node: each index, its table, keys scanned.
     IndexBuilds,
+    /// The read scheduler: its order, and per class of reads the queue length, reads
+    /// served and their mean queue wait.
+    ReadStats,
 }
 
 /// What a node needs to carry out operations.
@@ -94,6 +97,30 @@ pub struct NodeOperations {
     pub streaming: Arc<crate::streaming::Streaming>,
     /// Connections to peers, for asking one whether a node is still a member.
     pub detector: Arc<crate::membership::FailureDetector>,
+}
+
+impl NodeOperations {
+    fn read_stats(&self) -> Value {
+        let reads = self.coordinator.reads();
+        let classes: Vec<Value> = reads
+            .statistics()
+            .into_iter()
+            .map(|class| {
+                let mean_wait_ms = if class.served == 0 {
+                    0.0
+                } else {
+                    class.waited.as_secs_f64() * 1000.0 / class.served as f64
+                };
+                json!({
+                    "class": class.class,
+                    "queued": class.queued,
+                    "served": class.served,
+                    "mean_wait_ms": mean_wait_ms,
+                })
+            })
+            .collect();
+        json!({ "ordering": format!("{:?}", reads.ordering()), "classes": classes })
+    }
 }
 
 /// A tag must be a plain name: it becomes a directory.
@@ -142,6 +169,7 @@ impl NodeOperations {
             Operation::IndexBuilds => {
                 return Ok(json!(self.coordinator.index_catalog().progress()))
             }
+            Operation::ReadStats => return Ok(self.read_stats()),
             _ => {}
         }
         let this = Arc::clone(self);
@@ -252,7 +280,8 @@ impl NodeOperations {
             Operation::Decommission
             | Operation::RemoveNode { .. }
             | Operation::Streams
-            | Operation::IndexBuilds => Err("handled before".into()),
+            | Operation::IndexBuilds
+            | Operation::ReadStats => Err("handled before".into()),
         }
     }
 

@@ -56,6 +56,10 @@ pub enum AdminCommand {
     /// Secondary index builds on the node (for data that existed when an index was
     /// created): each index, its table, keys scanned so far, and whether it is done.
     Indexbuilds(OperateArgs),
+    /// The read scheduler (Cassandra's tpstats for reads): its order, and per class of
+    /// reads — local point, remote point, scan — the queue length, reads served and their
+    /// mean queue wait.
+    Tpstats(OperateArgs),
 }
 
 #[derive(clap::Args)]
@@ -197,6 +201,7 @@ pub fn run(command: AdminCommand) -> anyhow::Result<()> {
         AdminCommand::Decommission(args) => (Operation::Decommission, args),
         AdminCommand::Streams(args) => (Operation::Streams, args),
         AdminCommand::Indexbuilds(args) => (Operation::IndexBuilds, args),
+        AdminCommand::Tpstats(args) => (Operation::ReadStats, args),
         AdminCommand::Removenode(args) => {
             let host_id = parse_host_id(&args.host_id)?;
             (Operation::RemoveNode { host_id }, args.operate)

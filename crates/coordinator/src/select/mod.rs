@@ -416,6 +416,44 @@ impl SelectPlan {
         positive_int(&self.limit, bindings)
     }
 
+    /// How the read scheduler sees this scan: its width is the share of the token ring
+    /// it may cover in 64ths (tablets are ranges of the ring, so a scan spanning fewer
+    /// tablets is narrower), its limit the rows one page of it may return. A scan that
+    /// stops after a LIMIT smaller than a page ends where those rows end, wherever its
+    /// range does: how far that is is not known before it runs, so it counts as one 64th
+    /// and such scans are ordered by their limits.
+    pub(crate) fn scan_class(
+        &self,
+        parameters: &QueryParameters,
+    ) -> Result<crate::schedule::ReadClass, CqlError> {
+        let bindings = Bindings {
+            values: &parameters.values,
+            names: parameters.names.as_deref(),
+        };
+        let restrictions = self.where_plan.bind(&self.table, bindings)?;
+        let lower = restrictions
+            .token_lower
+            .map_or(i64::MIN, |(bound, _)| bound);
+        let upper = restrictions
+            .token_upper
+            .map_or(i64::MAX, |(bound, _)| bound);
+        let share = (upper as i128 - lower as i128).max(0) as f64 / u64::MAX as f64;
+        let limit = positive_int(&self.limit, bindings)?.unwrap_or(u64::MAX);
+        let page = match parameters.page_size {
+            Some(size) if size > 0 => size as u64,
+            _ => u64::MAX,
+        };
+        let width = if limit < page {
+            1
+        } else {
+            ((share * 64.0).ceil() as u32).clamp(1, 64)
+        };
+        Ok(crate::schedule::ReadClass::Scan {
+            width,
+            limit: limit.min(page),
+        })
+    }
+
     /// The table's id, unless it is virtual.
     pub(crate) fn stored_table(&self) -> Option<TableId> {
         (!self.table.is_virtual).then_some(self.table.id)
