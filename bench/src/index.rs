@@ -12,7 +12,6 @@
 use crate::point::{consistency, PhaseResult};
 use rand::Rng;
 use scylla::client::session::Session;
-use scylla::client::PoolSize;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -159,27 +158,16 @@ async fn look_up(session: &Session, args: &IndexArgs) -> anyhow::Result<PhaseRes
 pub fn run(args: IndexArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.concurrency >= 1, "--concurrency must be at least 1");
     anyhow::ensure!(args.records >= 1, "--records must be at least 1");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(async {
-        let session = args
-            .login
-            .connect(&args.contact, PoolSize::default())
-            .await?;
-        setup(&session, &args).await?;
+    args.login.run_with_session(&args.contact, async |session| {
+        setup(session, &args).await?;
         println!(
             "shoal bench index: {} users, index {:?}, {} in flight, consistency {}, against {}",
             args.records, args.index, args.concurrency, args.consistency, args.contact
         );
         let (name, result) = match args.phase {
-            IndexPhase::Write => ("write", write_all(&session, &args).await?),
-            IndexPhase::Lookup => ("lookup", look_up(&session, &args).await?),
+            IndexPhase::Write => ("write", write_all(session, &args).await?),
+            IndexPhase::Lookup => ("lookup", look_up(session, &args).await?),
         };
-        result.print(name);
-        if let Some(path) = &args.json {
-            std::fs::write(path, serde_json::to_string_pretty(&result.json(name))?)?;
-        }
-        anyhow::Ok(())
+        result.report(name, args.json.as_deref(), serde_json::Map::new())
     })
 }

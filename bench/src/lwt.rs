@@ -12,7 +12,6 @@
 use crate::point::{consistency, PhaseResult};
 use rand::Rng;
 use scylla::client::session::Session;
-use scylla::client::PoolSize;
 use scylla::statement::SerialConsistency;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -133,27 +132,16 @@ async fn update_random(session: &Session, args: &LwtArgs) -> anyhow::Result<Phas
 pub fn run(args: LwtArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.concurrency >= 1, "--concurrency must be at least 1");
     anyhow::ensure!(args.records >= 1, "--records must be at least 1");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(async {
-        let session = args
-            .login
-            .connect(&args.contact, PoolSize::default())
-            .await?;
-        setup(&session, &args).await?;
+    args.login.run_with_session(&args.contact, async |session| {
+        setup(session, &args).await?;
         println!(
             "shoal bench lwt: {} accounts, RF {}, {} in flight, commit consistency {}, against {}",
             args.records, args.replication_factor, args.concurrency, args.consistency, args.contact
         );
         let (name, result) = match args.phase {
-            LwtPhase::Insert => ("insert", insert_all(&session, &args).await?),
-            LwtPhase::Update => ("update", update_random(&session, &args).await?),
+            LwtPhase::Insert => ("insert", insert_all(session, &args).await?),
+            LwtPhase::Update => ("update", update_random(session, &args).await?),
         };
-        result.print(name);
-        if let Some(path) = &args.json {
-            std::fs::write(path, serde_json::to_string_pretty(&result.json(name))?)?;
-        }
-        anyhow::Ok(())
+        result.report(name, args.json.as_deref(), serde_json::Map::new())
     })
 }

@@ -197,6 +197,25 @@ impl PhaseResult {
         PhaseResult::merge(results, Instant::now().min(end) - measure_from)
     }
 
+    /// Prints the phase's figures and, when `path` is given, writes them there as JSON
+    /// with `extra` fields added.
+    pub(crate) fn report(
+        &self,
+        name: &str,
+        path: Option<&std::path::Path>,
+        extra: serde_json::Map<String, serde_json::Value>,
+    ) -> anyhow::Result<()> {
+        self.print(name);
+        if let Some(path) = path {
+            let mut json = self.json(name);
+            if let Some(object) = json.as_object_mut() {
+                object.extend(extra);
+            }
+            std::fs::write(path, serde_json::to_string_pretty(&json)?)?;
+        }
+        Ok(())
+    }
+
     /// The figures as JSON: operations/s and latency percentiles in milliseconds.
     pub(crate) fn json(&self, name: &str) -> serde_json::Value {
         let quantile = |q: f64| self.latency_micros.value_at_quantile(q) as f64 / 1000.0;

@@ -71,6 +71,22 @@ impl Login {
             .await
             .with_context(|| format!("cannot connect to {contact}"))
     }
+
+    /// Runs `body` with a session to `contact` (default pool) on a runtime of its own:
+    /// how the one-phase benchmarks (`index`, `vector`, `lwt`) run.
+    pub fn run_with_session<T>(
+        &self,
+        contact: &str,
+        body: impl AsyncFnOnce(&Session) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        runtime.block_on(async {
+            let session = self.connect(contact, PoolSize::default()).await?;
+            body(&session).await
+        })
+    }
 }
 
 /// Options shared by every workload.

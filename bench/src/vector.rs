@@ -19,7 +19,6 @@ use crate::point::{consistency, PhaseResult};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use scylla::client::session::Session;
-use scylla::client::PoolSize;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -264,36 +263,23 @@ pub fn run(args: VectorArgs) -> anyhow::Result<()> {
         args.k >= 1 && args.k as u64 <= args.records,
         "--k must be between 1 and --records"
     );
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(async {
-        let session = args
-            .login
-            .connect(&args.contact, PoolSize::default())
-            .await?;
-        setup(&session, &args).await?;
+    args.login.run_with_session(&args.contact, async |session| {
+        setup(session, &args).await?;
         println!(
             "shoal bench vector: {} vectors of {} dimensions, k = {}, {} in flight, consistency {}, against {}",
             args.records, args.dimension, args.k, args.concurrency, args.consistency, args.contact
         );
-        let (name, recall, result) = match args.phase {
-            VectorPhase::Load => ("load", None, load(&session, &args).await?),
+        let mut extra = serde_json::Map::new();
+        let (name, result) = match args.phase {
+            VectorPhase::Load => ("load", load(session, &args).await?),
             VectorPhase::Query => {
-                let (recall, result) = query(&session, &args).await?;
+                let (recall, result) = query(session, &args).await?;
                 println!("recall@{}: {recall:.4}", args.k);
-                ("query", Some(recall), result)
+                extra.insert("recall".into(), serde_json::json!(recall));
+                extra.insert("k".into(), serde_json::json!(args.k));
+                ("query", result)
             }
         };
-        result.print(name);
-        if let Some(path) = &args.json {
-            let mut json = result.json(name);
-            if let Some(recall) = recall {
-                json["recall"] = serde_json::json!(recall);
-                json["k"] = serde_json::json!(args.k);
-            }
-            std::fs::write(path, serde_json::to_string_pretty(&json)?)?;
-        }
-        anyhow::Ok(())
+        result.report(name, args.json.as_deref(), extra)
     })
 }

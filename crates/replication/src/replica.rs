@@ -119,6 +119,11 @@ impl LocalReplica {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return ReplicaResponse::Error(refusal);
         }
+        self.serve_read(request)
+    }
+
+    /// Answers `Read`, `Digest` and `ReadBefore` from this node's engine.
+    fn serve_read(&self, request: ReplicaRequest) -> ReplicaResponse {
         let engine = self.engine.as_ref();
         match request {
             ReplicaRequest::Read {
@@ -196,22 +201,9 @@ impl LocalReplica {
                 Ok(()) => ReplicaResponse::Applied,
                 Err(error) => ReplicaResponse::Error(error.message),
             },
-            ReplicaRequest::Read {
-                lower,
-                upper,
-                limit,
-            } => match read_visible(self.engine.as_ref(), &lower, &upper, limit) {
-                Ok((cells, complete)) => ReplicaResponse::Cells { cells, complete },
-                Err(error) => ReplicaResponse::Error(error),
-            },
-            ReplicaRequest::Digest {
-                lower,
-                upper,
-                limit,
-            } => match digest_visible(self.engine.as_ref(), &lower, &upper, limit) {
-                Ok((hash, complete)) => ReplicaResponse::Digest { hash, complete },
-                Err(error) => ReplicaResponse::Error(error),
-            },
+            read @ (ReplicaRequest::Read { .. }
+            | ReplicaRequest::Digest { .. }
+            | ReplicaRequest::ReadBefore { .. }) => self.serve_read(read),
             ReplicaRequest::RangeHashes { bounds } => {
                 match range_hashes(self.engine.as_ref(), &bounds) {
                     Ok(hashes) => ReplicaResponse::Hashes(hashes),
@@ -224,14 +216,6 @@ impl LocalReplica {
                     Err(error) => ReplicaResponse::Error(error.message),
                 }
             }
-            ReplicaRequest::ReadBefore {
-                lower,
-                upper,
-                limit,
-            } => match read_visible_before(self.engine.as_ref(), &lower, &upper, limit) {
-                Ok((cells, from)) => ReplicaResponse::CellsFrom { cells, from },
-                Err(error) => ReplicaResponse::Error(error),
-            },
             ReplicaRequest::RemoveBatch(batch) => {
                 match self.log.append(crate::batchlog::removal(batch)).await {
                     Ok(()) => ReplicaResponse::Applied,

@@ -375,6 +375,89 @@ pub(crate) async fn read_in_round(
     }
 }
 
+/// A condition to check inside a round: the statement's conditions, the row they read
+/// (by clustering; `None`: the static row) and the statement's bound values.
+type Check<'a> = (&'a Conditions, Option<Vec<u8>>, Bindings<'a>);
+
+/// What one lightweight transaction does: on which partition, which conditions it checks,
+/// which statements it applies when they hold, at which levels.
+struct Transaction<'a> {
+    table: &'a shoal_schema::TableMetadata,
+    key: PaxosKey,
+    checks: Vec<Check<'a>>,
+    statements: &'a [(&'a ModifyPlan, Bindings<'a>)],
+    /// The columns a not-applied answer shows.
+    shown: Option<Vec<usize>>,
+    serial: Consistency,
+    consistency: Consistency,
+}
+
+impl Transaction<'_> {
+    /// Paxos rounds until one decides: prepare, read the partition at a quorum, check
+    /// every condition against its row; not applied → the rows' current values; applied
+    /// → every statement built with the ballot's time, proposed and committed (a
+    /// preempted proposal starts a new round).
+    async fn run(&self, coordinator: &Coordinator) -> Result<ResultBody, CqlError> {
+        let (table, key) = (self.table, &self.key);
+        let deadline = tokio::time::Instant::now() + CAS_CONTENTION_TIMEOUT;
+        loop {
+            let round = coordinator
+                .replication
+                .paxos_prepare(key, self.serial, deadline)
+                .await?;
+            let partition = [(key.token, key.partition_key.clone())];
+            let state = read_in_round(coordinator, table, &partition, self.serial).await?;
+            let engine = state.engine(coordinator);
+            let mut applied = true;
+            // The rows the conditions read that exist, once each, by clustering.
+            let mut rows: Vec<(Option<Vec<u8>>, RowValues)> = Vec::new();
+            for (conditions, clustering, bindings) in &self.checks {
+                let current = crate::select::read_row_values(
+                    engine,
+                    table,
+                    key.token,
+                    &key.partition_key,
+                    clustering.as_deref(),
+                )?;
+                applied &= conditions_hold(table, conditions, current.as_ref(), *bindings)?;
+                if let Some(values) = current {
+                    if !rows.iter().any(|(seen, _)| seen == clustering) {
+                        rows.push((clustering.clone(), values));
+                    }
+                }
+            }
+            if !applied {
+                let current: Vec<&RowValues> = rows.iter().map(|(_, values)| values).collect();
+                return Ok(applied_result(
+                    table,
+                    false,
+                    &current,
+                    self.shown.as_deref(),
+                ));
+            }
+            let mut update = WriteBatch::new();
+            for (plan, bindings) in self.statements {
+                plan.build(engine, *bindings, Some(round.ballot.micros), &mut update)?;
+            }
+            drop(state);
+            let outcome = coordinator
+                .replication
+                .paxos_propose(
+                    key,
+                    round,
+                    update.into_entries(),
+                    self.serial,
+                    self.consistency,
+                )
+                .await?;
+            match outcome {
+                ProposalOutcome::Committed => return Ok(applied_result(table, true, &[], None)),
+                ProposalOutcome::Preempted => continue,
+            }
+        }
+    }
+}
+
 /// `IF NOT EXISTS`, `IF EXISTS`, `IF col = value`: a lightweight transaction on the
 /// row's partition ([`shoal_replication::paxos`]): a Paxos prepare, a quorum read of the
 /// row, the check, and — when the conditions hold — a proposal of the update written
@@ -394,58 +477,23 @@ pub(super) async fn execute(
         plan,
         "Cannot provide custom timestamp for conditional updates",
     )?;
-    let RowAddress {
-        token,
-        partition_key,
-        clustering,
-    } = touched_row(plan, bindings)?;
-    let key = PaxosKey {
-        table: table.id,
-        token,
-        partition_key,
-    };
-    let deadline = tokio::time::Instant::now() + CAS_CONTENTION_TIMEOUT;
-    loop {
-        let round = coordinator
-            .replication
-            .paxos_prepare(&key, serial, deadline)
-            .await?;
-        let state = read_in_round(
-            coordinator,
-            table,
-            &[(token, key.partition_key.clone())],
-            serial,
-        )
-        .await?;
-        let engine = state.engine(coordinator);
-        let current = crate::select::read_row_values(
-            engine,
-            table,
-            token,
-            &key.partition_key,
-            clustering.as_deref(),
-        )?;
-        if !conditions_hold(table, conditions, current.as_ref(), bindings)? {
-            let shown = shown_columns(table, &[conditions], false)?;
-            return Ok(applied_result(
-                table,
-                false,
-                &Vec::from_iter(&current),
-                shown.as_deref(),
-            ));
-        }
-        let mut update = WriteBatch::new();
-        plan.build(engine, bindings, Some(round.ballot.micros), &mut update)?;
-        drop(state);
-        match coordinator
-            .replication
-            .paxos_propose(&key, round, update.into_entries(), serial, consistency)
-            .await?
-        {
-            ProposalOutcome::Committed => return Ok(applied_result(table, true, &[], None)),
-            ProposalOutcome::Preempted => continue,
-        }
+    let row = touched_row(plan, bindings)?;
+    let statements = [(plan, bindings)];
+    Transaction {
+        table,
+        key: PaxosKey {
+            table: table.id,
+            token: row.token,
+            partition_key: row.partition_key,
+        },
+        checks: vec![(conditions, row.clustering, bindings)],
+        statements: &statements,
+        shown: shown_columns(table, &[conditions], false)?,
+        serial,
+        consistency,
     }
+    .run(coordinator)
+    .await
 }
 
 /// A BATCH with conditions: one lightweight transaction on the one partition every
@@ -473,8 +521,7 @@ pub(super) async fn execute_batch(
     };
     let table = &first.table;
     let mut partition: Option<(Token, Vec<u8>)> = None;
-    // Each statement's rows, and the row its conditions read.
-    let mut checks: Vec<(&Conditions, Option<Vec<u8>>, Bindings<'_>)> = Vec::new();
+    let mut checks: Vec<Check<'_>> = Vec::new();
     for (plan, bindings) in statements {
         ensure(plan.table.id == table.id, || {
             CqlError::invalid("Batch with conditions cannot span multiple tables")
@@ -515,59 +562,19 @@ pub(super) async fn execute_batch(
     };
     let conditions: Vec<&Conditions> = checks.iter().map(|(c, _, _)| *c).collect();
     let shown = shown_columns(table, &conditions, true)?;
-    let key = PaxosKey {
-        table: table.id,
-        token,
-        partition_key,
-    };
-    let deadline = tokio::time::Instant::now() + CAS_CONTENTION_TIMEOUT;
-    loop {
-        let round = coordinator
-            .replication
-            .paxos_prepare(&key, serial, deadline)
-            .await?;
-        let state = read_in_round(
-            coordinator,
-            table,
-            &[(token, key.partition_key.clone())],
-            serial,
-        )
-        .await?;
-        let engine = state.engine(coordinator);
-        let mut applied = true;
-        // The rows the conditions read that exist, once each, by clustering.
-        let mut rows: Vec<(Option<Vec<u8>>, RowValues)> = Vec::new();
-        for (conditions, clustering, bindings) in &checks {
-            let current = crate::select::read_row_values(
-                engine,
-                table,
-                token,
-                &key.partition_key,
-                clustering.as_deref(),
-            )?;
-            applied &= conditions_hold(table, conditions, current.as_ref(), *bindings)?;
-            if let Some(values) = current {
-                if !rows.iter().any(|(seen, _)| seen == clustering) {
-                    rows.push((clustering.clone(), values));
-                }
-            }
-        }
-        if !applied {
-            let current: Vec<&Vec<Option<Value>>> = rows.iter().map(|(_, v)| v).collect();
-            return Ok(applied_result(table, false, &current, shown.as_deref()));
-        }
-        let mut update = WriteBatch::new();
-        for (plan, bindings) in statements {
-            plan.build(engine, *bindings, Some(round.ballot.micros), &mut update)?;
-        }
-        drop(state);
-        match coordinator
-            .replication
-            .paxos_propose(&key, round, update.into_entries(), serial, consistency)
-            .await?
-        {
-            ProposalOutcome::Committed => return Ok(applied_result(table, true, &[], None)),
-            ProposalOutcome::Preempted => continue,
-        }
+    Transaction {
+        table,
+        key: PaxosKey {
+            table: table.id,
+            token,
+            partition_key,
+        },
+        checks,
+        statements,
+        shown,
+        serial,
+        consistency,
     }
+    .run(coordinator)
+    .await
 }
