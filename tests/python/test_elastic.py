@@ -278,8 +278,12 @@ def test_a_cluster_with_data_grows_to_five_and_shrinks_back_under_quorum_load(el
             tablets = cluster.ring("elastic", "t")
             return {a: sum(t["replicas"][0] == a for t in tablets) for a in ADDRESSES}
 
-        wait_until(lambda: max(primaries().values()) - min(primaries().values()) <= 1, timeout=30,
-                   message=f"even primaries, not {primaries()}")
+        try:
+            wait_until(lambda: max(primaries().values()) - min(primaries().values()) <= 1, timeout=30,
+                       message="even primaries")
+        except AssertionError as timed_out:
+            # Say where the primaries ended, not where they started.
+            raise AssertionError(f"{timed_out}: still {primaries()}, status {cluster.status()}") from None
         # Back to three by decommission, one after another.
         for address in reversed(ADDRESSES[3:6]):
             cluster.admin("decommission", host=address, timeout=300)

@@ -344,33 +344,84 @@ pub fn plan_primaries(map: &TabletMap, nodes: &[BalancerNode]) -> Vec<(TabletId,
         }
     }
     let mut changes: BTreeMap<TabletId, HostId> = BTreeMap::new();
-    for _ in 0..map.tablets().len() + 1 {
-        let Some((&most, &most_count)) = primaries.iter().max_by_key(|(h, c)| (**c, **h)) else {
+    // Each round hands one primary along a chain: from a node leading at least two more
+    // tablets than some node it can reach, each step to another replica of a tablet the
+    // previous node leads, so the nodes in between keep their counts. The sum of squares
+    // of the counts falls every round, so this ends; with no such chain left, every node
+    // that can be reached is within one of every node it can be reached from.
+    let bound = map.tablets().len() * (accepting.len() + 1) + 1;
+    for _ in 0..bound {
+        // Only a node leading two more than the least-leading node can start a chain.
+        let fewest = primaries.values().min().copied().unwrap_or(0);
+        let mut sources: Vec<(usize, HostId)> = primaries
+            .iter()
+            .filter(|(_, c)| **c >= fewest + 2)
+            .map(|(h, c)| (*c, *h))
+            .collect();
+        sources.sort_unstable_by(|a, b| b.cmp(a));
+        let chain = sources
+            .iter()
+            .find_map(|(count, source)| chain_to_fewer(map, &first, &primaries, *source, *count));
+        let Some(chain) = chain else {
             break;
         };
-        // Among the replicas of a tablet led by `most`, the one leading the fewest.
-        let swap = map
-            .tablets()
-            .iter()
-            .filter(|t| t.transition.is_none() && first.get(&t.id) == Some(&most))
-            .flat_map(|t| {
-                t.replicas
-                    .iter()
-                    .filter(|h| **h != most)
-                    .filter_map(|h| primaries.get(h).map(|c| (*c, *h, t.id)))
-            })
-            .min();
-        match swap {
-            Some((count, host, tablet)) if count + 1 < most_count => {
-                first.insert(tablet, host);
-                changes.insert(tablet, host);
-                *primaries.entry(most).or_default() -= 1;
-                *primaries.entry(host).or_default() += 1;
-            }
-            _ => break,
+        if let (Some((from, _)), Some((_, (_, to)))) = (chain.first(), chain.last()) {
+            *primaries.entry(*from).or_default() -= 1;
+            *primaries.entry(*to).or_default() += 1;
+        }
+        for (_, (tablet, host)) in chain {
+            first.insert(tablet, host);
+            changes.insert(tablet, host);
         }
     }
     changes.into_iter().collect()
+}
+
+/// A shortest chain of primary hand-overs from `source` (leading `count` tablets) to a
+/// node leading at most `count - 2`: each step `(from, (tablet, to))` gives `tablet`, led
+/// by `from`, to its replica `to`. Tablets under a move are left alone.
+fn chain_to_fewer(
+    map: &TabletMap,
+    first: &BTreeMap<TabletId, HostId>,
+    primaries: &BTreeMap<HostId, usize>,
+    source: HostId,
+    count: usize,
+) -> Option<Vec<(HostId, (TabletId, HostId))>> {
+    // The tablets each node leads (and that are not moving).
+    let mut led_by: BTreeMap<HostId, Vec<&crate::tablet::Tablet>> = BTreeMap::new();
+    for tablet in map.tablets().iter().filter(|t| t.transition.is_none()) {
+        if let Some(primary) = first.get(&tablet.id) {
+            led_by.entry(*primary).or_default().push(tablet);
+        }
+    }
+    let mut reached: BTreeMap<HostId, Option<(HostId, TabletId)>> =
+        BTreeMap::from([(source, None)]);
+    let mut frontier = std::collections::VecDeque::from([source]);
+    while let Some(node) = frontier.pop_front() {
+        for tablet in led_by.get(&node).into_iter().flatten() {
+            for replica in &tablet.replicas {
+                let Some(led) = primaries.get(replica) else {
+                    continue;
+                };
+                if reached.contains_key(replica) {
+                    continue;
+                }
+                reached.insert(*replica, Some((node, tablet.id)));
+                if led + 1 < count {
+                    let mut chain = Vec::new();
+                    let mut at = *replica;
+                    while let Some(Some((from, via))) = reached.get(&at) {
+                        chain.push((*from, (*via, at)));
+                        at = *from;
+                    }
+                    chain.reverse();
+                    return Some(chain);
+                }
+                frontier.push_back(*replica);
+            }
+        }
+    }
+    None
 }
 
 /// The replica set a move leaves behind (for callers checking a plan).

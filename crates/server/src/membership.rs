@@ -544,57 +544,39 @@ pub async fn follow_metadata(
     }
 }
 
-/// Serves a replica request from another coordinator. Reads take their turn in the read
-/// scheduler (`shoal_coordinator::schedule`): a read of one partition as a point read
-/// for another coordinator — on the connection's task when no scan is queued or running —
-/// and a chunk of a range as a scan; everything else is served at once.
+/// Serves a replica request from another coordinator. A read of one partition takes its
+/// turn in the read scheduler (`shoal_coordinator::schedule`) as a point read for another
+/// coordinator — on the connection's task when no scan is queued or running. Everything
+/// else is served at once, chunks of a range included: the scan they belong to holds a
+/// read thread on its coordinator while it waits for them, so queueing them behind this
+/// node's scans (which may be waiting for chunks from that coordinator) could deadlock.
 async fn serve_replica_request(
     proxy: &Arc<StorageProxy>,
     coordinator: &Arc<Coordinator>,
     request: ReplicaRequest,
     topology_version: u64,
 ) -> ReplicaResponse {
-    use shoal_coordinator::schedule::ReadClass;
     let range = match &request {
-        ReplicaRequest::Read {
-            lower,
-            upper,
-            limit,
-        }
-        | ReplicaRequest::Digest {
-            lower,
-            upper,
-            limit,
-        }
-        | ReplicaRequest::ReadBefore {
-            lower,
-            upper,
-            limit,
-        } => Some((lower, upper, *limit)),
+        ReplicaRequest::Read { lower, upper, .. }
+        | ReplicaRequest::Digest { lower, upper, .. }
+        | ReplicaRequest::ReadBefore { lower, upper, .. } => Some((lower, upper)),
         _ => None,
     };
-    let Some((lower, upper, limit)) = range else {
+    let Some((lower, upper)) = range else {
         return proxy.local().serve_routed(request, topology_version).await;
     };
     let prefix = shoal_model::keys::TOKEN_PREFIX_LENGTH;
     let one_partition = lower.len() >= prefix && upper.get(..prefix) == lower.get(..prefix);
-    let class = if one_partition {
-        ReadClass::RemotePoint
-    } else {
-        ReadClass::Scan {
-            width: 1,
-            limit: limit as u64,
-        }
-    };
-    if one_partition && coordinator.reads().point_read_inline() {
+    if !one_partition || coordinator.reads().point_read_inline() {
         return proxy.local().serve_routed(request, topology_version).await;
     }
     let local = Arc::clone(proxy.local());
     let served = coordinator
         .reads()
-        .run(class, move || {
-            local.serve_read_routed(request, topology_version)
-        })
+        .run(
+            shoal_coordinator::schedule::ReadClass::RemotePoint,
+            move || local.serve_read_routed(request, topology_version),
+        )
         .await;
     served.unwrap_or_else(|error| ReplicaResponse::Error(error.message))
 }

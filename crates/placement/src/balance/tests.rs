@@ -1,6 +1,7 @@
 use super::*;
-use crate::tablet::{MigrationId, MigrationStage, Transition};
+use crate::tablet::{MigrationId, MigrationStage, Tablet, Transition};
 use crate::{place, NodeDescriptor};
+use shoal_model::Token;
 
 fn host(id: u8) -> HostId {
     HostId([id; 16])
@@ -283,4 +284,51 @@ fn primaries_even_out_without_moving_data() {
         .collect();
     assert_even(&primaries);
     assert_eq!(primaries.iter().sum::<usize>(), 24);
+}
+
+#[test]
+fn a_node_sharing_no_tablet_with_the_busiest_still_gets_its_share_of_primaries() {
+    // Six nodes, RF 3, 12 tablets (two primaries each when even). Node 1 leads none; the
+    // busiest (node 6) leads four, but node 1 is no replica of any tablet node 6 leads:
+    // only chains of swaps through other nodes even it out.
+    let layout: [[u8; 3]; 12] = [
+        [6, 2, 3],
+        [6, 2, 3],
+        [6, 4, 5],
+        [6, 4, 5],
+        [2, 1, 4],
+        [2, 1, 5],
+        [3, 1, 4],
+        [3, 1, 5],
+        [4, 1, 2],
+        [4, 2, 3],
+        [5, 3, 4],
+        [5, 2, 6],
+    ];
+    let tablets = layout
+        .iter()
+        .enumerate()
+        .map(|(index, replicas)| Tablet {
+            id: TabletId(index as u64),
+            last_token: Token(index as i64 * 1_000),
+            replicas: replicas.iter().map(|id| host(*id)).collect(),
+            transition: None,
+        })
+        .collect();
+    let mut map = TabletMap::new(tablets);
+    for (tablet, primary) in plan_primaries(&map, &nodes(6)) {
+        let tablet = map.get_mut(tablet).unwrap();
+        assert!(
+            tablet.replicas.contains(&primary),
+            "a primary is one of the replicas"
+        );
+        let position = tablet.replicas.iter().position(|h| *h == primary).unwrap();
+        tablet.replicas.swap(0, position);
+    }
+    let primaries: Vec<usize> = nodes(6)
+        .iter()
+        .map(|n| map.tokens_of(&n.id).len())
+        .collect();
+    assert_even(&primaries);
+    assert_eq!(primaries.iter().sum::<usize>(), 12);
 }
