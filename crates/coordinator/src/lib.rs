@@ -608,56 +608,49 @@ impl Coordinator {
         }
         let restrictions = select.where_plan.bind(&select.table, bindings)?;
         let partitions = SelectPlan::partitions(&restrictions).unwrap_or_default();
-        if matches!(
-            parameters.consistency,
-            Consistency::Serial | Consistency::LocalSerial
-        ) {
+        if parameters.consistency.is_serial() {
             return self
                 .run_serial_select(select, parameters, bindings, &restrictions, partitions)
                 .await;
         }
-        let engine = self.engine();
         match self
             .replication
             .read_partitions(table_id, &partitions, parameters.consistency)
             .await?
         {
-            PartitionSource::Local(in_flight) if self.reads.point_read_inline() => {
-                let result = select.execute(
-                    self,
-                    engine.as_ref(),
-                    parameters,
-                    bindings,
-                    Some(&restrictions),
-                );
-                drop(in_flight);
-                Arc::clone(&self.replication).after_local_read(table_id, partitions);
-                result
-            }
             PartitionSource::Local(in_flight) => {
-                // Scans are queued or running: the read takes its turn on a read thread.
-                let coordinator = Arc::clone(self);
-                let select = Arc::clone(select);
-                let parameters = parameters.clone();
-                let result = self
-                    .reads
-                    .run(schedule::ReadClass::LocalPoint, move || {
-                        let bindings = values::Bindings {
-                            values: &parameters.values,
-                            names: parameters.names.as_deref(),
-                        };
-                        let engine = Arc::clone(coordinator.engine());
-                        let result = select.execute(
-                            &coordinator,
-                            engine.as_ref(),
-                            &parameters,
-                            bindings,
-                            Some(&restrictions),
-                        );
-                        drop(in_flight);
-                        result
-                    })
-                    .await?;
+                let result = if self.reads.point_read_inline() {
+                    select.execute(
+                        self,
+                        self.engine().as_ref(),
+                        parameters,
+                        bindings,
+                        Some(&restrictions),
+                    )
+                } else {
+                    // Scans are queued or running: the read takes its turn on a read
+                    // thread.
+                    let coordinator = Arc::clone(self);
+                    let select = Arc::clone(select);
+                    let parameters = parameters.clone();
+                    self.reads
+                        .run(schedule::ReadClass::LocalPoint, move || {
+                            let bindings = values::Bindings {
+                                values: &parameters.values,
+                                names: parameters.names.as_deref(),
+                            };
+                            select.execute(
+                                &coordinator,
+                                coordinator.engine().as_ref(),
+                                &parameters,
+                                bindings,
+                                Some(&restrictions),
+                            )
+                        })
+                        .await?
+                };
+                // The engine has been read: a topology barrier need not wait any more.
+                drop(in_flight);
                 Arc::clone(&self.replication).after_local_read(table_id, partitions);
                 result
             }
@@ -1025,7 +1018,7 @@ impl Coordinator {
                 "ANY ConsistencyLevel is only supported for writes",
             ));
         }
-        if is_write && matches!(consistency, Consistency::Serial | Consistency::LocalSerial) {
+        if is_write && consistency.is_serial() {
             return Err(CqlError::invalid(
                 "You must use conditional updates for serializable writes",
             ));

@@ -75,6 +75,20 @@ impl Consistency {
         }
     }
 
+    /// `SERIAL` or `LOCAL_SERIAL`: the levels of a lightweight transaction's Paxos phase.
+    pub fn is_serial(self) -> bool {
+        matches!(self, Consistency::Serial | Consistency::LocalSerial)
+    }
+
+    /// The quorum a serial level stands for (what a lightweight transaction reads and
+    /// finishes earlier proposals at): `LOCAL_QUORUM` for `LOCAL_SERIAL`, else `QUORUM`.
+    pub fn serial_quorum(self) -> Consistency {
+        match self {
+            Consistency::LocalSerial => Consistency::LocalQuorum,
+            _ => Consistency::Quorum,
+        }
+    }
+
     /// How many replicas must answer, given the replication factor (one datacenter).
     pub fn required_replicas(self, replication_factor: usize) -> usize {
         match self {

@@ -29,11 +29,11 @@
 //! some replicas but not a quorum, or no quorum answering) is `WriteTimeout` with write
 //! type `CAS`, as in Cassandra.
 
-use crate::consistency::{unavailable, write_timeout, Requirement, WriteType, WRITE_TIMEOUT};
+use crate::consistency::{write_timeout, Requirement, WriteType, WRITE_TIMEOUT};
 use crate::messages::{Cells, ReplicaRequest, ReplicaResponse};
 use crate::proxy::StorageProxy;
 use crate::replica::LocalReplica;
-use crate::topology::{requirement, Replica};
+use crate::topology::{requirement, write_requirements, Replica, TabletReplicas};
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde::{Deserialize, Serialize};
@@ -178,10 +178,40 @@ fn state_cell(key: Vec<u8>, state: &PaxosState, previous: i64) -> Result<WriteBa
     Ok(batch)
 }
 
+/// A partition's state, read under its lock stripe (held until this is dropped).
+struct LockedState<'a> {
+    _stripe: tokio::sync::MutexGuard<'a, ()>,
+    storage_key: Vec<u8>,
+    state: PaxosState,
+    /// The timestamp the state's cell was written with.
+    written: i64,
+}
+
+impl LockedState<'_> {
+    /// The write that replaces the state with `self.state`.
+    fn write(&self) -> Result<WriteBatch, String> {
+        state_cell(self.storage_key.clone(), &self.state, self.written)
+    }
+}
+
 impl PaxosReplica {
-    fn stripe(&self, key: &PaxosKey) -> &tokio::sync::Mutex<()> {
+    /// Takes the partition's lock stripe and reads its state.
+    async fn lock<'a>(
+        &'a self,
+        replica: &LocalReplica,
+        key: &PaxosKey,
+    ) -> Result<LockedState<'a>, String> {
         let spread = (key.token.0 as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        &self.stripes[(spread >> 32) as usize % self.stripes.len()]
+        let stripe = &self.stripes[(spread >> 32) as usize % self.stripes.len()];
+        let guard = stripe.lock().await;
+        let storage_key = key.storage_key();
+        let (state, written) = load_state(replica.engine.as_ref(), &storage_key)?;
+        Ok(LockedState {
+            _stripe: guard,
+            storage_key,
+            state,
+            written,
+        })
     }
 
     /// Promises `ballot` unless a higher or equal one was promised.
@@ -191,25 +221,26 @@ impl PaxosReplica {
         key: &PaxosKey,
         ballot: Ballot,
     ) -> Result<Promise, String> {
-        let _guard = self.stripe(key).lock().await;
-        let storage_key = key.storage_key();
-        let (mut state, written) = load_state(replica.engine.as_ref(), &storage_key)?;
-        if state.promised.is_some_and(|promised| promised >= ballot) {
+        let mut locked = self.lock(replica, key).await?;
+        if let Some(promised) = locked.state.promised.filter(|p| *p >= ballot) {
             return Ok(Promise {
                 promised: false,
-                highest: state.promised.unwrap_or(Ballot::ZERO),
+                highest: promised,
                 accepted: None,
                 committed: None,
             });
         }
-        state.promised = Some(ballot);
-        let batch = state_cell(storage_key, &state, written)?;
-        replica.log.append(batch).await.map_err(|e| e.message)?;
+        locked.state.promised = Some(ballot);
+        replica
+            .log
+            .append(locked.write()?)
+            .await
+            .map_err(|e| e.message)?;
         Ok(Promise {
             promised: true,
             highest: ballot,
-            accepted: state.accepted,
-            committed: state.committed,
+            accepted: locked.state.accepted.take(),
+            committed: locked.state.committed.take(),
         })
     }
 
@@ -221,20 +252,18 @@ impl PaxosReplica {
         key: &PaxosKey,
         proposal: Proposal,
     ) -> Result<(bool, Ballot), String> {
-        let _guard = self.stripe(key).lock().await;
-        let storage_key = key.storage_key();
-        let (mut state, written) = load_state(replica.engine.as_ref(), &storage_key)?;
-        if state
-            .promised
-            .is_some_and(|promised| promised > proposal.ballot)
-        {
-            return Ok((false, state.promised.unwrap_or(Ballot::ZERO)));
+        let mut locked = self.lock(replica, key).await?;
+        if let Some(promised) = locked.state.promised.filter(|p| *p > proposal.ballot) {
+            return Ok((false, promised));
         }
         let ballot = proposal.ballot;
-        state.promised = Some(ballot);
-        state.accepted = Some(proposal);
-        let batch = state_cell(storage_key, &state, written)?;
-        replica.log.append(batch).await.map_err(|e| e.message)?;
+        locked.state.promised = Some(ballot);
+        locked.state.accepted = Some(proposal);
+        replica
+            .log
+            .append(locked.write()?)
+            .await
+            .map_err(|e| e.message)?;
         Ok((true, ballot))
     }
 
@@ -246,9 +275,8 @@ impl PaxosReplica {
         key: &PaxosKey,
         proposal: Proposal,
     ) -> Result<(), String> {
-        let _guard = self.stripe(key).lock().await;
-        let storage_key = key.storage_key();
-        let (mut state, written) = load_state(replica.engine.as_ref(), &storage_key)?;
+        let mut locked = self.lock(replica, key).await?;
+        let state = &mut locked.state;
         let update = proposal.update.clone();
         let newer = state
             .committed
@@ -266,7 +294,7 @@ impl PaxosReplica {
         }
         let mut batch = WriteBatch::from(update);
         if newer {
-            batch.extend(state_cell(storage_key, &state, written)?);
+            batch.extend(locked.write()?);
         }
         replica
             .apply(batch.into_entries())
@@ -278,21 +306,42 @@ impl PaxosReplica {
 /// The replicas a round on one partition talks to, and the quorums it needs: a quorum
 /// of the current replica set and, while the tablet moves, of the new one too.
 pub(crate) struct Participants {
-    pub(crate) replicas: Vec<Replica>,
+    /// The partition's replicas as writes see them (a commit's level is counted on them).
+    current: TabletReplicas,
+    /// Every replica of both sets, each once.
+    replicas: Vec<Replica>,
     /// One per replica set: what it needs and which hosts are in it.
     quorums: Vec<(Requirement, Vec<HostId>)>,
 }
 
 impl Participants {
-    /// `replica` alone (replication factor 1 on one node).
-    pub(crate) fn single(replica: Replica) -> Participants {
-        Participants {
-            quorums: vec![(
-                Requirement::of(Consistency::Quorum, &[""], ""),
-                vec![replica.host_id],
-            )],
-            replicas: vec![replica],
+    /// The participants of `key`'s partition and the quorums `serial` needs of them:
+    /// `Unavailable` when too few are alive.
+    fn of(
+        network: &dyn PaxosNetwork,
+        key: &PaxosKey,
+        serial: Consistency,
+    ) -> Result<Participants, CqlError> {
+        let current = network.replicas(key, serial)?;
+        if current.replicas.is_empty() {
+            return Err(CqlError::server(
+                "no replicas are placed for this table yet; retry once the schema has settled",
+            ));
         }
+        let quorums = write_requirements(network.local_datacenter(), serial, &current)?
+            .into_iter()
+            .map(|(needed, set)| (needed, set.iter().map(|r| r.host_id).collect()))
+            .collect();
+        Ok(Participants {
+            replicas: current.targets().into_iter().cloned().collect(),
+            current,
+            quorums,
+        })
+    }
+
+    /// The participants the failure detector thinks are up.
+    fn live(&self) -> impl Iterator<Item = &Replica> {
+        self.replicas.iter().filter(|r| r.alive)
     }
 
     /// True when replies from `hosts` meet the quorum of every set.
@@ -372,14 +421,14 @@ pub(crate) fn ballot_node(host: HostId) -> u64 {
     u64::from_be_bytes(host.0[..8].try_into().unwrap_or([0; 8]))
 }
 
-/// What a round needs of the replication strategy that runs it: the participants of a
+/// What a round needs of the replication strategy that runs it: the replicas of a
 /// partition, a way to reach each of them, and this node's ballots.
 pub(crate) trait PaxosNetwork: Send + Sync {
-    /// The replicas of `key`'s partition and the quorums `serial` needs of them:
-    /// `Unavailable` when too few are alive.
-    fn participants(&self, key: &PaxosKey, serial: Consistency) -> Result<Participants, CqlError>;
-    /// What a commit at `consistency` needs of the partition's replicas.
-    fn commit_requirement(&self, key: &PaxosKey, consistency: Consistency) -> Requirement;
+    /// The replicas of `key`'s partition as writes see them (an error when `serial`
+    /// cannot be met whatever is alive).
+    fn replicas(&self, key: &PaxosKey, serial: Consistency) -> Result<TabletReplicas, CqlError>;
+    /// The datacenter consistency levels are counted from.
+    fn local_datacenter(&self) -> &str;
     /// Sends a request to one participant.
     fn call(
         &self,
@@ -392,33 +441,13 @@ pub(crate) trait PaxosNetwork: Send + Sync {
 }
 
 impl PaxosNetwork for StorageProxy {
-    fn participants(&self, key: &PaxosKey, serial: Consistency) -> Result<Participants, CqlError> {
+    fn replicas(&self, key: &PaxosKey, _serial: Consistency) -> Result<TabletReplicas, CqlError> {
         let state = self.topology.state();
-        let replicas = self.write_replicas_of(&state, &key.table, key.token);
-        if replicas.replicas.is_empty() {
-            return Err(CqlError::server(
-                "no replicas are placed for this table yet; retry once the schema has settled",
-            ));
-        }
-        let mut quorums = Vec::new();
-        for set in std::iter::once(replicas.clone()).chain(replicas.new_set()) {
-            let needed = requirement(self.local_datacenter(), serial, &set);
-            let alive = set.iter().filter(|r| r.alive);
-            if !needed.met_by(alive.clone().map(|r| r.datacenter.as_str())) {
-                return Err(unavailable(serial, needed.block_for(), alive.count()));
-            }
-            quorums.push((needed, set.iter().map(|r| r.host_id).collect()));
-        }
-        Ok(Participants {
-            replicas: replicas.targets().into_iter().cloned().collect(),
-            quorums,
-        })
+        Ok(self.write_replicas_of(&state, &key.table, key.token))
     }
 
-    fn commit_requirement(&self, key: &PaxosKey, consistency: Consistency) -> Requirement {
-        let state = self.topology.state();
-        let replicas = self.write_replicas_of(&state, &key.table, key.token);
-        requirement(self.local_datacenter(), consistency, &replicas)
+    fn local_datacenter(&self) -> &str {
+        StorageProxy::local_datacenter(self)
     }
 
     fn call(
@@ -435,6 +464,23 @@ impl PaxosNetwork for StorageProxy {
     }
 }
 
+/// Sends the request `request` builds to each of `replicas`: their answers as they come,
+/// each with its replica.
+fn send_to<'r>(
+    network: &dyn PaxosNetwork,
+    replicas: impl IntoIterator<Item = &'r Replica>,
+    request: impl Fn() -> ReplicaRequest,
+) -> FuturesUnordered<BoxFuture<'static, (Replica, Result<ReplicaResponse, String>)>> {
+    replicas
+        .into_iter()
+        .map(|replica| {
+            let call = network.call(replica, request(), WRITE_TIMEOUT);
+            let replica = replica.clone();
+            Box::pin(async move { (replica, call.await) }) as BoxFuture<'static, _>
+        })
+        .collect()
+}
+
 /// Prepares a round on `key`'s partition and finishes what earlier rounds left behind:
 /// returns a ballot a quorum promised, with every earlier commit on a quorum. Retries
 /// under contention until `deadline` (then `WriteTimeout`, type `CAS`).
@@ -447,7 +493,7 @@ pub(crate) async fn prepare(
     let (clock, node) = network.ballots();
     let mut at_least = Ballot::ZERO;
     loop {
-        let participants = network.participants(key, serial)?;
+        let participants = Participants::of(network, key, serial)?;
         if Instant::now() >= deadline {
             return Err(cas_timeout(serial, 0, participants.block_for()));
         }
@@ -485,10 +531,7 @@ pub(crate) async fn prepare(
                 update: in_progress.update.clone(),
             };
             tracing::debug!(?ballot, "finishing an in-progress Paxos proposal");
-            let quorum = match serial {
-                Consistency::LocalSerial => Consistency::LocalQuorum,
-                _ => Consistency::Quorum,
-            };
+            let quorum = serial.serial_quorum();
             match propose_and_commit(network, &participants, key, again, quorum, serial).await? {
                 ProposalOutcome::Committed => at_least = ballot,
                 ProposalOutcome::Preempted => pause_before_retry().await,
@@ -533,7 +576,7 @@ pub(crate) async fn propose(
     serial: Consistency,
     consistency: Consistency,
 ) -> Result<ProposalOutcome, CqlError> {
-    let participants = network.participants(key, serial)?;
+    let participants = Participants::of(network, key, serial)?;
     let proposal = Proposal {
         ballot: round.ballot,
         update,
@@ -549,20 +592,12 @@ async fn collect_promises(
     key: &PaxosKey,
     ballot: Ballot,
 ) -> Vec<(Replica, Promise)> {
-    let mut pending: FuturesUnordered<_> = participants
-        .replicas
-        .iter()
-        .filter(|r| r.alive)
-        .map(|replica| {
-            let request = ReplicaRequest::PaxosPrepare {
-                key: key.clone(),
-                ballot,
-            };
-            let call = network.call(replica, request, WRITE_TIMEOUT);
-            let replica = replica.clone();
-            async move { (replica, call.await) }
-        })
-        .collect();
+    let mut pending = send_to(network, participants.live(), || {
+        ReplicaRequest::PaxosPrepare {
+            key: key.clone(),
+            ballot,
+        }
+    });
     let mut answers: Vec<(Replica, Promise)> = Vec::new();
     let mut promised: Vec<HostId> = Vec::new();
     while let Some((replica, answer)) = pending.next().await {
@@ -593,25 +628,17 @@ async fn propose_and_commit(
     consistency: Consistency,
     serial: Consistency,
 ) -> Result<ProposalOutcome, CqlError> {
-    let mut pending: FuturesUnordered<_> = participants
-        .replicas
-        .iter()
-        .filter(|r| r.alive)
-        .map(|replica| {
-            let request = ReplicaRequest::PaxosPropose {
-                key: key.clone(),
-                proposal: proposal.clone(),
-            };
-            let call = network.call(replica, request, WRITE_TIMEOUT);
-            let host = replica.host_id;
-            async move { (host, call.await) }
-        })
-        .collect();
+    let mut pending = send_to(network, participants.live(), || {
+        ReplicaRequest::PaxosPropose {
+            key: key.clone(),
+            proposal: proposal.clone(),
+        }
+    });
     let (mut accepted, mut refused) = (Vec::new(), 0usize);
-    while let Some((host, answer)) = pending.next().await {
+    while let Some((replica, answer)) = pending.next().await {
         match answer {
             Ok(ReplicaResponse::PaxosAccepted { accepted: true, .. }) => {
-                accepted.push(host);
+                accepted.push(replica.host_id);
                 if participants.met_by(&accepted) {
                     break;
                 }
@@ -648,30 +675,26 @@ async fn commit_everywhere(
     proposal: Proposal,
     consistency: Consistency,
 ) -> Result<(), CqlError> {
-    let mut pending: FuturesUnordered<_> = participants
-        .replicas
-        .iter()
-        .filter(|r| r.alive)
-        .map(|replica| {
-            let request = ReplicaRequest::PaxosCommit {
-                key: key.clone(),
-                proposal: proposal.clone(),
-            };
-            let call = network.call(replica, request, WRITE_TIMEOUT);
-            let datacenter = replica.datacenter.clone();
-            async move { (datacenter, call.await) }
-        })
-        .collect();
+    let mut pending = send_to(network, participants.live(), || {
+        ReplicaRequest::PaxosCommit {
+            key: key.clone(),
+            proposal: proposal.clone(),
+        }
+    });
     if consistency == Consistency::Any {
         tokio::spawn(async move { while pending.next().await.is_some() {} });
         return Ok(());
     }
-    let needed = network.commit_requirement(key, consistency);
-    let mut committed: Vec<String> = Vec::new();
-    while let Some((datacenter, answer)) = pending.next().await {
+    let needed = requirement(
+        network.local_datacenter(),
+        consistency,
+        &participants.current,
+    );
+    let mut committed: Vec<Replica> = Vec::new();
+    while let Some((replica, answer)) = pending.next().await {
         if matches!(answer, Ok(ReplicaResponse::Applied)) {
-            committed.push(datacenter);
-            if needed.met_by(committed.iter().map(String::as_str)) {
+            committed.push(replica);
+            if needed.met_by(committed.iter().map(|r| r.datacenter.as_str())) {
                 tokio::spawn(async move { while pending.next().await.is_some() {} });
                 return Ok(());
             }
@@ -692,15 +715,15 @@ async fn commit_on(
     key: &PaxosKey,
     latest: &Proposal,
 ) -> bool {
-    let answers = futures::future::join_all(replicas.iter().map(|replica| {
-        let request = ReplicaRequest::PaxosCommit {
+    let answers: Vec<_> = send_to(network, replicas.iter().copied(), || {
+        ReplicaRequest::PaxosCommit {
             key: key.clone(),
             proposal: latest.clone(),
-        };
-        network.call(replica, request, WRITE_TIMEOUT)
-    }))
+        }
+    })
+    .collect()
     .await;
     answers
         .iter()
-        .all(|answer| matches!(answer, Ok(ReplicaResponse::Applied)))
+        .all(|(_, answer)| matches!(answer, Ok(ReplicaResponse::Applied)))
 }

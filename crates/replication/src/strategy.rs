@@ -10,7 +10,6 @@
 //! without touching statement code.
 
 use crate::barrier::TopologyGuard;
-use crate::consistency::Requirement;
 use crate::consistency::{unavailable, WriteType};
 use crate::counter::CounterLeader;
 use crate::index::{IndexLookup, VectorAnswer, VectorSearch};
@@ -20,7 +19,7 @@ use crate::proxy::StorageProxy;
 use crate::range::ReplicatedView;
 use crate::read::PartitionSource;
 use crate::replica::LocalReplica;
-use crate::topology::Replica;
+use crate::topology::{Replica, TabletReplicas};
 use futures::future::BoxFuture;
 use shoal_cql::request::Consistency;
 use shoal_cql::CqlError;
@@ -297,18 +296,6 @@ impl LocalReplication {
         }
     }
 
-    /// This node as the one replica of every partition.
-    fn only_replica() -> Replica {
-        Replica {
-            host_id: HostId([0; 16]),
-            address: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
-            datacenter: String::new(),
-            local: true,
-            alive: true,
-            topology_version: 0,
-        }
-    }
-
     /// `Unavailable` when `consistency` needs more replicas than this one node.
     fn check(&self, table: Option<TableId>, consistency: Consistency) -> Result<(), CqlError> {
         if consistency == Consistency::Any {
@@ -473,17 +460,25 @@ impl Replication for LocalReplication {
 
 /// One node is every partition's only participant.
 impl paxos::PaxosNetwork for LocalReplication {
-    fn participants(
-        &self,
-        key: &PaxosKey,
-        serial: Consistency,
-    ) -> Result<paxos::Participants, CqlError> {
+    fn replicas(&self, key: &PaxosKey, serial: Consistency) -> Result<TabletReplicas, CqlError> {
         self.check(Some(key.table), serial)?;
-        Ok(paxos::Participants::single(Self::only_replica()))
+        Ok(TabletReplicas {
+            replicas: vec![Replica {
+                host_id: HostId([0; 16]),
+                address: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+                datacenter: String::new(),
+                local: true,
+                alive: true,
+                topology_version: 0,
+            }],
+            strategy: None,
+            new: None,
+        })
     }
 
-    fn commit_requirement(&self, _key: &PaxosKey, consistency: Consistency) -> Requirement {
-        Requirement::of(consistency, &[""], "")
+    /// The one replica's datacenter (it has no name here).
+    fn local_datacenter(&self) -> &str {
+        ""
     }
 
     fn call(

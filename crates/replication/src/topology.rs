@@ -233,6 +233,28 @@ pub(crate) fn requirement(
     Requirement::of(consistency, &dcs, local_datacenter)
 }
 
+/// What `consistency` needs of each replica set a write of the tablet must meet — the
+/// current set and, while the tablet moves, the new one — checked against their live
+/// replicas: `Unavailable` when one cannot meet it (never at `ANY`, which a hint meets).
+pub(crate) fn write_requirements(
+    local_datacenter: &str,
+    consistency: Consistency,
+    replicas: &TabletReplicas,
+) -> Result<Vec<(Requirement, TabletReplicas)>, CqlError> {
+    let mut sets = Vec::new();
+    for set in std::iter::once(replicas.clone()).chain(replicas.new_set()) {
+        let needed = requirement(local_datacenter, consistency, &set);
+        let alive = set.iter().filter(|r| r.alive);
+        let enough = consistency == Consistency::Any
+            || needed.met_by(alive.clone().map(|r| r.datacenter.as_str()));
+        if !enough {
+            return Err(unavailable(consistency, needed.block_for(), alive.count()));
+        }
+        sets.push((needed, set));
+    }
+    Ok(sets)
+}
+
 /// The replicas a read at `consistency` asks, local first: the requirement, the replicas
 /// chosen (just enough to meet it) and every live candidate (the rest stand by).
 pub(crate) fn plan_read<'r>(

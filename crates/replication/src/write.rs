@@ -18,10 +18,10 @@
 //! applying them twice.
 
 use crate::barrier::TopologyGuard;
-use crate::consistency::{unavailable, write_timeout, WriteType, WRITE_TIMEOUT};
+use crate::consistency::{write_timeout, WriteType, WRITE_TIMEOUT};
 use crate::messages::Cells;
 use crate::proxy::StorageProxy;
-use crate::topology::{requirement, TabletReplicas};
+use crate::topology::{requirement, write_requirements, TabletReplicas};
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use shoal_cql::request::Consistency;
@@ -97,19 +97,7 @@ impl StorageProxy {
         }
         // Check every group (both sets of a moving tablet) before sending anything.
         for (replicas, _) in &groups {
-            for set in std::iter::once(replicas.clone()).chain(replicas.new_set()) {
-                let requirement = requirement(self.local_datacenter(), consistency, &set);
-                let alive = set.iter().filter(|r| r.alive);
-                let enough = consistency == Consistency::Any
-                    || requirement.met_by(alive.clone().map(|r| r.datacenter.as_str()));
-                if !enough {
-                    return Err(unavailable(
-                        consistency,
-                        requirement.block_for(),
-                        alive.count(),
-                    ));
-                }
-            }
+            write_requirements(self.local_datacenter(), consistency, replicas)?;
         }
         shoal_trace::event(|| {
             let replicas: Vec<String> = groups

@@ -86,12 +86,9 @@ fn condition_target(
 /// serial consistency, `SERIAL` by default.
 pub(crate) fn serial_consistency(parameters: &QueryParameters) -> Result<Consistency, CqlError> {
     let serial = parameters.serial_consistency.unwrap_or(Consistency::Serial);
-    ensure(
-        matches!(serial, Consistency::Serial | Consistency::LocalSerial),
-        || {
-            CqlError::invalid(format!("Invalid consistency for conditional update. Must be one of SERIAL or LOCAL_SERIAL, got {}", serial.name()))
-        },
-    )?;
+    ensure(serial.is_serial(), || {
+        CqlError::invalid(format!("Invalid consistency for conditional update. Must be one of SERIAL or LOCAL_SERIAL, got {}", serial.name()))
+    })?;
     Ok(serial)
 }
 
@@ -99,22 +96,10 @@ pub(crate) fn serial_consistency(parameters: &QueryParameters) -> Result<Consist
 /// be a serial one (Cassandra's message).
 pub(crate) fn commit_consistency(parameters: &QueryParameters) -> Result<Consistency, CqlError> {
     let consistency = parameters.consistency;
-    ensure(
-        !matches!(consistency, Consistency::Serial | Consistency::LocalSerial),
-        || {
-            CqlError::invalid(format!("{} is not supported as conditional update commit consistency. Use ANY if you mean \"make sure it is accepted but I don't care how many replicas commit it for non-SERIAL reads\"", consistency.name()))
-        },
-    )?;
+    ensure(!consistency.is_serial(), || {
+        CqlError::invalid(format!("{} is not supported as conditional update commit consistency. Use ANY if you mean \"make sure it is accepted but I don't care how many replicas commit it for non-SERIAL reads\"", consistency.name()))
+    })?;
     Ok(consistency)
-}
-
-/// The level that reads the current values inside a Paxos round: a quorum, as `serial`
-/// counts it.
-pub(crate) fn quorum_of(serial: Consistency) -> Consistency {
-    match serial {
-        Consistency::LocalSerial => Consistency::LocalQuorum,
-        _ => Consistency::Quorum,
-    }
 }
 
 /// Every column's current value in one row, by position in the table.
@@ -363,7 +348,7 @@ pub(crate) async fn read_in_round(
 ) -> Result<CurrentState, CqlError> {
     match coordinator
         .replication
-        .read_partitions(table.id, partitions, quorum_of(serial))
+        .read_partitions(table.id, partitions, serial.serial_quorum())
         .await?
     {
         PartitionSource::Local(_) => Ok(CurrentState::Local),

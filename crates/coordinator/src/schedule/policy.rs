@@ -166,31 +166,27 @@ impl<T> ReadQueue<T> {
             .scans_by_arrival
             .first_key_value()
             .map(|(s, k)| (*s, *k));
+        // The oldest scan has waited the aging bound: it goes next, whatever the order.
+        let aged = oldest_scan.is_some_and(|(sequence, (width, limit))| {
+            self.scans_by_size
+                .get(&(width, limit, sequence))
+                .is_some_and(|queued| {
+                    now.saturating_duration_since(queued.arrived) >= self.aging_bound
+                })
+        });
         let oldest_point = self.points.front().map(|(sequence, _)| *sequence);
         let take_scan = match (self.ordering, oldest_point, oldest_scan) {
             (_, None, None) => return None,
             (_, None, Some(_)) => true,
             (_, Some(_), None) => false,
             (Ordering::Fifo, Some(point), Some((scan, _))) => scan < point,
-            (Ordering::PointFirst { .. }, Some(_), Some((scan, (width, limit)))) => {
-                let waited = self
-                    .scans_by_size
-                    .get(&(width, limit, scan))
-                    .map(|queued| now.saturating_duration_since(queued.arrived));
-                waited.is_some_and(|waited| waited >= self.aging_bound)
-            }
+            (Ordering::PointFirst { .. }, Some(_), Some(_)) => aged,
         };
         if !take_scan {
             let (_, queued) = self.points.pop_front()?;
             return Some((queued.class, queued.arrived, queued.item));
         }
         let (sequence, (width, limit)) = oldest_scan?;
-        let aged = self
-            .scans_by_size
-            .get(&(width, limit, sequence))
-            .is_some_and(|queued| {
-                now.saturating_duration_since(queued.arrived) >= self.aging_bound
-            });
         let key = match self.ordering {
             Ordering::PointFirst { narrow_first: true } if !aged => {
                 *self.scans_by_size.first_key_value()?.0
