@@ -216,7 +216,12 @@ impl ReadScheduler {
 
 impl Drop for ReadScheduler {
     fn drop(&mut self) {
-        self.shared.stopping.store(true, Atomic::Release);
+        {
+            // Under the queue's lock: a read thread checks `stopping` under it before it
+            // waits, so it either sees it set or is already waiting for the wake-up.
+            let _queue = self.shared.queue.lock();
+            self.shared.stopping.store(true, Atomic::Release);
+        }
         self.shared.ready.notify_all();
     }
 }
