@@ -191,55 +191,126 @@ def test_requests_beyond_the_in_flight_limit_get_overloaded(tmp_path):
             sock.close()
 
 
+class ScannedTable:
+    """A table of 500-row partitions that grows until a full scan of it (`SELECT count(*)`)
+    takes a given time in this run: long requests to put other requests behind."""
+
+    ROWS_PER_PARTITION = 500
+
+    def __init__(self, session):
+        self.session = session
+        self.columns = [f"v{i}" for i in range(8)]
+        session.execute(
+            f"CREATE TABLE t (k int, c int, {', '.join(f'{c} text' for c in self.columns)}, PRIMARY KEY (k, c))"
+        )
+        self.insert = session.prepare(
+            f"INSERT INTO t (k, c, {', '.join(self.columns)}) VALUES (?, ?, {', '.join('?' * len(self.columns))})"
+        )
+        self.point = session.prepare("SELECT v0 FROM t WHERE k = ? AND c = ?")
+        self.rows = 0
+
+    @property
+    def partitions(self):
+        return self.rows // self.ROWS_PER_PARTITION
+
+    def grow(self, partitions):
+        from cassandra.concurrent import execute_concurrent
+        from cassandra.query import BatchStatement, BatchType
+
+        def batch(k):
+            statements = BatchStatement(batch_type=BatchType.UNLOGGED)
+            for c in range(self.ROWS_PER_PARTITION):
+                statements.add(self.insert, (k, c, *(["x" * 16] * len(self.columns))))
+            return statements
+
+        batches = [(batch(k), ()) for k in range(self.partitions, self.partitions + partitions)]
+        results = execute_concurrent(self.session, batches, concurrency=8)
+        assert all(ok for ok, _ in results)
+        self.rows += partitions * self.ROWS_PER_PARTITION
+
+    def point_read(self, number):
+        k = number % self.partitions
+        assert self.session.execute(self.point, (k, k % self.ROWS_PER_PARTITION)).one().v0 == "x" * 16
+
+    def start_scan(self):
+        """Starts a full scan; returns its future and an event set when it has finished."""
+        done = threading.Event()
+        scan = self.session.execute_async("SELECT count(*) FROM t", timeout=120)
+        scan.add_callbacks(lambda _: done.set(), lambda _: done.set())
+        return scan, done
+
+    def measure_scan(self):
+        """Point reads one after another while a full scan runs: the scan's duration and
+        the latencies of the reads that finished before it did."""
+        import gc
+
+        gc.disable()
+        try:
+            scan, done = self.start_scan()
+            started = time.monotonic()
+            latencies = []
+            while not done.is_set():
+                sent = time.monotonic()
+                self.point_read(len(latencies))
+                latencies.append((time.monotonic() - sent, done.is_set()))
+            assert scan.result().one().count == self.rows
+            scan_seconds = time.monotonic() - started
+        finally:
+            gc.enable()
+        return scan_seconds, [latency for latency, after_scan in latencies if not after_scan]
+
+    def grow_until_a_scan_takes(self, seconds):
+        """Grows the table until a warm scan takes `seconds`; that scan's measurement."""
+        self.grow(40)
+        while True:
+            self.measure_scan()  # the first scan after the table grew reads what was just flushed
+            scan_seconds, during = self.measure_scan()
+            if scan_seconds >= seconds or self.rows >= 1_280_000:
+                break
+            self.grow(self.partitions)
+        assert scan_seconds >= seconds, f"a scan of {self.rows} rows took only {scan_seconds:.2f} s"
+        return scan_seconds, during
+
+
 def test_point_reads_are_not_stuck_behind_a_scan_on_the_same_connection(session):
     """While a long scan runs on a connection, point reads sent on the same connection one
     after another keep completing in milliseconds. The table grows until a full scan
     takes at least half a second in this run, so the property is measured, not raced: if
-    point reads waited for the scan, none would finish while it runs."""
-    from cassandra.concurrent import execute_concurrent
-    from cassandra.query import BatchStatement, BatchType
+    point reads waited for the scan, none would finish while it runs.
 
-    columns = [f"v{i}" for i in range(8)]
-    session.execute(f"CREATE TABLE t (k int, c int, {', '.join(f'{c} text' for c in columns)}, PRIMARY KEY (k, c))")
-    insert = session.prepare(f"INSERT INTO t (k, c, {', '.join(columns)}) VALUES (?, ?, {', '.join('?' * len(columns))})")
-    point = session.prepare("SELECT v0 FROM t WHERE k = ? AND c = ?")
-    rows = 0
+    A shared two-core machine can pause any process for a few hundred milliseconds (a
+    flush and a compaction after the table grew, another job), so a scan is measured up to
+    three times and one with no point read held up is the pass. Waiting for the scan is
+    not intermittent: it would fail every measured scan."""
+    table = ScannedTable(session)
+    scan_seconds, during = table.grow_until_a_scan_takes(0.5)
+    failures = []
+    for attempt in range(3):
+        if attempt > 0:
+            scan_seconds, during = table.measure_scan()
+        if len(during) >= 10 and max(during) < scan_seconds / 4:
+            return
+        failures.append(
+            f"{len(during)} point reads during a {scan_seconds * 1000:.0f} ms scan, "
+            f"the slowest took {max(during, default=0) * 1000:.0f} ms"
+        )
+    raise AssertionError(f"point reads were held up by every scan of {table.rows} rows: " + "; ".join(failures))
 
-    def grow(partitions):
-        nonlocal rows
-        first = rows // 500
 
-        def batch(k):
-            statements = BatchStatement(batch_type=BatchType.UNLOGGED)
-            for c in range(500):
-                statements.add(insert, (k, c, *(["x" * 16] * len(columns))))
-            return statements
-
-        batches = [(batch(k), ()) for k in range(first, first + partitions)]
-        results = execute_concurrent(session, batches, concurrency=8)
-        assert all(ok for ok, _ in results)
-        rows += partitions * 500
-
-    grow(40)
-    while True:
-        scan_done = threading.Event()
-        scan = session.execute_async("SELECT count(*) FROM t", timeout=120)
-        scan.add_callbacks(lambda _: scan_done.set(), lambda _: scan_done.set())
-        started = time.monotonic()
-        latencies = []
-        while not scan_done.is_set():
-            sent = time.monotonic()
-            k = len(latencies) % (rows // 500)
-            assert session.execute(point, (k, k)).one().v0 == "x" * 16
-            latencies.append((time.monotonic() - sent, scan_done.is_set()))
-        assert scan.result().one().count == rows
-        scan_seconds = time.monotonic() - started
-        if scan_seconds >= 0.5 or rows >= 1_280_000:
-            break
-        grow(rows // 500)
-    assert scan_seconds >= 0.5, f"a scan of {rows} rows took only {scan_seconds:.2f} s"
-    during = [latency for latency, after_scan in latencies if not after_scan]
-    assert len(during) >= 10, f"only {len(during)} point reads finished during a {scan_seconds:.2f} s scan"
-    assert max(during) < scan_seconds / 4, (
-        f"a point read took {max(during) * 1000:.0f} ms during a {scan_seconds * 1000:.0f} ms scan"
-    )
+def test_a_request_sent_right_behind_an_unanswered_one_is_not_held_by_a_delayed_ack(session):
+    """The Python driver leaves Nagle's algorithm on, so its next request on a connection
+    waits until the bytes of the one before are acknowledged; a server that cannot answer
+    at once must acknowledge at once, or the kernel delays the ACK (40 ms and more) hoping
+    to send it with an answer. A query sent right behind a long scan answers in
+    milliseconds. Best of three, as a pause of the machine can slow any one; the delayed
+    ACK slows every one."""
+    table = ScannedTable(session)
+    table.grow_until_a_scan_takes(0.2)
+    latencies = []
+    for _ in range(3):
+        scan, _ = table.start_scan()
+        sent = time.monotonic()
+        session.execute("SELECT release_version FROM system.local")
+        latencies.append(time.monotonic() - sent)
+        assert scan.result().one().count == table.rows
+    assert min(latencies) < 0.02, f"queries behind a scan took {[round(l * 1000) for l in latencies]} ms"

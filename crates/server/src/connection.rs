@@ -10,6 +10,13 @@
 //! is the socket's only writer: event frames pushed by other tasks reach it through a
 //! channel, and all answers of a pass leave in one socket write.
 //!
+//! A pass that leaves requests unanswered acknowledges the bytes it read at once
+//! ([`acknowledge_now`]): a client that does not set `TCP_NODELAY` (the Python driver's
+//! default) holds its next request back until its last segment is acknowledged, and the
+//! kernel delays that acknowledgement (up to 40 ms) hoping to send it with an answer — so
+//! without this, a point read sent right after a scan on the same connection would wait
+//! for the delayed ACK.
+//!
 //! Limits: a frame body beyond `max_frame_bytes` is skipped and refused with a protocol
 //! error; requests beyond `max_in_flight` are answered `Overloaded` at once.
 
@@ -26,9 +33,11 @@ use shoal_cql::request::Request;
 use shoal_cql::response::{Event, Response, ResultBody};
 use shoal_cql::CqlError;
 use shoal_storage::WriteDeferral;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
@@ -84,7 +93,17 @@ pub async fn serve(
     let peer = socket.peer_addr().ok();
     let _ = socket.set_nodelay(true);
     let (read_half, write_half) = socket.into_split();
-    serve_halves(read_half, write_half, peer, coordinator, events, limits).await
+    let acknowledge = |half: &OwnedReadHalf| acknowledge_now(half.as_ref());
+    serve_halves(
+        read_half,
+        write_half,
+        acknowledge,
+        peer,
+        coordinator,
+        events,
+        limits,
+    )
+    .await
 }
 
 /// Serves a connection after its TLS handshake.
@@ -96,13 +115,37 @@ pub async fn serve_tls(
 ) {
     let peer = stream.get_ref().0.peer_addr().ok();
     let _ = stream.get_ref().0.set_nodelay(true);
+    // The TLS stream's read half does not lend out its socket: a second descriptor of it
+    // does the acknowledging.
+    let socket = stream.get_ref().0.as_fd().try_clone_to_owned().ok();
     let (read_half, write_half) = tokio::io::split(stream);
-    serve_halves(read_half, write_half, peer, coordinator, events, limits).await
+    let acknowledge = move |_: &_| {
+        if let Some(socket) = &socket {
+            acknowledge_now(socket)
+        }
+    };
+    serve_halves(
+        read_half,
+        write_half,
+        acknowledge,
+        peer,
+        coordinator,
+        events,
+        limits,
+    )
+    .await
 }
 
-async fn serve_halves(
-    mut read_half: impl AsyncRead + Unpin,
+/// Sends the acknowledgement of the bytes received so far now, instead of letting the
+/// kernel delay it until an answer could carry it.
+fn acknowledge_now(socket: &impl AsFd) {
+    let _ = socket2::SockRef::from(socket).set_tcp_quickack(true);
+}
+
+async fn serve_halves<R: AsyncRead + Unpin>(
+    mut read_half: R,
     mut write_half: impl AsyncWrite + Unpin,
+    acknowledge: impl Fn(&R),
     peer: Option<std::net::SocketAddr>,
     coordinator: Arc<Coordinator>,
     events: Arc<EventBus>,
@@ -124,13 +167,14 @@ async fn serve_halves(
     let mut skipping: usize = 0;
     let mut closing = false;
     loop {
+        let mut received = false;
         tokio::select! {
             Some(frame) = in_flight.next(), if !in_flight.is_empty() => output.extend_from_slice(&frame),
             Some(event) = events_rx.recv() => output.extend_from_slice(&event),
             read = read_half.read_buf(&mut input), if !closing => {
                 match read {
                     Ok(0) | Err(_) => closing = true,
-                    Ok(_) => {}
+                    Ok(_) => received = true,
                 }
                 // Cut every complete frame out of the buffer.
                 loop {
@@ -212,6 +256,9 @@ async fn serve_halves(
                 break;
             }
             output.clear();
+        } else if received && !in_flight.is_empty() {
+            // No answer carries the acknowledgement of what was just read.
+            acknowledge(&read_half);
         }
         if closing && in_flight.is_empty() {
             break;
