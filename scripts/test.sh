@@ -3,7 +3,8 @@
 # denied), Rust unit and integration tests (including the scylla driver), the Java driver
 # tests (Maven), then the Python suite (cassandra-driver, cqlsh) against real shoal
 # processes, including the nemesis (kills, pauses and nftables partitions) and a real
-# Prometheus server scraping a cluster.
+# Prometheus server scraping a cluster, and the wiki (apps/wiki, its own Cargo workspace)
+# in headless Chromium on Shoal and on MariaDB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/shoal/target}
@@ -24,18 +25,31 @@ if ! command -v prometheus >/dev/null 2>&1; then
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 fi
+# The wiki's browser tests run Debian's Chromium through its ChromeDriver, and the same
+# wiki on a private MariaDB server.
+if ! command -v chromedriver >/dev/null 2>&1 || ! command -v mariadb-install-db >/dev/null 2>&1; then
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq chromium chromium-driver mariadb-server >/dev/null
+fi
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
 "$venv/bin/pip" install -q --disable-pip-version-check -r tests/python/requirements.txt
 
+wiki=apps/wiki/Cargo.toml
 echo "== cargo fmt"
 cargo fmt --all -- --check
+cargo fmt --manifest-path $wiki -- --check
 echo "== cargo clippy"
 cargo clippy --release --all-targets -- -D warnings
+cargo clippy --release --manifest-path $wiki --all-targets -- -D warnings
 echo "== cargo test"
 cargo test --release
+cargo test --release --manifest-path $wiki
 cargo build --release --bin shoal
+cargo build --release --manifest-path $wiki
 echo "== java driver tests"
 mvn -q -B -f tests/java/pom.xml test -Dshoal.bin="$CARGO_TARGET_DIR/release/shoal"
 echo "== python tests"
