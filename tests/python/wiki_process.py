@@ -96,6 +96,9 @@ class WikiServer:
             self.stop()
             raise RuntimeError(f"the wiki did not start: {self.log_path.read_text()[-2000:]}")
         self.url = line[0].split("serving ", 1)[1].strip().rstrip("/")
+        # Anything else it prints is read and dropped, so the pipe never fills.
+        self.drain = threading.Thread(target=lambda: [None for _ in self.process.stdout], daemon=True)
+        self.drain.start()
         return self
 
     def stop(self):
@@ -107,6 +110,8 @@ class WikiServer:
                 self.process.kill()
                 self.process.wait(timeout=30)
         if self.process is not None:
+            if getattr(self, "drain", None) is not None:
+                self.drain.join(timeout=10)
             self.process.stdout.close()
             self.log.close()
 

@@ -38,7 +38,10 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    // Logs go to stderr: stdout carries the one line scripts wait for (a pipe nobody
+    // reads after it would fill up and stop the server at its next log line).
     tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "shoal_wiki=info".into()),

@@ -121,6 +121,9 @@ pub struct Coordinator {
     pub(crate) info: NodeInfo,
     /// Serializes increments of one counter shard led by this node ([`counter`]).
     pub(crate) counter_locks: counter::CounterLocks,
+    /// Lightweight transactions this node coordinates on one partition take turns
+    /// ([`modify`]'s conditional writes).
+    pub(crate) cas_turns: shoal_replication::paxos::PartitionTurns,
     /// This node's secondary indexes ([`index`]).
     pub(crate) indexes: Arc<index::IndexCatalog>,
     /// The read threads and the order reads are served in ([`schedule`]).
@@ -179,6 +182,7 @@ impl Coordinator {
             prepared: prepared::PreparedCache::new(prepared::PREPARED_CACHE_CAPACITY),
             info,
             counter_locks: counter::CounterLocks::default(),
+            cas_turns: Default::default(),
             cluster,
             auth,
             observer: std::sync::OnceLock::new(),

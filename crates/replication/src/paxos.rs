@@ -25,7 +25,11 @@
 //! latest commit — in one cell under [`PAXOS_TABLE_ID`], written through the write log
 //! before it answers, and serializes the steps of one partition with a striped lock.
 //! Contention (a higher ballot seen) retries after a random pause until
-//! [`CAS_CONTENTION_TIMEOUT`]; an outcome that cannot be known (a proposal accepted by
+//! [`CAS_CONTENTION_TIMEOUT`]. Rounds one coordinator runs on one partition do not
+//! contend with each other: they take turns ([`PartitionTurns`], first come first
+//! served), so a hot partition's transactions queue on their coordinator instead of
+//! preempting each other's ballots (ScyllaDB serializes them per key the same way); only
+//! rounds from different coordinators duel. An outcome that cannot be known (a proposal accepted by
 //! some replicas but not a quorum, or no quorum answering) is `WriteTimeout` with write
 //! type `CAS`, as in Cassandra.
 
@@ -41,7 +45,9 @@ use shoal_cql::request::Consistency;
 use shoal_cql::CqlError;
 use shoal_model::{keys, Cell, HostId, TableId, Token, WriteTimestamp};
 use shoal_storage::{Engine, WriteBatch};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -83,7 +89,7 @@ impl Ballot {
 }
 
 /// The partition a round is about.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct PaxosKey {
     pub table: TableId,
     pub token: Token,
@@ -372,6 +378,64 @@ pub enum ProposalOutcome {
     Committed,
     /// No replica accepted it: a higher ballot came first; the round may start over.
     Preempted,
+}
+
+/// Turns of the lightweight transactions one coordinator runs, per partition: a
+/// transaction waits for the ones before it on its partition (in arrival order) instead
+/// of competing with their ballots. Only partitions with a transaction queued or running
+/// have an entry; finished ones are swept as the table grows.
+#[derive(Default)]
+pub struct PartitionTurns {
+    turns: parking_lot::Mutex<TurnTable>,
+}
+
+#[derive(Default)]
+struct TurnTable {
+    by_partition: HashMap<PaxosKey, Weak<tokio::sync::Mutex<()>>>,
+    /// The table is swept of finished partitions when it grows past this.
+    sweep_at: usize,
+}
+
+/// Entries of the turn table below which it is never swept.
+const TURN_TABLE_SWEEP_MINIMUM: usize = 1024;
+
+/// A transaction's turn on its partition: the next one's starts when it is dropped.
+pub struct Turn {
+    _held: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl PartitionTurns {
+    /// Waits for `key`'s turn until `deadline`; `None` if it has not come by then.
+    pub async fn wait(&self, key: &PaxosKey, deadline: Instant) -> Option<Turn> {
+        let queue = {
+            let mut table = self.turns.lock();
+            if table.by_partition.len() >= table.sweep_at.max(TURN_TABLE_SWEEP_MINIMUM) {
+                table
+                    .by_partition
+                    .retain(|_, queue| queue.strong_count() > 0);
+                table.sweep_at = table.by_partition.len() * 2;
+            }
+            match table.by_partition.get(key).and_then(Weak::upgrade) {
+                Some(queue) => queue,
+                None => {
+                    let queue = Arc::new(tokio::sync::Mutex::new(()));
+                    table
+                        .by_partition
+                        .insert(key.clone(), Arc::downgrade(&queue));
+                    queue
+                }
+            }
+        };
+        // tokio's mutex is fair: waiters get it in the order they asked.
+        let held = tokio::time::timeout_at(deadline, queue.lock_owned()).await;
+        held.ok().map(|held| Turn { _held: held })
+    }
+
+    /// Partitions with an entry in the table (some may have finished since the last
+    /// sweep).
+    pub fn tracked(&self) -> usize {
+        self.turns.lock().by_partition.len()
+    }
 }
 
 /// The answer a round hands back after a successful prepare.

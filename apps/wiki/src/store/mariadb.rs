@@ -11,15 +11,19 @@
 //!
 //! `ticks` is the revision's timestamp (a time-based UUID's 100 ns clock), which orders
 //! history and recent changes as the timeuuid clustering order does on Shoal. The title
-//! list is the `pages` table's primary key. A save runs in one transaction that locks the
-//! page's row (`SELECT … FOR UPDATE`), checks the base revision and writes everything.
+//! list is the `pages` table's primary key. A save runs in one transaction (read
+//! committed) that locks the page's row at the edit's base revision (`SELECT … FOR
+//! UPDATE`; an `INSERT` for a new page, which a duplicate key refuses) and writes
+//! everything; a transaction InnoDB picks as a deadlock's victim is run again, as a MySQL
+//! application must.
 
 use super::{Change, Edit, Page, Revision, RevisionInfo, SaveOutcome, WikiStore};
 use anyhow::{bail, Context, Result};
 use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
-use mysql_async::{Opts, Pool, TxOpts};
+use mysql_async::{IsolationLevel, Opts, Pool, TxOpts};
 use std::collections::BTreeSet;
+use std::time::Duration;
 use uuid::Uuid;
 
 /// The wiki's tables in one MariaDB database.
@@ -68,6 +72,136 @@ fn uuid_from(bytes: &[u8]) -> Result<Uuid> {
     }
 }
 
+/// Transactions a save tries when InnoDB picks it as a deadlock's victim.
+const SAVE_ATTEMPTS: usize = 10;
+/// MariaDB's error codes: a deadlock, a lock wait timeout, a duplicate key.
+const ER_LOCK_DEADLOCK: u16 = 1213;
+const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
+const ER_DUP_ENTRY: u16 = 1062;
+
+fn server_error(error: &mysql_async::Error) -> Option<u16> {
+    match error {
+        mysql_async::Error::Server(error) => Some(error.code),
+        _ => None,
+    }
+}
+
+/// True for the errors after which InnoDB asks the transaction to be run again.
+fn must_retry(error: &mysql_async::Error) -> bool {
+    matches!(
+        server_error(error),
+        Some(ER_LOCK_DEADLOCK | ER_LOCK_WAIT_TIMEOUT)
+    )
+}
+
+impl MariaDbStore {
+    /// One transaction of a save: the page's row changes only if it is still at the
+    /// edit's base (a conditional UPDATE or DELETE, or an INSERT that a duplicate key
+    /// refuses), then the history, recent changes and search terms follow. Read committed:
+    /// the locks are the rows written, not the gaps between them.
+    async fn try_save(&self, edit: &Edit) -> Result<SaveOutcome, mysql_async::Error> {
+        let mut connection = self.pool.get_conn().await?;
+        let mut options = TxOpts::default();
+        options.with_isolation_level(IsolationLevel::ReadCommitted);
+        let mut transaction = connection.start_transaction(options).await?;
+        let deleted = edit.text.is_empty();
+        let revision = super::new_revision();
+        let (id, ticks) = (
+            revision.as_bytes().to_vec(),
+            super::revision_ticks(revision),
+        );
+        let old_text = match edit.base {
+            None if deleted => {
+                transaction.rollback().await?;
+                return Ok(SaveOutcome::NothingToDelete);
+            }
+            None => {
+                let inserted = transaction
+                    .exec_drop(
+                        "INSERT INTO pages (title, revision, body) VALUES (?, ?, ?)",
+                        (&edit.title, &id, &edit.text),
+                    )
+                    .await;
+                match inserted {
+                    Err(error) if server_error(&error) == Some(ER_DUP_ENTRY) => {
+                        transaction.rollback().await?;
+                        return Ok(SaveOutcome::Conflict(self.current(&edit.title).await?));
+                    }
+                    other => other?,
+                }
+                None
+            }
+            Some(base) => {
+                let old: Option<String> = transaction
+                    .exec_first(
+                        "SELECT body FROM pages WHERE title = ? AND revision = ? FOR UPDATE",
+                        (&edit.title, base.as_bytes().to_vec()),
+                    )
+                    .await?;
+                let Some(old) = old else {
+                    transaction.rollback().await?;
+                    return Ok(SaveOutcome::Conflict(self.current(&edit.title).await?));
+                };
+                if deleted {
+                    transaction
+                        .exec_drop("DELETE FROM pages WHERE title = ?", (&edit.title,))
+                        .await?;
+                } else {
+                    transaction
+                        .exec_drop(
+                            "UPDATE pages SET revision = ?, body = ? WHERE title = ?",
+                            (&id, &edit.text, &edit.title),
+                        )
+                        .await?;
+                }
+                Some(old)
+            }
+        };
+        transaction
+            .exec_drop(
+                "INSERT INTO revisions (title, ticks, revision, body, size, deleted) VALUES (?, ?, ?, ?, ?, ?)",
+                (&edit.title, ticks, &id, &edit.text, edit.text.len() as i64, deleted),
+            )
+            .await?;
+        transaction
+            .exec_drop(
+                "INSERT INTO recent_changes (ticks, revision, title, deleted) VALUES (?, ?, ?, ?)",
+                (ticks, &id, &edit.title, deleted),
+            )
+            .await?;
+        let (added, removed) = super::term_changes(
+            &edit.title,
+            old_text.as_deref(),
+            (!deleted).then_some(edit.text.as_str()),
+        );
+        if !added.is_empty() {
+            transaction
+                .exec_batch(
+                    "INSERT IGNORE INTO search_terms (term, title) VALUES (?, ?)",
+                    added.iter().map(|term| (term, &edit.title)),
+                )
+                .await?;
+        }
+        if !removed.is_empty() {
+            transaction
+                .exec_batch(
+                    "DELETE FROM search_terms WHERE term = ? AND title = ?",
+                    removed.iter().map(|term| (term, &edit.title)),
+                )
+                .await?;
+        }
+        transaction.commit().await?;
+        Ok(SaveOutcome::Saved(revision))
+    }
+
+    /// The page as it is now, for a conflict.
+    async fn current(&self, title: &str) -> Result<Option<Page>, mysql_async::Error> {
+        self.page(title)
+            .await
+            .map_err(|error| mysql_async::Error::Other(error.into()))
+    }
+}
+
 #[async_trait]
 impl WikiStore for MariaDbStore {
     fn name(&self) -> &'static str {
@@ -105,86 +239,18 @@ impl WikiStore for MariaDbStore {
     }
 
     async fn save(&self, edit: &Edit) -> Result<SaveOutcome> {
-        let mut connection = self.pool.get_conn().await?;
-        let mut transaction = connection.start_transaction(TxOpts::default()).await?;
-        let row: Option<(Vec<u8>, String)> = transaction
-            .exec_first(
-                "SELECT revision, body FROM pages WHERE title = ? FOR UPDATE",
-                (&edit.title,),
-            )
-            .await?;
-        let current = row
-            .map(|(revision, text)| {
-                Ok::<_, anyhow::Error>(Page {
-                    title: edit.title.clone(),
-                    text,
-                    revision: uuid_from(&revision)?,
-                })
-            })
-            .transpose()?;
-        if current.as_ref().map(|page| page.revision) != edit.base {
-            transaction.rollback().await?;
-            return Ok(SaveOutcome::Conflict(current));
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match self.try_save(edit).await {
+                Err(error) if attempts < SAVE_ATTEMPTS && must_retry(&error) => {
+                    tracing::debug!(%error, title = %edit.title, "a save's transaction is retried");
+                    tokio::time::sleep(Duration::from_millis(rand::random_range(1..10))).await;
+                }
+                Err(error) => return Err(error.into()),
+                Ok(outcome) => return Ok(outcome),
+            }
         }
-        let deleted = edit.text.is_empty();
-        if deleted && current.is_none() {
-            transaction.rollback().await?;
-            return Ok(SaveOutcome::NothingToDelete);
-        }
-        let revision = super::new_revision();
-        let (id, ticks) = (
-            revision.as_bytes().to_vec(),
-            super::revision_ticks(revision),
-        );
-        if deleted {
-            transaction
-                .exec_drop("DELETE FROM pages WHERE title = ?", (&edit.title,))
-                .await?;
-        } else {
-            transaction
-                .exec_drop(
-                    "INSERT INTO pages (title, revision, body) VALUES (?, ?, ?) \
-                     ON DUPLICATE KEY UPDATE revision = VALUES(revision), body = VALUES(body)",
-                    (&edit.title, &id, &edit.text),
-                )
-                .await?;
-        }
-        transaction
-            .exec_drop(
-                "INSERT INTO revisions (title, ticks, revision, body, size, deleted) VALUES (?, ?, ?, ?, ?, ?)",
-                (&edit.title, ticks, &id, &edit.text, edit.text.len() as i64, deleted),
-            )
-            .await?;
-        transaction
-            .exec_drop(
-                "INSERT INTO recent_changes (ticks, revision, title, deleted) VALUES (?, ?, ?, ?)",
-                (ticks, &id, &edit.title, deleted),
-            )
-            .await?;
-        let old_text = current.as_ref().map(|page| page.text.as_str());
-        let (added, removed) = super::term_changes(
-            &edit.title,
-            old_text,
-            (!deleted).then_some(edit.text.as_str()),
-        );
-        if !added.is_empty() {
-            transaction
-                .exec_batch(
-                    "INSERT IGNORE INTO search_terms (term, title) VALUES (?, ?)",
-                    added.iter().map(|term| (term, &edit.title)),
-                )
-                .await?;
-        }
-        if !removed.is_empty() {
-            transaction
-                .exec_batch(
-                    "DELETE FROM search_terms WHERE term = ? AND title = ?",
-                    removed.iter().map(|term| (term, &edit.title)),
-                )
-                .await?;
-        }
-        transaction.commit().await?;
-        Ok(SaveOutcome::Saved(revision))
     }
 
     async fn history(&self, title: &str) -> Result<Vec<RevisionInfo>> {

@@ -461,7 +461,7 @@ impl ShoalStore {
                 })
             }
             Err(error) if outcome_unknown(&error) => {
-                tracing::info!(title = %edit.title, "a save's outcome is unknown; settling it at SERIAL");
+                tracing::debug!(title = %edit.title, "a save's outcome is unknown; settling it at SERIAL");
             }
             Err(error) => return Err(error.into()),
         }

@@ -381,10 +381,14 @@ impl Transaction<'_> {
     /// Paxos rounds until one decides: prepare, read the partition at a quorum, check
     /// every condition against its row; not applied → the rows' current values; applied
     /// → every statement built with the ballot's time, proposed and committed (a
-    /// preempted proposal starts a new round).
+    /// preempted proposal starts a new round). The transactions this node runs on the
+    /// partition go one at a time, in arrival order.
     async fn run(&self, coordinator: &Coordinator) -> Result<ResultBody, CqlError> {
         let (table, key) = (self.table, &self.key);
         let deadline = tokio::time::Instant::now() + CAS_CONTENTION_TIMEOUT;
+        // A turn that has not come by the deadline leaves it passed: the prepare below
+        // then answers with the contention timeout (`WriteTimeout`, `CAS`).
+        let _turn = coordinator.cas_turns.wait(key, deadline).await;
         loop {
             let round = coordinator
                 .replication

@@ -172,3 +172,70 @@ async fn a_round_preempted_by_a_higher_ballot_decides_nothing() {
         assert!(!values_on(&cluster, node).contains(&b"lower".to_vec()));
     }
 }
+
+fn key_of(partition: &[u8]) -> PaxosKey {
+    PaxosKey {
+        table: TABLE,
+        token: murmur3_token(partition),
+        partition_key: partition.to_vec(),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn transactions_on_one_partition_take_turns_in_arrival_order() {
+    let turns = std::sync::Arc::new(paxos::PartitionTurns::default());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let first = turns
+        .wait(&key(), deadline)
+        .await
+        .expect("a free partition");
+    let order = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let mut waiting = Vec::new();
+    for number in 0..3 {
+        let (turns, order) = (std::sync::Arc::clone(&turns), std::sync::Arc::clone(&order));
+        waiting.push(tokio::spawn(async move {
+            let turn = turns.wait(&key(), deadline).await;
+            order.lock().push(number);
+            turn.is_some()
+        }));
+        // Each has asked before the next one does.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // Another partition is not held up by this one.
+    let other = turns.wait(&key_of(b"other"), deadline).await;
+    assert!(other.is_some());
+    assert!(
+        order.lock().is_empty(),
+        "a turn came while the first was held"
+    );
+    drop(first);
+    for waiter in waiting {
+        assert!(waiter.await.unwrap());
+    }
+    assert_eq!(*order.lock(), [0, 1, 2]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_turn_that_does_not_come_by_the_deadline_is_given_up() {
+    let turns = paxos::PartitionTurns::default();
+    let held = turns
+        .wait(&key(), Instant::now() + Duration::from_secs(1))
+        .await;
+    assert!(held.is_some());
+    let deadline = Instant::now() + Duration::from_millis(200);
+    assert!(turns.wait(&key(), deadline).await.is_none());
+    assert!(Instant::now() >= deadline);
+}
+
+#[tokio::test(start_paused = true)]
+async fn finished_partitions_are_swept_from_the_table() {
+    let turns = paxos::PartitionTurns::default();
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let held = turns.wait(&key(), deadline).await;
+    for number in 0..5000u32 {
+        drop(turns.wait(&key_of(&number.to_be_bytes()), deadline).await);
+    }
+    // Swept whenever the table reached its bound: never more than the bound.
+    assert!(turns.tracked() <= 1024, "{} entries", turns.tracked());
+    drop(held);
+}
