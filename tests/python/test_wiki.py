@@ -77,14 +77,20 @@ def find_all(browser, css):
 
 
 def click_and_wait(browser, css):
-    """Clicks what navigates to another page and waits until that page has loaded."""
-    from selenium.webdriver.support import expected_conditions
+    """Clicks what navigates to another page and waits until that page has loaded: the
+    old page carries a mark the new one has not. (While the browser swaps documents,
+    asking it anything can fail with a transient error: those are retried.)"""
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    old_page = find(browser, "html")
+    browser.execute_script("window.leftBehind = true;")
     find(browser, css).click()
-    WebDriverWait(browser, 30).until(expected_conditions.staleness_of(old_page))
-    WebDriverWait(browser, 30).until(lambda driver: driver.execute_script("return document.readyState") == "complete")
+
+    def new_page_loaded(driver):
+        return driver.execute_script(
+            "return window.leftBehind === undefined && document.readyState === 'complete'")
+
+    WebDriverWait(browser, 30, ignored_exceptions=(WebDriverException,)).until(new_page_loaded)
 
 
 def type_text(browser, text):
