@@ -242,3 +242,26 @@ def test_conditions_on_collection_elements(session):
     assert session.execute(session.prepare("UPDATE t SET m['c'] = 1 WHERE k = 1 IF l[0] = ?"), ("nope",)).one()[0] is False
     row = session.execute("SELECT m, l FROM t WHERE k = 1").one()
     assert row.m == {"a": 2, "b": 1} and row.l == ["x", "z"]
+
+
+def test_select_using_timeout_bounds_how_long_the_coordinator_takes(session):
+    """ScyllaDB's `USING TIMEOUT` (its drivers add it to their metadata queries): a read
+    within the time answers as usual; one that needs longer is a ReadTimeout; a timeout
+    that is not a positive duration of days at most is refused."""
+    from cassandra import ReadTimeout
+    from cassandra.concurrent import execute_concurrent_with_args
+    from cassandra.util import Duration
+
+    session.execute("CREATE TABLE t (k int, c int, v text, PRIMARY KEY (k, c))")
+    insert = session.prepare("INSERT INTO t (k, c, v) VALUES (?, ?, ?)")
+    execute_concurrent_with_args(session, insert, [(k, c, "x" * 64) for k in range(50) for c in range(400)],
+                                 concurrency=64)
+    assert session.execute("SELECT v FROM t WHERE k = 1 AND c = 1 USING TIMEOUT 10s").one().v == "x" * 64
+    prepared = session.prepare("SELECT v FROM t WHERE k = ? AND c = ? USING TIMEOUT ?")
+    assert session.execute(prepared, (2, 2, Duration(0, 0, 5_000_000_000))).one().v == "x" * 64
+    # Counting 20,000 rows takes far more than a millisecond.
+    with pytest.raises(ReadTimeout):
+        session.execute("SELECT count(*) FROM t USING TIMEOUT 1ms")
+    for bad in ["1mo", "0s"]:
+        with pytest.raises(InvalidRequest, match="USING TIMEOUT"):
+            session.execute(f"SELECT v FROM t WHERE k = 1 USING TIMEOUT {bad}")

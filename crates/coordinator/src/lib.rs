@@ -515,7 +515,23 @@ impl Coordinator {
             names: parameters.names.as_deref(),
         };
         match plan {
-            Plan::Select(select) => self.run_select(select, parameters, bindings).await,
+            Plan::Select(select) => match select.timeout_of(bindings)? {
+                None => self.run_select(select, parameters, bindings).await,
+                // The coordinator stops waiting and answers with a timeout; replicas
+                // still working finish on their own.
+                Some(timeout) => {
+                    tokio::time::timeout(timeout, self.run_select(select, parameters, bindings))
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(shoal_replication::consistency::read_timeout(
+                                parameters.consistency,
+                                0,
+                                1,
+                                false,
+                            ))
+                        })
+                }
+            },
             Plan::Modify(modify) => modify.execute(self, parameters, bindings).await,
             // The rarer statements are boxed: their futures are large, and a request's
             // future is as large as its largest branch (it is moved into a box per request).

@@ -367,6 +367,9 @@ impl MarkerTypes<'_> {
                 if let Some(limit) = &select.limit {
                     self.term(limit, "[limit]", &CqlType::Int);
                 }
+                if let Some(timeout) = &select.timeout {
+                    self.term(timeout, "[timeout]", &CqlType::Duration);
+                }
             }
             Statement::Insert(insert) => {
                 for (name, value) in insert.columns.iter().zip(&insert.values) {
@@ -540,6 +543,7 @@ pub(crate) fn prepare(
         .collect();
     let keyspace = session.keyspace.clone();
     let id = statement_id(keyspace.as_deref(), text);
+    let conditional = statement.is_conditional();
     let prepared = PreparedStatement::new(statement, text, keyspace);
     // Plan now: a statement that cannot run is refused at PREPARE, as in Cassandra.
     if !matches!(prepared.statement, Statement::Batch(_)) {
@@ -551,5 +555,7 @@ pub(crate) fn prepare(
         bind_columns,
         partition_key_indexes,
         result_columns,
+        conditional,
+        lwt_mark: None,
     }))
 }

@@ -132,6 +132,9 @@ pub struct Select {
     pub per_partition_limit: Option<Term>,
     pub limit: Option<Term>,
     pub allow_filtering: bool,
+    /// `USING TIMEOUT 500ms` (ScyllaDB's extension, which its drivers use): how long the
+    /// coordinator may take before it answers with a timeout.
+    pub timeout: Option<Term>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -460,5 +463,17 @@ impl Statement {
             self,
             Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)
         )
+    }
+
+    /// True for lightweight transactions: a modification with an `IF`, or a batch holding
+    /// one.
+    pub fn is_conditional(&self) -> bool {
+        match self {
+            Statement::Insert(insert) => insert.if_not_exists,
+            Statement::Update(update) => update.conditions.is_some(),
+            Statement::Delete(delete) => delete.conditions.is_some(),
+            Statement::Batch(batch) => batch.statements.iter().any(Statement::is_conditional),
+            _ => false,
+        }
     }
 }

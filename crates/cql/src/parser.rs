@@ -484,6 +484,12 @@ impl Parser {
         } else {
             false
         };
+        let timeout = if self.eat_word("using") {
+            self.expect_word("timeout")?;
+            Some(self.term()?)
+        } else {
+            None
+        };
         Ok(Select {
             table,
             json,
@@ -496,6 +502,7 @@ impl Parser {
             per_partition_limit,
             limit,
             allow_filtering,
+            timeout,
         })
     }
 

@@ -70,6 +70,13 @@ pub struct Prepared {
     /// Indexes of the bind columns that make up the partition key, in key order.
     pub partition_key_indexes: Vec<u16>,
     pub result_columns: Vec<ColumnSpec>,
+    /// The statement is a lightweight transaction (it has an `IF`).
+    pub conditional: bool,
+    /// The metadata flag that marks a lightweight transaction, when the connection
+    /// negotiated ScyllaDB's `SCYLLA_LWT_ADD_METADATA_MARK` extension (ScyllaDB's drivers
+    /// then send every transaction on a partition to the same replica, so they queue on
+    /// one coordinator instead of contending from several); set by the connection.
+    pub lwt_mark: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -392,14 +399,16 @@ fn encode_result(out: &mut Vec<u8>, result: &ResultBody) {
             put_int(out, 0x0004);
             put_short_bytes(out, &prepared.id);
             let global = shared_table(&prepared.bind_columns);
-            put_int(
-                out,
-                if global.is_some() {
-                    GLOBAL_TABLES_SPEC
-                } else {
-                    0
-                },
-            );
+            let global_flag = if global.is_some() {
+                GLOBAL_TABLES_SPEC
+            } else {
+                0
+            };
+            let lwt_flag = match prepared.lwt_mark {
+                Some(mark) if prepared.conditional => mark as i32,
+                _ => 0,
+            };
+            put_int(out, global_flag | lwt_flag);
             put_int(out, prepared.bind_columns.len() as i32);
             put_int(out, prepared.partition_key_indexes.len() as i32);
             for index in &prepared.partition_key_indexes {

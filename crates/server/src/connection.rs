@@ -34,7 +34,7 @@ use shoal_cql::response::{Event, Response, ResultBody};
 use shoal_cql::CqlError;
 use shoal_storage::WriteDeferral;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::tcp::OwnedReadHalf;
@@ -55,9 +55,23 @@ struct ConnectionState {
     /// The client has logged in (or needs not: authentication is off).
     authenticated: AtomicBool,
     compression: AtomicBool,
+    /// The metadata flag marking a prepared lightweight transaction, if the client
+    /// negotiated [`LWT_MARK_EXTENSION`] (0: it did not).
+    lwt_mark: AtomicU32,
     /// The client's address (`None` when the transport has none, as in tests).
     peer: Option<std::net::SocketAddr>,
 }
+
+/// ScyllaDB's protocol extension that marks prepared lightweight transactions in their
+/// metadata flags: its drivers then route every transaction on a partition to the same
+/// replica, where they take turns instead of contending through Paxos ballots from
+/// several coordinators. Offered in SUPPORTED; a client opts in at STARTUP. (A driver
+/// that sees it takes the server for ScyllaDB and adds `USING TIMEOUT` to its metadata
+/// queries, which Shoal's SELECT accepts.)
+const LWT_MARK_EXTENSION: &str = "SCYLLA_LWT_ADD_METADATA_MARK";
+const LWT_MARK_KEY: &str = "LWT_OPTIMIZATION_META_BIT_MASK";
+/// The flag offered: the highest bit, which protocol v4 leaves unused (ScyllaDB's value).
+const LWT_MARK: u32 = 0x8000_0000;
 
 /// Event frames (SCHEMA_CHANGE, STATUS_CHANGE...) queued for the connection.
 const EVENT_QUEUE_CAPACITY: usize = 64;
@@ -158,6 +172,7 @@ async fn serve_halves<R: AsyncRead + Unpin>(
         authenticated: AtomicBool::new(false),
         started: AtomicBool::new(false),
         compression: AtomicBool::new(false),
+        lwt_mark: AtomicU32::new(0),
         peer,
     });
     let mut input = BytesMut::with_capacity(READ_CHUNK_BYTES);
@@ -450,6 +465,10 @@ async fn respond(
             ),
             ("COMPRESSION".into(), vec!["lz4".into()]),
             ("PROTOCOL_VERSIONS".into(), vec!["4/v4".into()]),
+            (
+                LWT_MARK_EXTENSION.into(),
+                vec![format!("{LWT_MARK_KEY}={LWT_MARK}")],
+            ),
         ])),
         Request::Startup(options) => {
             if started {
@@ -468,6 +487,20 @@ async fn respond(
                 ));
             }
             for (key, value) in &options {
+                if key == LWT_MARK_EXTENSION {
+                    let mark = value
+                        .strip_prefix(LWT_MARK_KEY)
+                        .and_then(|rest| rest.strip_prefix('='))
+                        .and_then(|mark| mark.parse::<u32>().ok());
+                    match mark {
+                        Some(mark) if mark != 0 => state.lwt_mark.store(mark, Ordering::Relaxed),
+                        _ => {
+                            return Err(CqlError::protocol(format!(
+                                "Invalid {LWT_MARK_EXTENSION} option: {value:?}"
+                            )))
+                        }
+                    }
+                }
                 if key.to_ascii_uppercase().as_str() == "COMPRESSION" {
                     match value.to_ascii_lowercase().as_str() {
                         "lz4" => state.compression.store(true, Ordering::Relaxed),
@@ -528,7 +561,8 @@ async fn respond(
         }
         Request::Prepare { query } => {
             let session = state.session.lock().clone();
-            Ok(Response::Result(coordinator.prepare(&session, &query)?))
+            let result = coordinator.prepare(&session, &query)?;
+            Ok(finish_result(state, events, result))
         }
         Request::Execute { id, parameters } => {
             let mut session = state.session.lock().clone();
@@ -557,9 +591,16 @@ async fn log_in(coordinator: &Arc<Coordinator>, token: &[u8]) -> Result<String, 
     .map_err(|_| CqlError::server("the login check failed"))?
 }
 
-/// Applies `USE` to the connection and publishes schema changes to registered clients.
-fn finish_result(state: &ConnectionState, events: &EventBus, result: ResultBody) -> Response {
-    match &result {
+/// Applies `USE` to the connection, publishes schema changes to registered clients and
+/// marks prepared lightweight transactions for a client that asked for the mark.
+fn finish_result(state: &ConnectionState, events: &EventBus, mut result: ResultBody) -> Response {
+    match &mut result {
+        ResultBody::Prepared(prepared) => {
+            prepared.lwt_mark = match state.lwt_mark.load(Ordering::Relaxed) {
+                0 => None,
+                mark => Some(mark),
+            };
+        }
         ResultBody::SetKeyspace(keyspace) => {
             state.session.lock().keyspace = Some(keyspace.clone());
         }

@@ -326,3 +326,50 @@ async fn scylla_driver_connects_over_tls_and_only_when_it_trusts_the_certificate
     drop(session);
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scylla_driver_learns_which_prepared_statements_are_lightweight_transactions() {
+    let directory = tempfile::tempdir().unwrap();
+    let node = start_node(directory.path()).await;
+    let session = connect(&node, false).await;
+    session
+        .query_unpaged("CREATE KEYSPACE lwt WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}", &[])
+        .await
+        .unwrap();
+    session
+        .query_unpaged("CREATE TABLE lwt.t (k int PRIMARY KEY, v int)", &[])
+        .await
+        .unwrap();
+    // Marked: the driver sends every one of them on a partition to the same replica.
+    for conditional in [
+        "INSERT INTO lwt.t (k, v) VALUES (?, ?) IF NOT EXISTS",
+        "UPDATE lwt.t SET v = ? WHERE k = ? IF v = ?",
+        "DELETE FROM lwt.t WHERE k = ? IF EXISTS",
+        "BEGIN BATCH UPDATE lwt.t SET v = ? WHERE k = ? IF v = 1; APPLY BATCH",
+    ] {
+        let prepared = session.prepare(conditional).await.unwrap();
+        assert!(prepared.is_confirmed_lwt(), "{conditional}");
+    }
+    for plain in [
+        "INSERT INTO lwt.t (k, v) VALUES (?, ?)",
+        "UPDATE lwt.t SET v = ? WHERE k = ?",
+        "SELECT v FROM lwt.t WHERE k = ?",
+    ] {
+        let prepared = session.prepare(plain).await.unwrap();
+        assert!(!prepared.is_confirmed_lwt(), "{plain}");
+    }
+    // A marked statement still runs as a lightweight transaction.
+    let insert = session
+        .prepare("INSERT INTO lwt.t (k, v) VALUES (?, ?) IF NOT EXISTS")
+        .await
+        .unwrap();
+    for (value, applied) in [(1, true), (2, false)] {
+        let result = session.execute_unpaged(&insert, (1, value)).await.unwrap();
+        let rows = result.into_rows_result().unwrap();
+        let row = rows.first_row::<scylla::value::Row>().unwrap();
+        assert_eq!(
+            row.columns[0],
+            Some(scylla::value::CqlValue::Boolean(applied))
+        );
+    }
+}

@@ -46,6 +46,8 @@ pub(crate) struct SelectPlan {
     selection: Selection,
     limit: Option<TypedTerm>,
     per_partition_limit: Option<TypedTerm>,
+    /// `USING TIMEOUT`: how long the coordinator may take to answer.
+    timeout: Option<TypedTerm>,
     /// ORDER BY runs against the declared clustering order.
     reversed: bool,
     clustering_restricted: bool,
@@ -335,6 +337,11 @@ impl SelectPlan {
             .as_ref()
             .map(|term| TypedTerm::new(term, &CqlType::Int, "PER PARTITION LIMIT"))
             .transpose()?;
+        let timeout = select
+            .timeout
+            .as_ref()
+            .map(|term| TypedTerm::new(term, &CqlType::Duration, "USING TIMEOUT"))
+            .transpose()?;
         let mut plan = SelectPlan {
             keyspace: keyspace_metadata,
             select: select.clone(),
@@ -342,6 +349,7 @@ impl SelectPlan {
             selection,
             limit,
             per_partition_limit,
+            timeout,
             reversed: false,
             clustering_restricted: false,
             class: StatementClass::System,
@@ -409,6 +417,32 @@ impl SelectPlan {
         plan.index = index;
         plan.nearest = nearest;
         Ok(plan)
+    }
+
+    /// The `USING TIMEOUT` of one execution: a positive duration of days at most (months
+    /// have no fixed length).
+    pub(crate) fn timeout_of(
+        &self,
+        bindings: Bindings<'_>,
+    ) -> Result<Option<std::time::Duration>, CqlError> {
+        let Some(term) = &self.timeout else {
+            return Ok(None);
+        };
+        match term.evaluate(bindings)? {
+            Bound::Value(Value::Duration {
+                months: 0,
+                days,
+                nanoseconds,
+            }) if days >= 0 && nanoseconds >= 0 && (days, nanoseconds) != (0, 0) => {
+                let nanoseconds = days as u64 * 86_400_000_000_000 + nanoseconds as u64;
+                Ok(Some(std::time::Duration::from_nanos(nanoseconds)))
+            }
+            Bound::Unset => Ok(None),
+            Bound::Value(Value::Duration { .. }) => Err(CqlError::invalid(
+                "USING TIMEOUT must be a positive duration without months",
+            )),
+            _ => Err(CqlError::invalid("Invalid null value of USING TIMEOUT")),
+        }
     }
 
     /// The LIMIT of one execution.
