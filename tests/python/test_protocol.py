@@ -79,7 +79,10 @@ def test_options_lists_cql_version_and_compression(raw):
     _, _, _, opcode, body = read_frame(raw)
     assert opcode == SUPPORTED
     assert b"CQL_VERSION" in body and b"COMPRESSION" in body and b"lz4" in body
-    assert b"SCYLLA" not in body
+    # Of ScyllaDB's extensions, only the lightweight-transaction mark is offered: no shard
+    # information (Shoal has no shard-per-core ports for a driver to connect to).
+    assert b"SCYLLA_LWT_ADD_METADATA_MARK" in body and b"LWT_OPTIMIZATION_META_BIT_MASK=2147483648" in body
+    assert b"SCYLLA_SHARD" not in body and b"SCYLLA_NR_SHARDS" not in body and b"TABLETS_ROUTING" not in body
 
 
 def test_queries_before_startup_are_refused(raw):
