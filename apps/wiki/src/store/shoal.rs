@@ -32,6 +32,7 @@ use scylla::client::session::Session;
 use scylla::client::session_builder::SessionBuilder;
 use scylla::errors::{DbError, ExecutionError, RequestAttemptError, WriteType};
 use scylla::response::query_result::QueryResult;
+use scylla::serialize::row::SerializeRow;
 use scylla::statement::batch::{Batch, BatchType};
 use scylla::statement::prepared::PreparedStatement;
 use scylla::statement::{Consistency, SerialConsistency};
@@ -52,6 +53,9 @@ const RECENT_DAYS: i64 = 31;
 /// The wiki's prepared statements.
 struct Statements {
     page: PreparedStatement,
+    /// The same read at `SERIAL`, which settles a transaction whose outcome is unknown.
+    page_serial: PreparedStatement,
+    page_exists: PreparedStatement,
     create_page: PreparedStatement,
     update_page: PreparedStatement,
     delete_page: PreparedStatement,
@@ -158,6 +162,13 @@ impl Statements {
         let k = keyspace;
         Ok(Statements {
             page: prepare(format!("SELECT revision, body FROM {k}.pages WHERE title = ?"), false).await?,
+            page_serial: {
+                let mut read =
+                    prepare(format!("SELECT revision, body FROM {k}.pages WHERE title = ?"), false).await?;
+                read.set_consistency(Consistency::Serial);
+                read
+            },
+            page_exists: prepare(format!("SELECT title FROM {k}.pages WHERE title = ?"), false).await?,
             create_page: prepare(
                 format!("INSERT INTO {k}.pages (title, revision, body) VALUES (?, ?, ?) IF NOT EXISTS"),
                 true,
@@ -281,8 +292,12 @@ impl WikiStore for ShoalStore {
     }
 
     async fn existing(&self, titles: &[String]) -> Result<BTreeSet<String>> {
-        let pages = try_join_all(titles.iter().map(|title| self.page(title))).await?;
-        Ok(pages.into_iter().flatten().map(|page| page.title).collect())
+        let found =
+            try_join_all(titles.iter().map(|title| {
+                self.titles_from::<Vec<String>>(&self.statements.page_exists, (title,))
+            }))
+            .await?;
+        Ok(found.into_iter().flatten().collect())
     }
 
     async fn save(&self, edit: &Edit) -> Result<SaveOutcome> {
@@ -402,16 +417,10 @@ impl WikiStore for ShoalStore {
     }
 
     async fn titles(&self) -> Result<Vec<String>> {
-        let buckets = try_join_all((0..TITLE_BUCKETS).map(|bucket| async move {
-            let result = self
-                .session
-                .execute_unpaged(&self.statements.titles, (bucket,))
-                .await?;
-            let rows = result.into_rows_result()?;
-            let titles: Result<Vec<String>> =
-                rows.rows::<(String,)>()?.map(|row| Ok(row?.0)).collect();
-            titles
-        }))
+        let buckets = try_join_all(
+            (0..TITLE_BUCKETS)
+                .map(|bucket| self.titles_from::<Vec<String>>(&self.statements.titles, (bucket,))),
+        )
         .await?;
         let mut titles: Vec<String> = buckets.into_iter().flatten().collect();
         titles.sort();
@@ -419,17 +428,11 @@ impl WikiStore for ShoalStore {
     }
 
     async fn search(&self, terms: &BTreeSet<String>) -> Result<Vec<String>> {
-        let matches = try_join_all(terms.iter().map(|term| async move {
-            let result = self
-                .session
-                .execute_unpaged(&self.statements.search, (term,))
-                .await?;
-            let rows = result.into_rows_result()?;
-            let titles: Result<BTreeSet<String>> =
-                rows.rows::<(String,)>()?.map(|row| Ok(row?.0)).collect();
-            titles
-        }))
-        .await?;
+        let matches =
+            try_join_all(terms.iter().map(|term| {
+                self.titles_from::<BTreeSet<String>>(&self.statements.search, (term,))
+            }))
+            .await?;
         let mut matches = matches.into_iter();
         let Some(first) = matches.next() else {
             return Ok(Vec::new());
@@ -440,6 +443,17 @@ impl WikiStore for ShoalStore {
 }
 
 impl ShoalStore {
+    /// The titles a statement selecting one text column finds.
+    async fn titles_from<C: FromIterator<String>>(
+        &self,
+        statement: &PreparedStatement,
+        values: impl SerializeRow,
+    ) -> Result<C> {
+        let result = self.session.execute_unpaged(statement, values).await?;
+        let rows = result.into_rows_result()?;
+        rows.rows::<(String,)>()?.map(|row| Ok(row?.0)).collect()
+    }
+
     /// Settles a conditional write: `None` when it was applied, the conflict when not.
     ///
     /// Under contention a lightweight transaction can end with its outcome unknown (a
@@ -468,9 +482,8 @@ impl ShoalStore {
         let mut attempts = 0;
         let current = loop {
             attempts += 1;
-            let mut read = self.statements.page.clone();
-            read.set_consistency(Consistency::Serial);
-            match self.session.execute_unpaged(&read, (&edit.title,)).await {
+            let read = &self.statements.page_serial;
+            match self.session.execute_unpaged(read, (&edit.title,)).await {
                 Ok(result) => break page_of(&edit.title, result)?,
                 Err(error) if attempts < SETTLE_ATTEMPTS => {
                     tracing::info!(%error, "settling a save failed; trying again");
