@@ -359,9 +359,16 @@ pub fn plan_primaries(map: &TabletMap, nodes: &[BalancerNode]) -> Vec<(TabletId,
             .map(|(h, c)| (*c, *h))
             .collect();
         sources.sort_unstable_by(|a, b| b.cmp(a));
+        // The tablets each node leads (and that are not moving), as of this round.
+        let mut led_by: BTreeMap<HostId, Vec<&crate::tablet::Tablet>> = BTreeMap::new();
+        for tablet in map.tablets().iter().filter(|t| t.transition.is_none()) {
+            if let Some(primary) = first.get(&tablet.id) {
+                led_by.entry(*primary).or_default().push(tablet);
+            }
+        }
         let chain = sources
             .iter()
-            .find_map(|(count, source)| chain_to_fewer(map, &first, &primaries, *source, *count));
+            .find_map(|(count, source)| chain_to_fewer(&led_by, &primaries, *source, *count));
         let Some(chain) = chain else {
             break;
         };
@@ -379,21 +386,14 @@ pub fn plan_primaries(map: &TabletMap, nodes: &[BalancerNode]) -> Vec<(TabletId,
 
 /// A shortest chain of primary hand-overs from `source` (leading `count` tablets) to a
 /// node leading at most `count - 2`: each step `(from, (tablet, to))` gives `tablet`, led
-/// by `from`, to its replica `to`. Tablets under a move are left alone.
+/// by `from`, to its replica `to`. `led_by`: the tablets each node leads, without those
+/// under a move (they are left alone).
 fn chain_to_fewer(
-    map: &TabletMap,
-    first: &BTreeMap<TabletId, HostId>,
+    led_by: &BTreeMap<HostId, Vec<&crate::tablet::Tablet>>,
     primaries: &BTreeMap<HostId, usize>,
     source: HostId,
     count: usize,
 ) -> Option<Vec<(HostId, (TabletId, HostId))>> {
-    // The tablets each node leads (and that are not moving).
-    let mut led_by: BTreeMap<HostId, Vec<&crate::tablet::Tablet>> = BTreeMap::new();
-    for tablet in map.tablets().iter().filter(|t| t.transition.is_none()) {
-        if let Some(primary) = first.get(&tablet.id) {
-            led_by.entry(*primary).or_default().push(tablet);
-        }
-    }
     let mut reached: BTreeMap<HostId, Option<(HostId, TabletId)>> =
         BTreeMap::from([(source, None)]);
     let mut frontier = std::collections::VecDeque::from([source]);

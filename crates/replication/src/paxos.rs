@@ -198,6 +198,15 @@ impl LockedState<'_> {
     fn write(&self) -> Result<WriteBatch, String> {
         state_cell(self.storage_key.clone(), &self.state, self.written)
     }
+
+    /// Writes `self.state` through the replica's log (before the replica answers).
+    async fn save(&self, replica: &LocalReplica) -> Result<(), String> {
+        replica
+            .log
+            .append(self.write()?)
+            .await
+            .map_err(|e| e.message)
+    }
 }
 
 impl PaxosReplica {
@@ -237,11 +246,7 @@ impl PaxosReplica {
             });
         }
         locked.state.promised = Some(ballot);
-        replica
-            .log
-            .append(locked.write()?)
-            .await
-            .map_err(|e| e.message)?;
+        locked.save(replica).await?;
         Ok(Promise {
             promised: true,
             highest: ballot,
@@ -265,11 +270,7 @@ impl PaxosReplica {
         let ballot = proposal.ballot;
         locked.state.promised = Some(ballot);
         locked.state.accepted = Some(proposal);
-        replica
-            .log
-            .append(locked.write()?)
-            .await
-            .map_err(|e| e.message)?;
+        locked.save(replica).await?;
         Ok((true, ballot))
     }
 
