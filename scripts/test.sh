@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/shoal/target}
 venv=${SHOAL_VENV:-$HOME/.cache/shoal/venv}
 
+# One target directory serves every clone; drop the builds no clone uses any more.
+python3 scripts/prune-target.py "$CARGO_TARGET_DIR"
 scripts/build-deps.sh
 # The nemesis test cuts nodes off with nftables rules on loopback.
 if ! command -v nft >/dev/null 2>&1; then

@@ -1,6 +1,7 @@
 """Secondary indexes on one node: CREATE INDEX (default and `USING 'sai'`, named and
 unnamed, IF NOT EXISTS) on regular, static and clustering columns, partition-key
-components and collections (`CONTAINS`, `CONTAINS KEY`, `m[k] = v`); queries with and
+components and collections (`CONTAINS`, `CONTAINS KEY`, `m[k] = v`); ranges (`<`, `<=`,
+`>`, `>=`) over storage-attached indexes, numbers and timestamps; queries with and
 without the partition key, AND of several restrictions, paging, and the index following
 updates, deletes and TTLs (never a stale hit, never a missed one); DROP INDEX; the schema
 tables and DESCRIBE; Cassandra's errors. Runs against Cassandra too
@@ -209,3 +210,63 @@ def test_a_duplicate_index_is_refused(session):
     with pytest.raises(Exception) as refused:
         session.execute("CREATE INDEX one ON t (v)")
     assert "already exists" in str(refused.value)
+
+
+def readings(session):
+    """A table of sensor readings with storage-attached indexes on an int, a bigint, a
+    double and a timestamp, values on both sides of zero, and one legacy index."""
+    session.execute("CREATE TABLE readings (id int PRIMARY KEY, site text, level int, total bigint, "
+                    "ratio double, at timestamp, note int)")
+    for column in ("level", "total", "ratio", "at", "site"):
+        session.execute(f"CREATE INDEX ON readings ({column}) USING 'sai'")
+    session.execute("CREATE INDEX ON readings (note)")
+    insert = session.prepare("INSERT INTO readings (id, site, level, total, ratio, at, note) "
+                             "VALUES (?, ?, ?, ?, ?, ?, ?)")
+    for i in range(60):
+        session.execute(insert, (i, ["north", "south"][i % 2], i - 30, (i - 30) * 10**12, (i - 30) / 7,
+                                 1_700_000_000_000 + i * 60_000, i % 4))
+
+
+def ids(session, query, parameters=None):
+    return sorted(r.id for r in session.execute(query, parameters))
+
+
+def test_a_storage_attached_index_answers_ranges_without_allow_filtering(session):
+    readings(session)
+    assert ids(session, "SELECT id FROM readings WHERE level > 25") == list(range(56, 60))
+    assert ids(session, "SELECT id FROM readings WHERE level >= -2 AND level < 3") == list(range(28, 33))
+    assert ids(session, "SELECT id FROM readings WHERE level <= -29") == [0, 1]
+    # Both bounds on one side: the tighter one holds.
+    assert ids(session, "SELECT id FROM readings WHERE level > 0 AND level >= 27") == [57, 58, 59]
+    assert ids(session, "SELECT id FROM readings WHERE level > 10 AND level < 5") == []
+    assert ids(session, "SELECT id FROM readings WHERE total < -28000000000000") == [0, 1]
+    assert ids(session, "SELECT id FROM readings WHERE ratio > 3.9") == [58, 59]
+    assert ids(session, "SELECT id FROM readings WHERE ratio >= -0.2 AND ratio <= 0.2") == [29, 30, 31]
+    assert ids(session, "SELECT id FROM readings WHERE at >= '2023-11-14 22:50:00+0000' "
+                        "AND at < '2023-11-14 22:53:00+0000'") == [37, 38, 39]
+    # A range and an equality on indexed columns, and a range with markers.
+    assert ids(session, "SELECT id FROM readings WHERE site = 'north' AND level > 24") == [56, 58]
+    select = session.prepare("SELECT id FROM readings WHERE level >= ? AND level < ?")
+    assert ids(session, select, (5, 8)) == [35, 36, 37]
+
+
+def test_a_range_over_an_index_is_paged_and_follows_updates(session):
+    readings(session)
+    statement = SimpleStatement("SELECT id, level FROM readings WHERE level >= -20", fetch_size=7)
+    found = [(r.id, r.level) for r in session.execute(statement)]
+    assert sorted(found) == [(i, i - 30) for i in range(10, 60)]
+    assert len(found) == len(set(found))
+    assert len(list(session.execute("SELECT id FROM readings WHERE level >= -20 LIMIT 9"))) == 9
+    session.execute("UPDATE readings SET level = 1000 WHERE id = 3")
+    session.execute("DELETE FROM readings WHERE id = 59")
+    session.execute("DELETE level FROM readings WHERE id = 58")
+    assert ids(session, "SELECT id FROM readings WHERE level > 26") == [3, 57]
+    assert ids(session, "SELECT id FROM readings WHERE level < -26") == [0, 1, 2]
+
+
+def test_a_range_on_a_legacy_index_still_needs_allow_filtering(session):
+    readings(session)
+    with pytest.raises(InvalidRequest) as refused:
+        session.execute("SELECT id FROM readings WHERE note > 2")
+    assert "ALLOW FILTERING" in str(refused.value)
+    assert ids(session, "SELECT id FROM readings WHERE note > 2 ALLOW FILTERING") == list(range(3, 60, 4))

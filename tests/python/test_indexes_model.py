@@ -1,8 +1,8 @@
 """Secondary indexes against a model: random writes, overwrites, deletes (cells, rows,
 partitions, ranges), TTLs, collection updates, flushes and compactions — and, on a
 cluster, a node joining so tablets (and their indexes) move — after which every index
-query returns exactly what a filtered full scan returns: never a stale hit, never a
-missed one.
+query — equality, `CONTAINS` and ranges — returns exactly what a filtered full scan
+returns: never a stale hit, never a missed one.
 
 The model is the table itself read whole (`SELECT *`, a full scan) and filtered here.
 The operations are drawn from a fixed seed, so a failure replays the same way."""
@@ -75,6 +75,10 @@ def check_against_full_scan(session, keyspace):
             f"s = {value}": lambda r: r.s == value,
             f"tags CONTAINS {value}": lambda r: r.tags is not None and value in r.tags,
             f"c = {value}": lambda r: r.c == value,
+            # Ranges over the storage-attached index.
+            f"s > {value}": lambda r: r.s is not None and r.s > value,
+            f"s <= {value}": lambda r: r.s is not None and r.s <= value,
+            f"s >= {value - 1} AND s < {value + 2}": lambda r: r.s is not None and value - 1 <= r.s < value + 2,
         }
         for restriction, matches in queries.items():
             expected = sorted((r.p, r.c) for r in rows if matches(r))

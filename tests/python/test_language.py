@@ -67,6 +67,33 @@ def test_last_write_wins_by_timestamp(session):
     assert session.execute("SELECT v FROM t WHERE k = 1").one() is None
 
 
+def test_writetime_and_ttl_of_a_non_frozen_collection_list_each_element(session):
+    session.execute("CREATE TYPE IF NOT EXISTS point (x int, y int)")
+    session.execute("CREATE TABLE t (k int PRIMARY KEY, tags set<text>, scores list<int>, attrs map<text, int>, "
+                    "at point, v int)")
+    session.execute("INSERT INTO t (k, tags, scores, attrs, at, v) VALUES (1, {'a'}, [1], {'m': 1}, {x: 1, y: 0}, 7) "
+                    "USING TIMESTAMP 1000 AND TTL 800")
+    session.execute("UPDATE t USING TIMESTAMP 2000 AND TTL 500 SET tags = tags + {'b'}, scores = scores + [2], "
+                    "attrs['n'] = 2, at.y = 2 WHERE k = 1")
+    row = session.execute("SELECT writetime(tags) AS wt, ttl(tags) AS tl, writetime(scores) AS ws, "
+                          "writetime(attrs) AS wa, writetime(at) AS wp, ttl(at) AS tp, maxwritetime(tags) AS mt, "
+                          "maxwritetime(v) AS mv FROM t WHERE k = 1").one()
+    assert row.wt == [1000, 2000]
+    assert 790 <= row.tl[0] <= 800 and 490 <= row.tl[1] <= 500
+    assert row.ws == [1000, 2000]
+    assert row.wa == [1000, 2000]
+    assert row.wp == [1000, 2000]
+    assert 790 <= row.tp[0] <= 800 and 490 <= row.tp[1] <= 500
+    assert (row.mt, row.mv) == (2000, 1000)
+    # A collection without cells has no write time.
+    session.execute("INSERT INTO t (k, v) VALUES (2, 1)")
+    row = session.execute("SELECT writetime(tags) AS wt, maxwritetime(tags) AS mt FROM t WHERE k = 2").one()
+    assert (row.wt, row.mt) == (None, None)
+    with pytest.raises(InvalidRequest) as refused:
+        session.execute("SELECT writetime(k) FROM t")
+    assert "Cannot use selection function writetime on PRIMARY KEY part k" in str(refused.value)
+
+
 def test_ttl_expires_cells_and_rows(session):
     session.execute("CREATE TABLE t (k int PRIMARY KEY, a text, b text)")
     session.execute("INSERT INTO t (k, a) VALUES (1, 'x') USING TTL 1")

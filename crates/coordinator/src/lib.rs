@@ -790,10 +790,7 @@ impl Coordinator {
             names: parameters.names.as_deref(),
         };
         let restrictions = select.where_plan.bind(&select.table, bindings)?;
-        let value = restrictions
-            .filters
-            .get(choice.filter)
-            .and_then(index::lookup_value)
+        let predicate = index::lookup_predicate(&restrictions.filters, choice.filter)
             .ok_or_else(|| CqlError::server("the indexed restriction has no single value"))?;
         let replication = Arc::clone(&self.replication);
         let (table, consistency) = (select.table.id, parameters.consistency);
@@ -801,7 +798,7 @@ impl Coordinator {
             let lookup = shoal_replication::index::IndexLookup {
                 table,
                 index: choice.id,
-                value: value.clone(),
+                predicate: predicate.clone(),
                 from,
                 limit,
             };
@@ -827,18 +824,14 @@ impl Coordinator {
         bindings: values::Bindings<'_>,
         max_candidates: u32,
     ) -> Result<Option<ResultBody>, CqlError> {
-        let Some(value) = restrictions
-            .filters
-            .get(choice.filter)
-            .and_then(index::lookup_value)
-        else {
+        let Some(predicate) = index::lookup_predicate(&restrictions.filters, choice.filter) else {
             return Ok(None);
         };
         let table = select.table.id;
         let lookup = shoal_replication::index::IndexLookup {
             table,
             index: choice.id,
-            value,
+            predicate,
             from: shoal_model::Token::MIN,
             limit: max_candidates + 1,
         };

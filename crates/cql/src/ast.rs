@@ -58,6 +58,8 @@ pub enum Term {
 pub enum Selector {
     Column(String),
     WriteTime(String),
+    /// `maxwritetime(c)`: the latest write time of any of the column's cells.
+    MaxWriteTime(String),
     Ttl(String),
     /// `count(*)` or `count(1)`.
     CountAll,

@@ -521,13 +521,13 @@ impl Parser {
                         self.expect_symbol(")")?;
                         Selector::CountAll
                     }
-                    "writetime" | "ttl" => {
+                    "writetime" | "maxwritetime" | "ttl" => {
                         let column = self.identifier()?;
                         self.expect_symbol(")")?;
-                        if word == "ttl" {
-                            Selector::Ttl(column)
-                        } else {
-                            Selector::WriteTime(column)
+                        match word.as_str() {
+                            "ttl" => Selector::Ttl(column),
+                            "maxwritetime" => Selector::MaxWriteTime(column),
+                            _ => Selector::WriteTime(column),
                         }
                     }
                     "token" => {

@@ -362,50 +362,132 @@ mod tests {
 }
 
 /// Local secondary index entries use the data layout above, as rows of a hidden table
-/// whose id is the index's own id: one partition per indexed value (its token the value's
-/// hash, so a value's entries are one contiguous range and the bloom filters on `table id
-/// | token` let a lookup skip files without the value), one row per indexed base *cell*, its
-/// clustering the base cell's key after the table id (`token | partition key length |
-/// partition key | section | clustering | column part | L`) — so a value's entries list
-/// base partitions in token order. Each entry is a row marker carrying its base cell's
+/// whose id is the index's own id, ordered by indexed value and then by base cell — so one
+/// value's entries are one contiguous range listing base partitions in token order, and
+/// the values of a range (`v >= 10 AND v < 20`) are one contiguous range too. One row per
+/// indexed base *cell*: its clustering is the escaped value followed by the base cell's key
+/// after the table id (`token | partition key length | partition key | section |
+/// clustering | column part | L`). Each entry is a row marker carrying its base cell's
 /// timestamp and TTL: it lives exactly as long as that cell (two cells of a row with one
-/// value — a map's two keys, a row's marker and a column for a clustering index — each
-/// keep their own), and compaction, garbage collection and the visible-cell reader treat
-/// it like any row.
+/// value — a map's two keys, a row's marker and a column for a clustering index — each keep
+/// their own), and compaction, garbage collection and the visible-cell reader treat it like
+/// any row.
 ///
 /// ```text
-/// index id (16) | hash of value (8) | value length (u16) | value
-///   | 0x40 | base token (8) | base key length (u16) | base key | base section
-///          [| base clustering] | base column part | base L
+/// index id (16) | first 8 bytes of escaped value (the "token") | 0u16 (no partition key)
+///   | 0x40 | escaped value | base token (8) | base key length (u16) | base key
+///          | base section [| base clustering] | base column part | base L
 ///   | 0x01 | L
 /// ```
 ///
 /// `value` is the indexed value's byte-comparable encoding
-/// ([`crate::clustering::encode_component`]).
+/// ([`crate::clustering::encode_component`]); escaping it (`0x00` as `0x00 0xff`, ended by
+/// `0x00 0x00`) keeps its order and marks where it ends whatever its type. Its first eight
+/// bytes stand in the token's place, so key order is value order and the bloom filters on
+/// `table id | token` still let an equality lookup skip files without the value's prefix.
 pub fn index_entry_key(index: &TableId, value: &[u8], base_cell: &[u8]) -> Option<Vec<u8>> {
     if value.len() > u16::MAX as usize {
         return None;
     }
     let mut key = index_value_prefix(index, value);
-    key.push(SECTION_ROW);
     key.extend_from_slice(base_cell);
     push_column_part(&mut key, |k| k.push(COLUMN_ROW_MARKER));
     Some(key)
 }
 
+/// `value` escaped: `0x00` as `0x00 0xff`, then `0x00 0x00`. Order-preserving for
+/// prefix-free encodings (every byte-comparable value is one), and self-delimiting.
+fn escaped(value: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(value.len() + 4);
+    for &byte in value {
+        out.push(byte);
+        if byte == 0 {
+            out.push(0xff);
+        }
+    }
+    out.extend_from_slice(&[0, 0]);
+    out
+}
+
+/// The length of the escaped value at the front of `bytes`, its end marker included.
+fn escaped_length(bytes: &[u8]) -> Option<usize> {
+    let mut at = 0;
+    loop {
+        match *bytes.get(at)? {
+            0 => match *bytes.get(at + 1)? {
+                0 => return Some(at + 2),
+                0xff => at += 2,
+                _ => return None,
+            },
+            _ => at += 1,
+        }
+    }
+}
+
+/// The value an escaped value (end marker included) stands for.
+fn unescaped(escaped: &[u8]) -> Vec<u8> {
+    let body = &escaped[..escaped.len().saturating_sub(2)];
+    let mut value = Vec::with_capacity(body.len());
+    let mut bytes = body.iter();
+    while let Some(&byte) = bytes.next() {
+        value.push(byte);
+        if byte == 0 {
+            bytes.next();
+        }
+    }
+    value
+}
+
+/// Where an escaped value starts in `index`: its "partition" (the value's first eight
+/// escaped bytes as the token) and the row section.
+fn index_value_start(index: &TableId, escaped_value: &[u8]) -> Vec<u8> {
+    let mut first = [0u8; 8];
+    let len = escaped_value.len().min(8);
+    first[..len].copy_from_slice(&escaped_value[..len]);
+    let mut key = partition_prefix(index, Token::from_sortable_bytes(first), &[]);
+    key.push(SECTION_ROW);
+    key
+}
+
 /// The prefix of every entry of `value` in `index`.
 pub fn index_value_prefix(index: &TableId, value: &[u8]) -> Vec<u8> {
-    partition_prefix(index, crate::token::murmur3_token(value), value)
+    let escaped = escaped(value);
+    let mut key = index_value_start(index, &escaped);
+    key.extend_from_slice(&escaped);
+    key
 }
 
 /// The key range of `value`'s entries whose base token is at least `from`.
 pub fn index_value_range(index: &TableId, value: &[u8], from: Token) -> (Vec<u8>, Vec<u8>) {
     let prefix = index_value_prefix(index, value);
     let mut lower = prefix.clone();
-    lower.push(SECTION_ROW);
     lower.extend_from_slice(&from.to_sortable_bytes());
     let upper = increment_prefix(&prefix).unwrap_or_else(|| table_end(index));
     (lower, upper)
+}
+
+/// The key range of the entries of every value between `lower` and `upper` (each a
+/// byte-comparable value and whether it is included; `None`: unbounded).
+pub fn index_values_range(
+    index: &TableId,
+    lower: Option<(&[u8], bool)>,
+    upper: Option<(&[u8], bool)>,
+) -> (Vec<u8>, Vec<u8>) {
+    let start = match lower {
+        None => table_prefix(index),
+        Some((value, true)) => index_value_prefix(index, value),
+        Some((value, false)) => {
+            increment_prefix(&index_value_prefix(index, value)).unwrap_or_else(|| table_end(index))
+        }
+    };
+    let end = match upper {
+        None => table_end(index),
+        Some((value, true)) => {
+            increment_prefix(&index_value_prefix(index, value)).unwrap_or_else(|| table_end(index))
+        }
+        Some((value, false)) => index_value_prefix(index, value),
+    };
+    (start, end)
 }
 
 /// A data key after its table id: what an index entry's clustering holds.
@@ -413,13 +495,32 @@ pub fn base_cell_of(key: &[u8]) -> Option<&[u8]> {
     key.get(TABLE_ID_LENGTH..)
 }
 
-/// The base partition `(token, partition key)` an index entry's key points at.
-pub fn index_entry_base(entry_key: &[u8]) -> Option<(Token, &[u8])> {
+/// An index entry's indexed value (byte-comparable, still escaped) and what follows it.
+fn split_index_entry(entry_key: &[u8]) -> Option<(&[u8], &[u8])> {
     let (_, _, rest) = split_partition(entry_key)?;
-    let base = rest.strip_prefix(&[SECTION_ROW])?;
+    let rest = rest.strip_prefix(&[SECTION_ROW])?;
+    let length = escaped_length(rest)?;
+    Some(rest.split_at(length))
+}
+
+/// The base partition `(token, partition key)` after an entry's value.
+fn base_partition(base: &[u8]) -> Option<(Token, &[u8])> {
     let token = Token::from_sortable_bytes(base.get(..8)?.try_into().ok()?);
     let length = u16::from_be_bytes(base.get(8..10)?.try_into().ok()?) as usize;
     Some((token, base.get(10..10 + length)?))
+}
+
+/// An index entry's indexed value (byte-comparable) and the base partition
+/// `(token, partition key)` it points at.
+pub fn index_entry_parts(entry_key: &[u8]) -> Option<(Vec<u8>, Token, &[u8])> {
+    let (value, base) = split_index_entry(entry_key)?;
+    let (token, partition_key) = base_partition(base)?;
+    Some((unescaped(value), token, partition_key))
+}
+
+/// The base partition `(token, partition key)` an index entry's key points at.
+pub fn index_entry_base(entry_key: &[u8]) -> Option<(Token, &[u8])> {
+    base_partition(split_index_entry(entry_key)?.1)
 }
 
 #[cfg(test)]
@@ -447,6 +548,88 @@ mod index_tests {
         assert!(
             !(other_lower <= entry && entry < other_upper),
             "another value's range holds none of this value's entries"
+        );
+    }
+
+    /// A base cell of partition `key` (token `token`) of a table.
+    fn base_cell(token: i64, key: &[u8]) -> Vec<u8> {
+        let mut cell = partition_prefix(&TableId([7; 16]), Token(token), key);
+        cell.push(SECTION_ROW);
+        push_column_part(&mut cell, |k| push_cell_column(k, "v", b""));
+        base_cell_of(&cell).unwrap().to_vec()
+    }
+
+    #[test]
+    fn index_entries_sort_by_value_then_base_token_and_give_both_back() {
+        let index = TableId([9; 16]);
+        // Values with zero bytes, a common prefix longer than the token's eight bytes,
+        // and one that is empty.
+        let values: [&[u8]; 6] = [
+            b"",
+            b"\x00",
+            b"\x00\x00\x01",
+            b"\x00\x01",
+            b"abcdefghij-1",
+            b"abcdefghij-2",
+        ];
+        let mut entries = Vec::new();
+        for value in values {
+            for token in [-3, 8] {
+                let entry = index_entry_key(&index, value, &base_cell(token, b"k")).unwrap();
+                let (read_value, read_token, read_key) = index_entry_parts(&entry).unwrap();
+                assert_eq!(
+                    (read_value.as_slice(), read_token, read_key),
+                    (value, Token(token), &b"k"[..])
+                );
+                entries.push(entry);
+            }
+        }
+        let mut sorted = entries.clone();
+        sorted.sort();
+        assert_eq!(sorted, entries, "value order, then base token order");
+    }
+
+    #[test]
+    fn a_value_range_holds_exactly_the_entries_of_its_values() {
+        let index = TableId([9; 16]);
+        let values: Vec<Vec<u8>> = (0u8..6).map(|v| vec![0, v, 0]).collect();
+        let entries: Vec<Vec<u8>> = values
+            .iter()
+            .map(|value| index_entry_key(&index, value, &base_cell(1, b"k")).unwrap())
+            .collect();
+        let inside = |(lower, upper): (Vec<u8>, Vec<u8>)| -> Vec<usize> {
+            (0..entries.len())
+                .filter(|&i| lower <= entries[i] && entries[i] < upper)
+                .collect()
+        };
+        let (two, four) = (values[2].as_slice(), values[4].as_slice());
+        assert_eq!(
+            inside(index_values_range(
+                &index,
+                Some((two, true)),
+                Some((four, true))
+            )),
+            [2, 3, 4]
+        );
+        assert_eq!(
+            inside(index_values_range(
+                &index,
+                Some((two, false)),
+                Some((four, false))
+            )),
+            [3]
+        );
+        assert_eq!(
+            inside(index_values_range(&index, None, Some((two, false)))),
+            [0, 1]
+        );
+        assert_eq!(
+            inside(index_values_range(&index, Some((four, false)), None)),
+            [5]
+        );
+        assert_eq!(
+            inside(index_values_range(&index, None, None)),
+            [0, 1, 2, 3, 4, 5]
         );
     }
 }

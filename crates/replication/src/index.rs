@@ -8,7 +8,8 @@
 //! overwritten or deleted remain until they expire with their cell, and every query checks
 //! its hits against the rows themselves.
 //!
-//! A query asks replicas for *candidates* — base partitions with an entry for the value —
+//! A query asks replicas for *candidates* — base partitions with an entry for the value, or
+//! for any value of a range ([`IndexPredicate`]) —
 //! tablet by tablet in token order, from as many replicas per tablet as the consistency
 //! level needs ([`StorageProxy::index_candidates`]); the coordinator then reads those
 //! partitions like a scan and filters them ([`IndexLookup`], `ReplicaRequest::IndexLookup`).
@@ -101,40 +102,120 @@ pub fn merge_vector_hits(mut hits: Vec<VectorHit>, limit: usize) -> Vec<VectorHi
     hits
 }
 
-/// Candidates for one indexed value: the base partitions of `table` that have an entry
-/// for `value` in `index`, from token `from` on.
+/// Candidates for an index predicate: the base partitions of `table` that have an entry
+/// in `index` matching `predicate`, from token `from` on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IndexLookup {
     pub table: TableId,
     pub index: TableId,
-    /// The value's byte-comparable encoding.
-    pub value: Vec<u8>,
+    pub predicate: IndexPredicate,
     pub from: Token,
     /// At most this many partitions.
     pub limit: u32,
+}
+
+/// Which indexed values a lookup wants, each as its byte-comparable encoding.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum IndexPredicate {
+    /// One value (`=`, `CONTAINS`, `CONTAINS KEY`, `m[key] = value`).
+    Equals(Vec<u8>),
+    /// The values between two bounds (`<`, `<=`, `>`, `>=`), each with whether it is
+    /// included; `None` leaves that side open.
+    Range {
+        lower: RangeBound,
+        upper: RangeBound,
+    },
+}
+
+/// One side of an [`IndexPredicate::Range`]: a byte-comparable value and whether it is
+/// included, or `None` for an open side.
+pub type RangeBound = Option<(Vec<u8>, bool)>;
+
+impl IndexPredicate {
+    /// True when an entry of `value` answers this predicate.
+    pub fn matches(&self, value: &[u8]) -> bool {
+        match self {
+            IndexPredicate::Equals(wanted) => value == wanted.as_slice(),
+            IndexPredicate::Range { lower, upper } => {
+                let above = match lower {
+                    None => true,
+                    Some((bound, true)) => value >= bound.as_slice(),
+                    Some((bound, false)) => value > bound.as_slice(),
+                };
+                let below = match upper {
+                    None => true,
+                    Some((bound, true)) => value <= bound.as_slice(),
+                    Some((bound, false)) => value < bound.as_slice(),
+                };
+                above && below
+            }
+        }
+    }
 }
 
 /// Entries read per lookup chunk on a replica.
 const LOOKUP_CHUNK_CELLS: u32 = 4096;
 
 /// Answers a lookup from this node's index: the distinct base partitions with a visible
-/// entry for the value whose token lies in `[from, upto]`, in token order, at most
-/// `limit` of them.
+/// matching entry whose token lies in `[from, upto]`, in token order, at most `limit` of
+/// them. One value's entries are in token order, so an equality lookup reads only as far
+/// as it needs; a range's entries are in value order, so a range lookup reads all of them
+/// and keeps the `limit` lowest partitions.
 pub fn lookup_candidates(
     engine: &dyn Engine,
     lookup: &IndexLookup,
     upto: Token,
 ) -> Result<Vec<PartitionRef>, String> {
-    let (mut lower, upper) = keys::index_value_range(&lookup.index, &lookup.value, lookup.from);
-    let mut found: Vec<PartitionRef> = Vec::new();
+    match &lookup.predicate {
+        IndexPredicate::Equals(value) => {
+            let (lower, upper) = keys::index_value_range(&lookup.index, value, lookup.from);
+            let mut found: Vec<PartitionRef> = Vec::new();
+            for_each_visible_entry(engine, lower, &upper, |token, partition_key| {
+                token <= upto && add_candidate(&mut found, token, partition_key, lookup.limit)
+            })?;
+            Ok(found)
+        }
+        IndexPredicate::Range { lower, upper } => {
+            let (start, end) =
+                keys::index_values_range(&lookup.index, as_bound(lower), as_bound(upper));
+            let mut lowest = std::collections::BTreeSet::new();
+            for_each_visible_entry(engine, start, &end, |token, partition_key| {
+                if token >= lookup.from && token <= upto {
+                    lowest.insert((token, partition_key.to_vec()));
+                    if lowest.len() > lookup.limit as usize {
+                        lowest.pop_last();
+                    }
+                }
+                true
+            })?;
+            Ok(lowest.into_iter().collect())
+        }
+    }
+}
+
+/// A range bound as [`keys::index_values_range`] takes it.
+fn as_bound(bound: &RangeBound) -> Option<(&[u8], bool)> {
+    bound
+        .as_ref()
+        .map(|(value, inclusive)| (value.as_slice(), *inclusive))
+}
+
+/// Calls `visit` with the base partition of every visible entry in `[lower, upper)`, in
+/// key order, until it returns `false`.
+fn for_each_visible_entry(
+    engine: &dyn Engine,
+    mut lower: Vec<u8>,
+    upper: &[u8],
+    mut visit: impl FnMut(Token, &[u8]) -> bool,
+) -> Result<(), String> {
     loop {
-        let (cells, complete) = read_visible(engine, &lower, &upper, LOOKUP_CHUNK_CELLS)?;
+        let (cells, complete) = read_visible(engine, &lower, upper, LOOKUP_CHUNK_CELLS)?;
         for (key, _) in &cells {
             let Some((token, partition_key)) = keys::index_entry_base(key) else {
                 continue;
             };
-            if token > upto || !add_candidate(&mut found, token, partition_key, lookup.limit) {
-                return Ok(found);
+            if !visit(token, partition_key) {
+                return Ok(());
             }
         }
         match cells.last() {
@@ -142,7 +223,7 @@ pub fn lookup_candidates(
                 lower = last.clone();
                 lower.push(0);
             }
-            _ => return Ok(found),
+            _ => return Ok(()),
         }
     }
 }

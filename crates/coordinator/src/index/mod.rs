@@ -6,7 +6,8 @@
 //!   answers with the index entries those cells add, written in the same atomic batch: a
 //!   row marker per indexed base cell under the indexed value, carrying that cell's
 //!   timestamp and TTL, so it lives exactly as long as the cell (layout:
-//!   `shoal_model::keys::index_entry_key`). Client writes,
+//!   `shoal_model::keys::index_entry_key`), ordered by value and then base cell.
+//!   Client writes,
 //!   hints, read repair, repair and replayed batches all pass there, so no replica's
 //!   index is ever behind its data. Entries of values since overwritten or deleted stay
 //!   until they expire with their cell; a query never trusts them (below).
@@ -16,8 +17,9 @@
 //!   those entries from its data as it scans it — slower, never incomplete. Tablets
 //!   streamed in are indexed as they arrive ([`IndexCatalog::index_range`]).
 //! - **Queries.** A SELECT whose WHERE clause filters on an indexed column without naming
-//!   its partitions reads the table like a filtered scan, but only the partitions the
-//!   index names: [`CandidateView`] is an engine whose cursors walk those candidates in
+//!   its partitions (an equality, or a range on a storage-attached index:
+//!   [`lookup_predicate`]) reads the table like a filtered scan, but only the partitions
+//!   the index names: [`CandidateView`] is an engine whose cursors walk those candidates in
 //!   token order, fetched tablet by tablet from enough replicas for the consistency level.
 //!   The scan's own filters then check every row, so an index query returns exactly what
 //!   a filtered full scan would — never a stale hit — and pages, limits and replicas'
@@ -35,7 +37,8 @@ use shoal_model::clustering::{decode_component, encode_component};
 use shoal_model::keys::{self, ColumnPart};
 use shoal_model::{Cell, CqlType, TableId, Token, Value};
 use shoal_replication::index::{
-    add_candidate, lookup_candidates, IndexLookup, LocalIndexes, VectorAnswer, VectorSearch,
+    add_candidate, lookup_candidates, IndexLookup, IndexPredicate, LocalIndexes, RangeBound,
+    VectorAnswer, VectorSearch,
 };
 use shoal_replication::{Cells, PartitionRef};
 use shoal_schema::{ColumnKind, IndexMetadata, IndexTarget, SchemaStore, TableMetadata};
@@ -241,23 +244,68 @@ impl IndexSpec {
     }
 }
 
-/// The byte-comparable value an index lookup searches for, from a query's bound filter:
-/// the value (`=`, `CONTAINS`, `CONTAINS KEY`), or `key ++ value` for `m[key] = value`.
-pub(crate) fn lookup_value(filter: &crate::restrictions::Filter) -> Option<Vec<u8>> {
-    let value = match (filter.operator, filter.values.as_slice()) {
-        (Operator::Eq | Operator::Contains | Operator::ContainsKey, [value]) => value,
-        _ => return None,
+/// What an index lookup searches for, from a query's bound filters and the position of the
+/// one its index answers: that filter's value (`=`, `CONTAINS`, `CONTAINS KEY`), or
+/// `key ++ value` for `m[key] = value`; for a range filter, the tightest range of every
+/// range filter on that column (`v > 3 AND v <= 9`). Byte-comparable encodings throughout.
+pub(crate) fn lookup_predicate(
+    filters: &[crate::restrictions::Filter],
+    chosen: usize,
+) -> Option<IndexPredicate> {
+    let filter = filters.get(chosen)?;
+    let encoded = |value: &Value| {
+        let mut out = Vec::new();
+        encode_component(&mut out, value, false);
+        out
     };
-    let mut out = Vec::new();
-    if let Some(key) = &filter.map_key {
-        encode_component(&mut out, key, false);
+    match (filter.operator, filter.values.as_slice()) {
+        (Operator::Eq | Operator::Contains | Operator::ContainsKey, [value]) => {
+            let mut out = Vec::new();
+            if let Some(key) = &filter.map_key {
+                encode_component(&mut out, key, false);
+            }
+            encode_component(&mut out, value, false);
+            Some(IndexPredicate::Equals(out))
+        }
+        (Operator::Lt | Operator::Lte | Operator::Gt | Operator::Gte, [_]) => {
+            let (mut lower, mut upper): (RangeBound, RangeBound) = (None, None);
+            for other in filters.iter().filter(|f| f.column == filter.column) {
+                let [value] = other.values.as_slice() else {
+                    continue;
+                };
+                let bound = encoded(value);
+                match other.operator {
+                    Operator::Gt | Operator::Gte => {
+                        let candidate = (bound, other.operator == Operator::Gte);
+                        // The tighter lower bound: the higher value, exclusive on a tie.
+                        if lower.as_ref().is_none_or(|(b, inclusive)| {
+                            candidate.0 > *b || (candidate.0 == *b && *inclusive)
+                        }) {
+                            lower = Some(candidate);
+                        }
+                    }
+                    Operator::Lt | Operator::Lte => {
+                        let candidate = (bound, other.operator == Operator::Lte);
+                        if upper.as_ref().is_none_or(|(b, inclusive)| {
+                            candidate.0 < *b || (candidate.0 == *b && *inclusive)
+                        }) {
+                            upper = Some(candidate);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Some(IndexPredicate::Range { lower, upper })
+        }
+        _ => None,
     }
-    encode_component(&mut out, value, false);
-    Some(out)
 }
 
 /// Which index of `table` can answer a filter with `operator` on `column` (`map_entry`:
-/// the filter is `m[key] = value`).
+/// the filter is `m[key] = value`). Ranges (`<`, `<=`, `>`, `>=`) are answered by
+/// storage-attached indexes on single-value columns whose byte-comparable encoding orders
+/// exactly as the type does (every type but `decimal`, whose encoding orders by an
+/// approximation first).
 pub(crate) fn index_for<'t>(
     table: &'t TableMetadata,
     column: &str,
@@ -265,6 +313,9 @@ pub(crate) fn index_for<'t>(
     map_entry: bool,
 ) -> Option<&'t IndexMetadata> {
     let cql_type = &table.column(column)?.cql_type;
+    let orders_exactly = !cql_type.is_collection()
+        && !matches!(cql_type, CqlType::Decimal | CqlType::Vector { .. })
+        && !cql_type.is_multi_cell();
     table.indexes.iter().find(|index| {
         index.column == column
             && vector_index_of(table, index).is_none()
@@ -274,6 +325,10 @@ pub(crate) fn index_for<'t>(
                 (Operator::Eq, IndexTarget::Full) => !map_entry,
                 (Operator::Contains, IndexTarget::Values) => cql_type.is_multi_cell(),
                 (Operator::ContainsKey, IndexTarget::Keys) => true,
+                (
+                    Operator::Lt | Operator::Lte | Operator::Gt | Operator::Gte,
+                    IndexTarget::Values,
+                ) => index.sai && !map_entry && orders_exactly,
                 _ => false,
             }
     })
@@ -289,9 +344,16 @@ pub struct BuildProgress {
     pub done: bool,
 }
 
+/// The prefix of the metadata keys recording that an index's build finished on this node,
+/// with the entries in their current layout (`shoal_model::keys::index_entry_key`).
+const BUILT_PREFIX: &[u8] = b"index-built-v2/";
+/// The same record for entries in the first layout (one partition per hashed value, no
+/// ranges): such an index is built again, its old entries deleted first.
+const BUILT_PREFIX_V1: &[u8] = b"index-built/";
+
 /// The metadata key recording that an index's build finished on this node.
 fn built_key(index: &TableId) -> Vec<u8> {
-    let mut key = b"index-built/".to_vec();
+    let mut key = BUILT_PREFIX.to_vec();
     key.extend_from_slice(&index.0);
     key
 }
@@ -318,13 +380,19 @@ pub struct IndexCatalog {
 
 impl IndexCatalog {
     pub fn new(schema: Arc<SchemaStore>, engine: Arc<dyn Engine>) -> IndexCatalog {
+        for (old, _) in engine
+            .metadata_with_prefix(BUILT_PREFIX_V1)
+            .unwrap_or_default()
+        {
+            let _ = engine.delete_metadata(&old);
+        }
         let built = engine
-            .metadata_with_prefix(b"index-built/")
+            .metadata_with_prefix(BUILT_PREFIX)
             .unwrap_or_default()
             .into_iter()
             .filter_map(|(key, _)| {
-                let id: [u8; 16] = key.get(12..28)?.try_into().ok()?;
-                Some(TableId(id))
+                let id = key.get(BUILT_PREFIX.len()..BUILT_PREFIX.len() + 16)?;
+                Some(TableId(id.try_into().ok()?))
             })
             .collect();
         IndexCatalog {
@@ -479,8 +547,15 @@ impl IndexCatalog {
         }
     }
 
-    /// Writes the entries of `index` for every cell of `table` stored here.
+    /// Writes the entries of `index` for every cell of `table` stored here, after deleting
+    /// whatever entries it had (a build interrupted by a restart, or entries in an older
+    /// layout). Entries that concurrent writes add meanwhile stay correct: a write's entry
+    /// deleted here is written again by the scan, which starts after the deletion and
+    /// sees that write's cells.
     fn build(&self, index: TableId, table: TableId) -> Result<(), String> {
+        self.engine
+            .delete_range(&keys::table_prefix(&index), &keys::table_end(&index))
+            .map_err(|e| e.to_string())?;
         let lower = keys::table_prefix(&table);
         let upper = keys::table_end(&table);
         self.index_range_with(&lower, &upper, Some(index))?;
@@ -622,20 +697,20 @@ impl LocalIndexes for IndexCatalog {
         let mut cursor = engine
             .scan(&lower, &upper, false)
             .map_err(|e| e.to_string())?;
-        let (wanted_lower, _) = keys::index_value_range(&lookup.index, &lookup.value, Token::MIN);
-        let value_prefix = keys::index_value_prefix(&lookup.index, &lookup.value);
         let mut found: Vec<PartitionRef> = Vec::new();
         while let Some((key, value)) = cursor.current() {
             let cells = vec![(key.to_vec(), value.to_vec())];
             let mut entries = Vec::new();
             Self::entries_with(&only, &cells, &mut entries);
             for (entry, _) in entries {
-                if entry.starts_with(&value_prefix) && entry >= wanted_lower {
-                    if let Some((token, partition_key)) = keys::index_entry_base(&entry) {
-                        if !add_candidate(&mut found, token, partition_key, lookup.limit) {
-                            return Ok(found);
-                        }
-                    }
+                let Some((value, token, partition_key)) = keys::index_entry_parts(&entry) else {
+                    continue;
+                };
+                if token >= lookup.from
+                    && lookup.predicate.matches(&value)
+                    && !add_candidate(&mut found, token, partition_key, lookup.limit)
+                {
+                    return Ok(found);
                 }
             }
             cursor.advance();

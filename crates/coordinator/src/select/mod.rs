@@ -226,7 +226,17 @@ fn choose_index(
             crate::index::index_for(table, &table.columns[*column].name, *operator, *map_entry)
         })
         .collect();
-    let Some(filter) = indexes.iter().position(Option::is_some) else {
+    // An equality names fewer partitions than a range, as a rule: use its index if any.
+    let is_range = |position: usize| {
+        use shoal_cql::ast::Operator::{Gt, Gte, Lt, Lte};
+        matches!(shapes[position].1, Lt | Lte | Gt | Gte)
+    };
+    let indexed = |position: &usize| indexes[*position].is_some();
+    let Some(filter) = (0..shapes.len())
+        .filter(indexed)
+        .find(|position| !is_range(*position))
+        .or_else(|| (0..shapes.len()).find(indexed))
+    else {
         return (None, where_plan.needs_filtering);
     };
     let all_answered = indexes.iter().all(|i| i.is_some_and(|i| i.sai))

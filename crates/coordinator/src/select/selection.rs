@@ -17,8 +17,17 @@ use shoal_schema::{ColumnKind, TableMetadata};
 #[derive(Debug, Clone)]
 pub(crate) enum Output {
     Column(usize),
+    /// `writetime(c)` of a single-cell column: its cell's timestamp.
     WriteTime(usize),
+    /// `ttl(c)` of a single-cell column.
     Ttl(usize),
+    /// `writetime(c)` of a non-frozen collection or user-defined type: a `list<bigint>`,
+    /// one timestamp per element (per field of a UDT, null where it has no cell).
+    WriteTimes(usize),
+    /// `ttl(c)` of a non-frozen collection or UDT: a `list<int>`, null where none.
+    Ttls(usize),
+    /// `maxwritetime(c)`: the latest timestamp of the column's cells.
+    MaxWriteTime(usize),
     Token,
     Count(Option<usize>),
     Min(usize),
@@ -269,13 +278,10 @@ fn compile_selector(
     select: &Select,
     item: &shoal_cql::ast::SelectItem,
 ) -> Result<(String, CqlType, Output), CqlError> {
-    let simple_column = |name: &str, what: &str| -> Result<usize, CqlError> {
+    // The column a `writetime`, `maxwritetime` or `ttl` reads, and whether it has one
+    // cell per element (non-frozen collections and user-defined types).
+    let timed_column = |name: &str, what: &str| -> Result<(usize, bool), CqlError> {
         let (index, column) = table.require_column(name)?;
-        ensure(!column.cql_type.is_multi_cell(), || {
-            CqlError::invalid(format!(
-                "Cannot use selection function {what} on non-frozen collection {name}"
-            ))
-        })?;
         ensure(
             !matches!(
                 column.kind,
@@ -287,7 +293,11 @@ fn compile_selector(
                 ))
             },
         )?;
-        Ok(index)
+        Ok((index, column.cql_type.is_multi_cell()))
+    };
+    let list_of = |element: CqlType| CqlType::List {
+        element: Box::new(element),
+        frozen: false,
     };
     Ok(match &item.selector {
         Selector::Column(name) => {
@@ -302,16 +312,31 @@ fn compile_selector(
             }
             (name.clone(), column.cql_type.clone(), Output::Column(index))
         }
-        Selector::WriteTime(name) => (
-            format!("writetime({name})"),
+        Selector::WriteTime(name) => match timed_column(name, "writetime")? {
+            (index, false) => (
+                format!("writetime({name})"),
+                CqlType::Bigint,
+                Output::WriteTime(index),
+            ),
+            (index, true) => (
+                format!("writetime({name})"),
+                list_of(CqlType::Bigint),
+                Output::WriteTimes(index),
+            ),
+        },
+        Selector::MaxWriteTime(name) => (
+            format!("maxwritetime({name})"),
             CqlType::Bigint,
-            Output::WriteTime(simple_column(name, "writetime")?),
+            Output::MaxWriteTime(timed_column(name, "maxwritetime")?.0),
         ),
-        Selector::Ttl(name) => (
-            format!("ttl({name})"),
-            CqlType::Int,
-            Output::Ttl(simple_column(name, "ttl")?),
-        ),
+        Selector::Ttl(name) => match timed_column(name, "ttl")? {
+            (index, false) => (format!("ttl({name})"), CqlType::Int, Output::Ttl(index)),
+            (index, true) => (
+                format!("ttl({name})"),
+                list_of(CqlType::Int),
+                Output::Ttls(index),
+            ),
+        },
         Selector::CountAll => ("count".to_string(), CqlType::Bigint, Output::Count(None)),
         Selector::Token(names) => {
             let expected: Vec<&str> = table.partition_key().map(|c| c.name.as_str()).collect();

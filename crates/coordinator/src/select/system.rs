@@ -71,8 +71,7 @@ pub(crate) fn select_virtual(
             .into_iter()
             .map(|value| ColumnValue {
                 bytes: value.map(|v| v.serialize()),
-                timestamp: None,
-                ttl: None,
+                ..ColumnValue::default()
             })
             .collect();
         if visitor.emit(&header, values, None) == Flow::Stop {

@@ -20,12 +20,70 @@ use shoal_schema::TableMetadata;
 use shoal_storage::reader::{ClusteringSlice, Flow, PartitionHeader, Row, Visitor};
 
 /// One column's value in a row being produced: serialized bytes plus, for simple cells,
-/// the write timestamp and remaining TTL.
+/// the write timestamp and remaining TTL; for the cells of a non-frozen collection or
+/// user-defined type, each one's (`writetime(c)` and `ttl(c)` list them), with `timestamp`
+/// their latest.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ColumnValue {
     pub(crate) bytes: Option<Vec<u8>>,
     pub(crate) timestamp: Option<i64>,
     pub(crate) ttl: Option<i32>,
+    pub(crate) element_times: Vec<Option<CellTime>>,
+}
+
+/// When one cell was written and how long it has left to live.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct CellTime {
+    pub(crate) timestamp: i64,
+    pub(crate) ttl: Option<i32>,
+}
+
+/// Each element's cell time of a non-frozen collection (in element order) or user-defined
+/// type (one per field, `None` where the field has no cell).
+fn element_times(
+    cql_type: &CqlType,
+    cells: &[(Vec<u8>, Cell)],
+    now_seconds: i64,
+) -> Vec<Option<CellTime>> {
+    let time = |cell: &Cell| CellTime {
+        timestamp: cell.timestamp.0,
+        ttl: cell.remaining_ttl(now_seconds),
+    };
+    match cql_type {
+        CqlType::Udt(user_type) => {
+            let mut fields = vec![None; user_type.fields.len()];
+            for (path, cell) in cells {
+                if let Some(slot) = UserType::field_of_path(path).and_then(|i| fields.get_mut(i)) {
+                    *slot = Some(time(cell));
+                }
+            }
+            fields
+        }
+        _ => cells.iter().map(|(_, cell)| Some(time(cell))).collect(),
+    }
+}
+
+/// A `list<bigint>` or `list<int>` of per-element times, null where an element has none
+/// (`None` when the column has no cell).
+pub(crate) fn time_list<const N: usize>(
+    times: &[Option<CellTime>],
+    of: impl Fn(&CellTime) -> Option<[u8; N]>,
+) -> Option<Vec<u8>> {
+    if times.is_empty() {
+        return None;
+    }
+    let mut out = Vec::with_capacity(4 + times.len() * (4 + N));
+    out.extend_from_slice(&(times.len() as i32).to_be_bytes());
+    for time in times {
+        match time.as_ref().and_then(&of) {
+            Some(bytes) => {
+                out.extend_from_slice(&(N as i32).to_be_bytes());
+                out.extend_from_slice(&bytes);
+            }
+            None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+        }
+    }
+    Some(out)
 }
 
 /// Splits a serialized partition key into typed values.
@@ -121,14 +179,16 @@ pub(crate) fn fill_from_row(
                     bytes: Some(total.to_be_bytes().to_vec()),
                     timestamp: cells.iter().map(|(_, cell)| cell.timestamp.0).max(),
                     ttl: None,
+                    element_times: Vec::new(),
                 };
             }
         } else if metadata.cql_type.is_multi_cell() {
             if !cells.is_empty() {
                 values[index] = ColumnValue {
                     bytes: Some(collection_bytes(&metadata.cql_type, &cells)?),
-                    timestamp: None,
+                    timestamp: cells.iter().map(|(_, cell)| cell.timestamp.0).max(),
                     ttl: None,
+                    element_times: element_times(&metadata.cql_type, &cells, now_seconds),
                 };
             }
         } else if let Some((_, cell)) = cells.into_iter().next() {
@@ -136,6 +196,7 @@ pub(crate) fn fill_from_row(
                 timestamp: Some(cell.timestamp.0),
                 ttl: cell.remaining_ttl(now_seconds),
                 bytes: Some(cell.value),
+                element_times: Vec::new(),
             };
         }
     }
@@ -345,6 +406,16 @@ impl<'a> SelectVisitor<'a> {
             Output::Column(index) => values[*index].bytes.clone(),
             Output::WriteTime(index) => values[*index].timestamp.map(|t| t.to_be_bytes().to_vec()),
             Output::Ttl(index) => values[*index].ttl.map(|t| t.to_be_bytes().to_vec()),
+            // The latest of the cells: a single cell's own timestamp.
+            Output::MaxWriteTime(index) => {
+                values[*index].timestamp.map(|t| t.to_be_bytes().to_vec())
+            }
+            Output::WriteTimes(index) => time_list(&values[*index].element_times, |time| {
+                Some(time.timestamp.to_be_bytes())
+            }),
+            Output::Ttls(index) => time_list(&values[*index].element_times, |time| {
+                time.ttl.map(i32::to_be_bytes)
+            }),
             Output::Token => Some(token.0.to_be_bytes().to_vec()),
             Output::Constant(bytes) => bytes.clone(),
             Output::ToJson { argument, cql_type } => {
@@ -756,4 +827,37 @@ fn clustering_prefix<'c>(
         position += used;
     }
     Ok(&clustering[..position])
+}
+
+#[cfg(test)]
+mod time_list_tests {
+    use super::*;
+
+    #[test]
+    fn a_time_list_has_one_element_per_cell_and_null_where_a_cell_has_no_time() {
+        let times = [
+            Some(CellTime {
+                timestamp: 7,
+                ttl: Some(30),
+            }),
+            None,
+            Some(CellTime {
+                timestamp: 9,
+                ttl: None,
+            }),
+        ];
+        let ttls = time_list(&times, |time| time.ttl.map(i32::to_be_bytes)).unwrap();
+        let mut expected = 3i32.to_be_bytes().to_vec();
+        expected.extend_from_slice(&4i32.to_be_bytes());
+        expected.extend_from_slice(&30i32.to_be_bytes());
+        expected.extend_from_slice(&(-1i32).to_be_bytes());
+        expected.extend_from_slice(&(-1i32).to_be_bytes());
+        assert_eq!(ttls, expected);
+        let written = time_list(&times, |time| Some(time.timestamp.to_be_bytes())).unwrap();
+        assert_eq!(written.len(), 4 + (4 + 8) + 4 + (4 + 8));
+        assert_eq!(
+            time_list(&[], |time| Some(time.timestamp.to_be_bytes())),
+            None
+        );
+    }
 }
