@@ -236,9 +236,10 @@ def test_a_storage_attached_index_answers_ranges_without_allow_filtering(session
     assert ids(session, "SELECT id FROM readings WHERE level > 25") == list(range(56, 60))
     assert ids(session, "SELECT id FROM readings WHERE level >= -2 AND level < 3") == list(range(28, 33))
     assert ids(session, "SELECT id FROM readings WHERE level <= -29") == [0, 1]
-    # Both bounds on one side: the tighter one holds.
-    assert ids(session, "SELECT id FROM readings WHERE level > 0 AND level >= 27") == [57, 58, 59]
     assert ids(session, "SELECT id FROM readings WHERE level > 10 AND level < 5") == []
+    with pytest.raises(InvalidRequest) as refused:
+        session.execute("SELECT id FROM readings WHERE level > 0 AND level >= 27")
+    assert "More than one restriction was found for the start bound on level" in str(refused.value)
     assert ids(session, "SELECT id FROM readings WHERE total < -28000000000000") == [0, 1]
     assert ids(session, "SELECT id FROM readings WHERE ratio > 3.9") == [58, 59]
     assert ids(session, "SELECT id FROM readings WHERE ratio >= -0.2 AND ratio <= 0.2") == [29, 30, 31]

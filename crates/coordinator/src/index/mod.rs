@@ -246,8 +246,8 @@ impl IndexSpec {
 
 /// What an index lookup searches for, from a query's bound filters and the position of the
 /// one its index answers: that filter's value (`=`, `CONTAINS`, `CONTAINS KEY`), or
-/// `key ++ value` for `m[key] = value`; for a range filter, the tightest range of every
-/// range filter on that column (`v > 3 AND v <= 9`). Byte-comparable encodings throughout.
+/// `key ++ value` for `m[key] = value`; for a range filter, the range of that column's
+/// range filters (`v > 3 AND v <= 9`). Byte-comparable encodings throughout.
 pub(crate) fn lookup_predicate(
     filters: &[crate::restrictions::Filter],
     chosen: usize,
@@ -268,33 +268,20 @@ pub(crate) fn lookup_predicate(
             Some(IndexPredicate::Equals(out))
         }
         (Operator::Lt | Operator::Lte | Operator::Gt | Operator::Gte, [_]) => {
-            let (mut lower, mut upper): (RangeBound, RangeBound) = (None, None);
-            for other in filters.iter().filter(|f| f.column == filter.column) {
-                let [value] = other.values.as_slice() else {
-                    continue;
-                };
-                let bound = encoded(value);
-                match other.operator {
-                    Operator::Gt | Operator::Gte => {
-                        let candidate = (bound, other.operator == Operator::Gte);
-                        // The tighter lower bound: the higher value, exclusive on a tie.
-                        if lower.as_ref().is_none_or(|(b, inclusive)| {
-                            candidate.0 > *b || (candidate.0 == *b && *inclusive)
-                        }) {
-                            lower = Some(candidate);
+            // At most one bound per side (the planner refuses two): find each.
+            let bound = |inclusive: Operator, exclusive: Operator| -> RangeBound {
+                filters
+                    .iter()
+                    .find_map(|other| match other.values.as_slice() {
+                        [value] if other.column == filter.column && other.map_key.is_none() => {
+                            (other.operator == inclusive || other.operator == exclusive)
+                                .then(|| (encoded(value), other.operator == inclusive))
                         }
-                    }
-                    Operator::Lt | Operator::Lte => {
-                        let candidate = (bound, other.operator == Operator::Lte);
-                        if upper.as_ref().is_none_or(|(b, inclusive)| {
-                            candidate.0 < *b || (candidate.0 == *b && *inclusive)
-                        }) {
-                            upper = Some(candidate);
-                        }
-                    }
-                    _ => {}
-                }
-            }
+                        _ => None,
+                    })
+            };
+            let lower = bound(Operator::Gte, Operator::Gt);
+            let upper = bound(Operator::Lte, Operator::Lt);
             Some(IndexPredicate::Range { lower, upper })
         }
         _ => None,

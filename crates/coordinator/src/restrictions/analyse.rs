@@ -221,6 +221,24 @@ impl WherePlan {
             // Ranges on partition key columns, and any relation on other columns, filter
             // rows (Cassandra requires ALLOW FILTERING).
             _ => {
+                if range {
+                    let lower = |o: Operator| matches!(o, Operator::Gt | Operator::Gte);
+                    let side_taken = self.filters.iter().any(|f| {
+                        f.column == index && f.map_key.is_none() && {
+                            let other = f.operator;
+                            matches!(
+                                other,
+                                Operator::Gt | Operator::Gte | Operator::Lt | Operator::Lte
+                            ) && lower(other) == lower(operator)
+                        }
+                    });
+                    ensure(!side_taken, || {
+                        let side = if lower(operator) { "start" } else { "end" };
+                        CqlError::invalid(format!(
+                            "More than one restriction was found for the {side} bound on {name}"
+                        ))
+                    })?;
+                }
                 self.filters.push(FilterPlan {
                     column: index,
                     operator,
