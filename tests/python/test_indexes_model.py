@@ -131,7 +131,9 @@ def test_index_queries_equal_a_filtered_full_scan_on_a_cluster_while_a_node_join
                                    request_timeout=30)
         driver = Cluster(ADDRESSES[:3], port=cluster.cql_port, execution_profiles={EXEC_PROFILE_DEFAULT: profile})
         session = driver.connect()
+        # RF 2 (a replica holds some of the tablets) and RF 3 (every node holds them all).
         create_schema(session, "model", 2)
+        create_schema(session, "model3", 3)
 
         def flush_and_compact():
             for node in cluster.nodes:
@@ -139,6 +141,7 @@ def test_index_queries_equal_a_filtered_full_scan_on_a_cluster_while_a_node_join
                 admin(node, "compact")
 
         run_model(session, "model", flush_and_compact, rounds=3)
+        run_model(session, "model3", flush_and_compact, rounds=2, seed=5)
         # A fourth node joins: tablets move to it, their index entries with them.
         joiner = cluster.make_node(tmp_path, "127.0.0.4")
         cluster.nodes.append(joiner)
@@ -146,6 +149,7 @@ def test_index_queries_equal_a_filtered_full_scan_on_a_cluster_while_a_node_join
         wait_until(lambda: peers_up_in_status(cluster, 4, [ADDRESSES[0]]), timeout=120,
                    message="the new node to be up and normal")
         run_model(session, "model", flush_and_compact, rounds=3, seed=11)
+        run_model(session, "model3", flush_and_compact, rounds=2, seed=13)
         # Every coordinator, the new one included, answers alike.
         for address in ADDRESSES[:3] + ["127.0.0.4"]:
             profile = ExecutionProfile(load_balancing_policy=WhiteListRoundRobinPolicy([address]),
@@ -153,7 +157,9 @@ def test_index_queries_equal_a_filtered_full_scan_on_a_cluster_while_a_node_join
                                        consistency_level=ConsistencyLevel.QUORUM, request_timeout=30)
             one = Cluster([address], port=cluster.cql_port, execution_profiles={EXEC_PROFILE_DEFAULT: profile})
             try:
-                check_against_full_scan(one.connect(), "model")
+                through = one.connect()
+                check_against_full_scan(through, "model")
+                check_against_full_scan(through, "model3")
             finally:
                 one.shutdown()
         driver.shutdown()
