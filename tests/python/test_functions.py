@@ -1,6 +1,7 @@
 """Cassandra 5.0's native functions in selections, nested as deep as wanted: math, blob
-conversions, CAST, time conversions and collection functions — the result column's name,
-its type and its value as Cassandra 5.0 gives them (`--against-cassandra` checks that)."""
+conversions, CAST, time conversions, collection functions, masking functions, and
+functions of aggregates and aggregates of functions — the result column's name, its type
+and its value as Cassandra 5.0 gives them (`--against-cassandra` checks that)."""
 
 import datetime
 import decimal
@@ -120,3 +121,58 @@ def test_functions_in_values(row):
     prepared = row.prepare("UPDATE t SET bl = bigintasblob(?) WHERE k = 3")
     row.execute(prepared, [1])
     assert row.execute("SELECT bl FROM t WHERE k = 3").one().bl == b"\x00" * 7 + b"\x01"
+
+
+# Aggregates inside functions and functions inside aggregates, over rows k = 1 and k = 2
+# (k = 2 has nulls only, which aggregates skip).
+AGGREGATE_CASES = [
+    ("abs(max(i))", "system.abs(system.max(i))", "int", 7),
+    ("abs(min(i))", "system.abs(system.min(i))", "int", 7),
+    ("max(abs(i))", "system.max(system.abs(i))", "int", 7),
+    ("round(avg(d))", "system.round(system.avg(d))", "double", 3.0),
+    ("tojson(max(b))", "system.tojson(system.max(b))", "varchar", "12345678901"),
+    ("count(abs(i))", "system.count(system.abs(i))", "bigint", 1),
+    ("sum(abs(s))", "system.sum(system.abs(s))", "smallint", 3),
+    ("cast(count(*) as text)", "cast(count as text)", "varchar", "2"),
+    ("collection_max(map_values(m))", "system.collection_max(system.map_values(m))", "int", 5),
+]
+
+
+@pytest.mark.parametrize("selector, name, type_name, value", AGGREGATE_CASES, ids=[c[0] for c in AGGREGATE_CASES])
+def test_functions_and_aggregates_nest_either_way(row, selector, name, type_name, value):
+    result = row.execute(f"SELECT {selector} FROM t")
+    assert result.column_names == [name]
+    assert result.column_types[0].typename == type_name
+    assert result.one()[0] == value
+
+
+MASK_CASES = [
+    ("mask_null(txt)", "system.mask_null(txt)", "varchar", None),
+    ("mask_default(txt)", "system.mask_default(txt)", "varchar", "****"),
+    ("mask_default(i)", "system.mask_default(i)", "int", 0),
+    ("mask_default(d)", "system.mask_default(d)", "double", 0.0),
+    ("mask_default(l)", "system.mask_default(l)", "list", []),
+    ("mask_replace(i, 99)", "system.mask_replace(i, 99)", "int", 99),
+    ("mask_replace(txt, 'x')", "system.mask_replace(txt, 'x')", "varchar", "x"),
+    ("mask_inner(txt, 1, 0)", "system.mask_inner(txt, 1, 0)", "varchar", "h*"),
+    ("mask_outer(txt, 1, 0, '#')", "system.mask_outer(txt, 1, 0, '#')", "varchar", "#\u00e9"),
+    ("mask_hash(i)", "system.mask_hash(i)", "blob",
+     bytes.fromhex("f81d728fbe732bf3983cb1966619796aa54b3e09526719a86860b557af9650bc")),
+]
+
+
+@pytest.mark.parametrize("selector, name, type_name, value", MASK_CASES, ids=[c[0] for c in MASK_CASES])
+def test_masking_functions_hide_a_value_and_keep_its_type(row, selector, name, type_name, value):
+    result = row.execute(f"SELECT {selector} FROM t WHERE k = 1")
+    assert result.column_names == [name]
+    assert result.column_types[0].typename == type_name
+    assert result.one()[0] == value
+
+
+def test_masking_a_null_and_bad_masking_arguments(row):
+    masked = row.execute("SELECT mask_default(txt), mask_replace(i, 5), mask_inner(txt, 1, 1), mask_hash(i) "
+                         "FROM t WHERE k = 2").one()
+    assert list(masked) == ["****", 5, None, None]
+    for selector in ["mask_inner(txt, 1)", "mask_inner(i, 1, 1)", "mask_inner(txt, 1, 1, 'ab')", "mask_null()"]:
+        with pytest.raises(InvalidRequest):
+            row.execute(f"SELECT {selector} FROM t WHERE k = 1")

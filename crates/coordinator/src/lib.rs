@@ -32,6 +32,7 @@ pub mod ddl;
 pub mod describe;
 pub(crate) mod functions;
 pub mod index;
+pub(crate) mod masking;
 pub mod modify;
 pub mod observe;
 pub mod paging;

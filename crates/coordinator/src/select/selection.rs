@@ -29,11 +29,15 @@ pub(crate) enum Output {
     /// `maxwritetime(c)`: the latest timestamp of the column's cells.
     MaxWriteTime(usize),
     Token,
-    Count(Option<usize>),
-    Min(usize),
-    Max(usize),
-    Sum(usize),
-    Avg(usize),
+    /// An aggregate over the rows of the result (or of a group): `count(*)` has no
+    /// argument; otherwise the argument is computed per row (`max(abs(v))`). Its running
+    /// state is accumulator `slot` ([`Selection::aggregate_slots`]).
+    Aggregate {
+        function: Aggregate,
+        argument: Option<Box<Output>>,
+        argument_type: CqlType,
+        slot: usize,
+    },
     /// A native function of one argument, or a CAST ([`functions`]).
     Call {
         call: functions::Call,
@@ -43,6 +47,13 @@ pub(crate) enum Output {
     Similarity {
         similarity: Similarity,
         arguments: Box<[Output; 2]>,
+    },
+    /// A masking function ([`crate::masking`]): `arguments` are the masked value and, for
+    /// `mask_replace`, the replacement (a term).
+    Mask {
+        masking: crate::masking::Masking,
+        value_type: CqlType,
+        arguments: Vec<Output>,
     },
     /// `toJson(argument)`: the argument's value as JSON text.
     ToJson {
@@ -59,17 +70,69 @@ pub(crate) enum Output {
     },
 }
 
+/// The aggregate functions of CQL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Aggregate {
+    Count,
+    Min,
+    Max,
+    Sum,
+    Avg,
+}
+
 impl Output {
-    /// True when the output holds a term (at any depth) still to evaluate.
-    fn has_terms(&self) -> bool {
+    /// The outputs this one computes its value from.
+    pub(crate) fn arguments(&self) -> Vec<&Output> {
         match self {
-            Output::Term(_) => true,
             Output::Call { argument, .. }
             | Output::ToJson { argument, .. }
-            | Output::Field { argument, .. } => argument.has_terms(),
-            Output::Similarity { arguments, .. } => arguments.iter().any(Output::has_terms),
-            _ => false,
+            | Output::Field { argument, .. } => vec![argument],
+            Output::Aggregate {
+                argument: Some(argument),
+                ..
+            } => vec![argument],
+            Output::Similarity { arguments, .. } => arguments.iter().collect(),
+            Output::Mask { arguments, .. } => arguments.iter().collect(),
+            _ => Vec::new(),
         }
+    }
+
+    fn arguments_mut(&mut self) -> Vec<&mut Output> {
+        match self {
+            Output::Call { argument, .. }
+            | Output::ToJson { argument, .. }
+            | Output::Field { argument, .. } => vec![argument],
+            Output::Aggregate {
+                argument: Some(argument),
+                ..
+            } => vec![argument],
+            Output::Similarity { arguments, .. } => arguments.iter_mut().collect(),
+            Output::Mask { arguments, .. } => arguments.iter_mut().collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// True when the output holds a term (at any depth) still to evaluate.
+    fn has_terms(&self) -> bool {
+        matches!(self, Output::Term(_)) || self.arguments().into_iter().any(Output::has_terms)
+    }
+
+    /// True when the output is an aggregate or is computed from one (`abs(max(v))`).
+    pub(crate) fn has_aggregate(&self) -> bool {
+        matches!(self, Output::Aggregate { .. })
+            || self.arguments().into_iter().any(Output::has_aggregate)
+    }
+
+    /// Numbers the aggregates inside the output from `next` on; returns the next free one.
+    fn number_aggregates(&mut self, mut next: usize) -> usize {
+        if let Output::Aggregate { slot, .. } = self {
+            *slot = next;
+            next += 1;
+        }
+        for argument in self.arguments_mut() {
+            next = argument.number_aggregates(next);
+        }
+        next
     }
 
     /// Evaluates every term inside the output to a constant (once per execution).
@@ -82,24 +145,13 @@ impl Output {
                 };
                 *self = Output::Constant(bytes);
             }
-            Output::Call { argument, .. }
-            | Output::ToJson { argument, .. }
-            | Output::Field { argument, .. } => argument.bind_terms(bindings)?,
-            Output::Similarity { arguments, .. } => {
-                for argument in arguments.iter_mut() {
+            other => {
+                for argument in other.arguments_mut() {
                     argument.bind_terms(bindings)?;
                 }
             }
-            _ => {}
         }
         Ok(())
-    }
-
-    pub(crate) fn is_aggregate(&self) -> bool {
-        matches!(
-            self,
-            Output::Count(_) | Output::Min(_) | Output::Max(_) | Output::Sum(_) | Output::Avg(_)
-        )
     }
 }
 
@@ -109,6 +161,9 @@ pub(crate) struct Selection {
     pub(crate) columns: Vec<ColumnSpec>,
     pub(crate) outputs: Vec<Output>,
     pub(crate) aggregate: bool,
+    /// How many aggregates the outputs hold (each has its running state while rows are
+    /// aggregated).
+    pub(crate) aggregate_slots: usize,
     /// `SELECT JSON`: the columns each row's JSON object holds (`columns` is then the one
     /// `[json]` column the client sees).
     pub(crate) json: Option<Vec<ColumnSpec>>,
@@ -256,7 +311,10 @@ pub(crate) fn compile_selection(
         columns.push(spec(table, item.alias.clone().unwrap_or(name), cql_type));
         outputs.push(output);
     }
-    let aggregate = outputs.iter().any(Output::is_aggregate);
+    let aggregate = outputs.iter().any(Output::has_aggregate);
+    let aggregate_slots = outputs
+        .iter_mut()
+        .fold(0, |next, output| output.number_aggregates(next));
     let json = select.json.then(|| {
         std::mem::replace(
             &mut columns,
@@ -267,6 +325,7 @@ pub(crate) fn compile_selection(
         columns,
         outputs,
         aggregate,
+        aggregate_slots,
         json,
         grouping: Grouping::of(table, select)?,
     })
@@ -337,7 +396,16 @@ fn compile_selector(
                 Output::Ttls(index),
             ),
         },
-        Selector::CountAll => ("count".to_string(), CqlType::Bigint, Output::Count(None)),
+        Selector::CountAll => (
+            "count".to_string(),
+            CqlType::Bigint,
+            Output::Aggregate {
+                function: Aggregate::Count,
+                argument: None,
+                argument_type: CqlType::Bigint,
+                slot: 0,
+            },
+        ),
         Selector::Token(names) => {
             let expected: Vec<&str> = table.partition_key().map(|c| c.name.as_str()).collect();
             ensure(
@@ -386,10 +454,15 @@ fn compile_selector(
                 },
             )
         }
+        Selector::Function { name, arguments }
+            if crate::masking::is_masking(&name.to_ascii_lowercase()) =>
+        {
+            compile_masking(table, select, &name.to_ascii_lowercase(), arguments)?
+        }
         Selector::Function { name, arguments } if similarity_function(name).is_some() => {
             compile_similarity(table, select, name, arguments)?
         }
-        Selector::Function { name, arguments } => compile_function(table, name, arguments)?,
+        Selector::Function { name, arguments } => compile_function(table, select, name, arguments)?,
         Selector::Cast { selector, cql_type } => {
             let (shown, argument_type, argument) = compile_argument(table, select, selector)?;
             match functions::resolve_cast(&argument_type, cql_type)? {
@@ -444,7 +517,8 @@ fn compile_selector(
     })
 }
 
-/// The argument of a function or a CAST: any selector but an aggregate.
+/// The argument of a function or a CAST: any selector, an aggregate too (`abs(max(v))`
+/// is computed from the aggregate's result).
 fn compile_argument(
     table: &TableMetadata,
     select: &Select,
@@ -454,13 +528,7 @@ fn compile_argument(
         selector: selector.clone(),
         alias: None,
     };
-    let (shown, cql_type, output) = compile_selector(table, select, &item)?;
-    ensure(!output.is_aggregate(), || {
-        CqlError::invalid(format!(
-            "Aggregate {shown} cannot be the argument of another function"
-        ))
-    })?;
-    Ok((shown, cql_type, output))
+    compile_selector(table, select, &item)
 }
 
 /// The similarity `similarity_<name>` computes, for a function of that name.
@@ -539,6 +607,41 @@ fn compile_similarity(
     ))
 }
 
+/// `mask_…(value, …)`: the value any selector, the other arguments constants.
+fn compile_masking(
+    table: &TableMetadata,
+    select: &Select,
+    name: &str,
+    arguments: &[Selector],
+) -> Result<(String, CqlType, Output), CqlError> {
+    let Some((value, rest)) = arguments.split_first() else {
+        return Err(CqlError::invalid(format!(
+            "Invalid number of arguments for function system.{name}: 0 given"
+        )));
+    };
+    let (shown, value_type, value) = compile_argument(table, select, value)?;
+    let compiled = crate::masking::Masking::compile(name, &value_type, rest)?;
+    let mut shown_arguments = vec![shown];
+    shown_arguments.extend(rest.iter().map(|selector| match selector {
+        Selector::Literal(shoal_cql::ast::Term::Literal(shoal_cql::ast::Literal::String(text))) => {
+            format!("'{text}'")
+        }
+        Selector::Literal(term) => literal_text(term),
+        _ => "?".to_string(),
+    }));
+    let mut outputs = vec![value];
+    outputs.extend(compiled.replacement.map(Output::Term));
+    Ok((
+        format!("system.{name}({})", shown_arguments.join(", ")),
+        compiled.result_type,
+        Output::Mask {
+            masking: compiled.masking,
+            value_type,
+            arguments: outputs,
+        },
+    ))
+}
+
 /// A literal as the query wrote it, for a result column's name.
 fn literal_text(term: &shoal_cql::ast::Term) -> String {
     use shoal_cql::ast::{Literal, Term};
@@ -558,56 +661,63 @@ fn literal_text(term: &shoal_cql::ast::Term) -> String {
     }
 }
 
-/// `function(column)` or a function without arguments.
+/// An aggregate of one argument, or a function without arguments.
 fn compile_function(
     table: &TableMetadata,
+    select: &Select,
     name: &str,
     arguments: &[Selector],
 ) -> Result<(String, CqlType, Output), CqlError> {
     let function = name.to_ascii_lowercase();
-    let argument_column = |position: usize| -> Result<(usize, CqlType, String), CqlError> {
-        match arguments.get(position) {
-            Some(Selector::Column(column)) => {
-                let (index, metadata) = table.require_column(column)?;
-                Ok((index, metadata.cql_type.clone(), column.clone()))
-            }
-            _ => Err(CqlError::invalid(format!(
-                "Function {function} takes a column argument in Shoal"
-            ))),
-        }
+    let aggregate = match function.as_str() {
+        "count" => Some(Aggregate::Count),
+        "min" => Some(Aggregate::Min),
+        "max" => Some(Aggregate::Max),
+        "sum" => Some(Aggregate::Sum),
+        "avg" => Some(Aggregate::Avg),
+        _ => None,
     };
-    Ok(match (function.as_str(), arguments.len()) {
-        ("count", 1) => {
-            let (index, _, column) = argument_column(0)?;
-            (
-                format!("system.count({column})"),
-                CqlType::Bigint,
-                Output::Count(Some(index)),
-            )
-        }
-        ("min" | "max" | "sum" | "avg", 1) => {
-            let (index, cql_type, column) = argument_column(0)?;
-            if matches!(function.as_str(), "sum" | "avg") {
-                ensure(cql_type.is_numeric(), || {
+    Ok(match (aggregate, arguments) {
+        (Some(aggregate), [argument]) => {
+            let (shown, argument_type, argument) = compile_argument(table, select, argument)?;
+            ensure(!argument.has_aggregate(), || {
+                CqlError::invalid(format!(
+                    "Aggregate {shown} cannot be the argument of another aggregate"
+                ))
+            })?;
+            if matches!(aggregate, Aggregate::Sum | Aggregate::Avg) {
+                ensure(argument_type.is_numeric(), || {
                     CqlError::invalid(format!(
-                        "Invalid call to function {function}: {column} is not numeric"
+                        "Invalid call to function {function}: {shown} is not numeric"
                     ))
                 })?;
             }
-            let output = match function.as_str() {
-                "min" => Output::Min(index),
-                "max" => Output::Max(index),
-                "sum" => Output::Sum(index),
-                _ => Output::Avg(index),
+            let result_type = match aggregate {
+                Aggregate::Count => CqlType::Bigint,
+                _ => argument_type.clone(),
             };
-            (format!("system.{function}({column})"), cql_type, output)
+            (
+                format!("system.{function}({shown})"),
+                result_type,
+                Output::Aggregate {
+                    function: aggregate,
+                    argument: Some(Box::new(argument)),
+                    argument_type,
+                    slot: 0,
+                },
+            )
         }
-        ("now", 0)
-        | ("uuid", 0)
-        | ("currenttimestamp", 0)
-        | ("currentdate", 0)
-        | ("currenttime", 0)
-        | ("currenttimeuuid", 0) => {
+        (None, [])
+            if matches!(
+                function.as_str(),
+                "now"
+                    | "uuid"
+                    | "currenttimestamp"
+                    | "currentdate"
+                    | "currenttime"
+                    | "currenttimeuuid"
+            ) =>
+        {
             let cql_type = match function.as_str() {
                 "now" | "currenttimeuuid" => CqlType::Timeuuid,
                 "uuid" => CqlType::Uuid,

@@ -7,7 +7,7 @@
 use crate::functions::{self, integral, numeric_as_f64, numeric_from_f64};
 use crate::paging::PagingState;
 use crate::restrictions::Filter;
-use crate::select::selection::{Grouping, Output, Selection};
+use crate::select::selection::{Aggregate, Grouping, Output, Selection};
 use crate::values::json;
 use crate::CqlError;
 use shoal_cql::ast::Operator;
@@ -203,14 +203,79 @@ pub(crate) fn fill_from_row(
     Ok(())
 }
 
-/// Running state of one aggregate output.
+/// The cell of an output computed from others (a function, `toJson`, a field, a
+/// similarity), given its arguments' cells in [`Output::arguments`] order.
+fn computed_cell(
+    output: &Output,
+    arguments: Vec<Option<Vec<u8>>>,
+) -> Result<Option<Vec<u8>>, CqlError> {
+    let typed = |cell: Option<&Vec<u8>>, cql_type: &CqlType| {
+        cell.map(|bytes| Value::deserialize(cql_type, bytes))
+            .transpose()
+            .map_err(CqlError::from)
+    };
+    Ok(match (output, arguments.as_slice()) {
+        (Output::ToJson { cql_type, .. }, [argument]) => {
+            let value = typed(argument.as_ref(), cql_type)?;
+            Some(json::optional_to_json(value.as_ref(), cql_type).into_bytes())
+        }
+        (Output::Field { index, .. }, [argument]) => argument
+            .as_ref()
+            .and_then(|bytes| shoal_model::value::tuple_element(bytes, *index)),
+        (Output::Call { call, .. }, [argument]) => {
+            let value = typed(argument.as_ref(), &call.argument_type)?;
+            call.apply(value)?.map(|result| result.serialize())
+        }
+        (
+            Output::Mask {
+                masking,
+                value_type,
+                ..
+            },
+            [value, rest @ ..],
+        ) => {
+            let replacement = match rest.first() {
+                Some(bytes) => typed(bytes.as_ref(), value_type)?,
+                None => None,
+            };
+            masking
+                .apply(typed(value.as_ref(), value_type)?, value_type, replacement)
+                .map(|masked| masked.serialize())
+        }
+        (Output::Similarity { similarity, .. }, [Some(left), Some(right)]) => Some(
+            functions::similarity(*similarity, left, right)?
+                .to_be_bytes()
+                .to_vec(),
+        ),
+        _ => None,
+    })
+}
+
+/// Running state of one aggregate.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Accumulator {
     count: i64,
     sum: f64,
     integral_sum: i128,
     best: Option<Value>,
-    first_bytes: Option<Option<Vec<u8>>>,
+}
+
+/// The running state of an aggregating SELECT (or of one `GROUP BY` group): each
+/// aggregate's, and the first row, whose values the outputs that are not aggregates show
+/// (as in Cassandra).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Aggregation {
+    accumulators: Vec<Accumulator>,
+    first_row: Option<(Vec<ColumnValue>, Token)>,
+}
+
+impl Aggregation {
+    pub(crate) fn new(selection: &Selection) -> Aggregation {
+        Aggregation {
+            accumulators: vec![Accumulator::default(); selection.aggregate_slots],
+            first_row: None,
+        }
+    }
 }
 
 /// A row kept for sorting across partitions: its clustering and its output cells.
@@ -238,7 +303,7 @@ pub(crate) struct SelectVisitor<'a> {
     pub(crate) emitted: usize,
     pub(crate) last_position: Option<(Token, Vec<u8>, Option<Vec<u8>>)>,
     pub(crate) has_more: bool,
-    pub(crate) accumulators: Vec<Accumulator>,
+    pub(crate) aggregation: Aggregation,
     /// `GROUP BY`: the key (partition key, clustering prefix) of the group being
     /// accumulated.
     pub(crate) group: Option<(Vec<u8>, Vec<u8>)>,
@@ -297,7 +362,7 @@ impl<'a> SelectVisitor<'a> {
             emitted: 0,
             last_position: None,
             has_more: false,
-            accumulators: vec![Accumulator::default(); selection.outputs.len()],
+            aggregation: Aggregation::new(selection),
             group: None,
             sort_rows: None,
             nearest: None,
@@ -418,132 +483,148 @@ impl<'a> SelectVisitor<'a> {
             }),
             Output::Token => Some(token.0.to_be_bytes().to_vec()),
             Output::Constant(bytes) => bytes.clone(),
-            Output::ToJson { argument, cql_type } => {
-                let value = self
-                    .output_cell(argument, values, token)?
-                    .map(|bytes| Value::deserialize(cql_type, &bytes))
-                    .transpose()?;
-                Some(json::optional_to_json(value.as_ref(), cql_type).into_bytes())
+            Output::ToJson { .. }
+            | Output::Field { .. }
+            | Output::Call { .. }
+            | Output::Similarity { .. }
+            | Output::Mask { .. } => {
+                let arguments = output
+                    .arguments()
+                    .into_iter()
+                    .map(|argument| self.output_cell(argument, values, token))
+                    .collect::<Result<Vec<_>, CqlError>>()?;
+                computed_cell(output, arguments)?
             }
-            Output::Field { argument, index } => self
-                .output_cell(argument, values, token)?
-                .and_then(|bytes| shoal_model::value::tuple_element(&bytes, *index)),
-            Output::Call { call, argument } => {
-                let value = self
-                    .output_cell(argument, values, token)?
-                    .map(|bytes| Value::deserialize(&call.argument_type, &bytes))
-                    .transpose()?;
-                call.apply(value)?.map(|result| result.serialize())
-            }
-            Output::Similarity {
-                similarity,
-                arguments,
-            } => {
-                let [left, right] = arguments.as_ref();
-                let left = self.output_cell(left, values, token)?;
-                let right = self.output_cell(right, values, token)?;
-                match (left, right) {
-                    (Some(left), Some(right)) => Some(
-                        functions::similarity(*similarity, &left, &right)?
-                            .to_be_bytes()
-                            .to_vec(),
-                    ),
-                    _ => None,
-                }
-            }
-            Output::Count(_)
-            | Output::Min(_)
-            | Output::Max(_)
-            | Output::Sum(_)
-            | Output::Avg(_)
-            // Terms are constants by now (`Selection::bind`).
-            | Output::Term(_) => None,
+            // Aggregates are computed once the rows are in (`finish_aggregate`); terms
+            // are constants by now (`Selection::bind`).
+            Output::Aggregate { .. } | Output::Term(_) => None,
         })
     }
 
     fn accumulate(&mut self, values: &[ColumnValue], token: Token) -> Result<(), CqlError> {
-        let plain = self.output_cells(values, token)?;
-        for (i, output) in self.selection.outputs.iter().enumerate() {
-            let accumulator = &mut self.accumulators[i];
-            if accumulator.first_bytes.is_none() {
-                accumulator.first_bytes = Some(plain[i].clone());
+        if self.aggregation.first_row.is_none() {
+            self.aggregation.first_row = Some((values.to_vec(), token));
+        }
+        for output in &self.selection.outputs {
+            self.accumulate_into(output, values, token)?;
+        }
+        Ok(())
+    }
+
+    /// Adds one row to every aggregate inside `output`.
+    fn accumulate_into(
+        &mut self,
+        output: &Output,
+        values: &[ColumnValue],
+        token: Token,
+    ) -> Result<(), CqlError> {
+        let Output::Aggregate {
+            function,
+            argument,
+            argument_type,
+            slot,
+        } = output
+        else {
+            for argument in output.arguments() {
+                self.accumulate_into(argument, values, token)?;
             }
-            let typed = |index: usize| -> Result<Option<Value>, CqlError> {
-                let column = &self.table.columns[index];
-                values[index]
-                    .bytes
-                    .as_ref()
-                    .map(|b| Value::deserialize(&column.cql_type, b))
-                    .transpose()
-                    .map_err(CqlError::from)
-            };
-            match output {
-                Output::Count(None) => accumulator.count += 1,
-                Output::Count(Some(index)) if values[*index].bytes.is_some() => {
-                    accumulator.count += 1;
-                }
-                Output::Min(index) | Output::Max(index) => {
-                    if let Some(value) = typed(*index)? {
-                        let better = match &accumulator.best {
-                            None => true,
-                            Some(best) => {
-                                let order = value.compare(best);
-                                if matches!(output, Output::Min(_)) {
-                                    order.is_lt()
-                                } else {
-                                    order.is_gt()
-                                }
-                            }
-                        };
-                        if better {
-                            accumulator.best = Some(value);
-                        }
+            return Ok(());
+        };
+        let value = match argument {
+            // count(*): every row.
+            None => {
+                self.aggregation.accumulators[*slot].count += 1;
+                return Ok(());
+            }
+            Some(argument) => match self.output_cell(argument, values, token)? {
+                None => return Ok(()),
+                Some(bytes) => Value::deserialize(argument_type, &bytes)?,
+            },
+        };
+        let accumulator = &mut self.aggregation.accumulators[*slot];
+        match function {
+            Aggregate::Count => accumulator.count += 1,
+            Aggregate::Min | Aggregate::Max => {
+                let better = accumulator.best.as_ref().is_none_or(|best| {
+                    let order = value.compare(best);
+                    if *function == Aggregate::Min {
+                        order.is_lt()
+                    } else {
+                        order.is_gt()
                     }
+                });
+                if better {
+                    accumulator.best = Some(value);
                 }
-                Output::Sum(index) | Output::Avg(index) => {
-                    if let Some(value) = typed(*index)? {
-                        accumulator.count += 1;
-                        accumulator.sum += numeric_as_f64(&value);
-                        accumulator.integral_sum += integral(&value);
-                    }
-                }
-                _ => {}
+            }
+            Aggregate::Sum | Aggregate::Avg => {
+                accumulator.count += 1;
+                accumulator.sum += numeric_as_f64(&value);
+                accumulator.integral_sum += integral(&value);
             }
         }
         Ok(())
     }
 
-    fn finish_aggregate(&mut self) {
-        let mut cells = Vec::with_capacity(self.selection.outputs.len());
-        for (i, output) in self.selection.outputs.iter().enumerate() {
-            let accumulator = &self.accumulators[i];
-            let column_type = |index: usize| self.table.columns[index].cql_type.clone();
-            cells.push(match output {
-                Output::Count(_) => Some(accumulator.count.to_be_bytes().to_vec()),
-                Output::Min(_) | Output::Max(_) => accumulator.best.as_ref().map(Value::serialize),
-                Output::Sum(index) => Some(
-                    numeric_from_f64(
-                        &column_type(*index),
-                        accumulator.sum,
-                        accumulator.integral_sum,
-                    )
-                    .serialize(),
-                ),
-                Output::Avg(index) => {
-                    let count = accumulator.count.max(1);
-                    Some(
-                        numeric_from_f64(
-                            &column_type(*index),
-                            accumulator.sum / count as f64,
-                            accumulator.integral_sum / count as i128,
-                        )
-                        .serialize(),
-                    )
-                }
-                _ => accumulator.first_bytes.clone().flatten(),
-            });
+    /// One output's cell once the rows are aggregated: an aggregate's result, computed on
+    /// for the functions of aggregates (`abs(max(v))`); any other output as the first row
+    /// gives it.
+    fn aggregated_cell(&self, output: &Output) -> Result<Option<Vec<u8>>, CqlError> {
+        if !output.has_aggregate() {
+            return match &self.aggregation.first_row {
+                Some((values, token)) => self.output_cell(output, values, *token),
+                None => Ok(None),
+            };
         }
-        match self.selection.finish_row(cells) {
+        Ok(match output {
+            Output::Aggregate {
+                function,
+                argument_type,
+                slot,
+                ..
+            } => {
+                let accumulator = &self.aggregation.accumulators[*slot];
+                match function {
+                    Aggregate::Count => Some(accumulator.count.to_be_bytes().to_vec()),
+                    Aggregate::Min | Aggregate::Max => {
+                        accumulator.best.as_ref().map(Value::serialize)
+                    }
+                    Aggregate::Sum => Some(
+                        numeric_from_f64(argument_type, accumulator.sum, accumulator.integral_sum)
+                            .serialize(),
+                    ),
+                    Aggregate::Avg => {
+                        let count = accumulator.count.max(1);
+                        Some(
+                            numeric_from_f64(
+                                argument_type,
+                                accumulator.sum / count as f64,
+                                accumulator.integral_sum / count as i128,
+                            )
+                            .serialize(),
+                        )
+                    }
+                }
+            }
+            _ => {
+                let arguments = output
+                    .arguments()
+                    .into_iter()
+                    .map(|argument| self.aggregated_cell(argument))
+                    .collect::<Result<Vec<_>, CqlError>>()?;
+                computed_cell(output, arguments)?
+            }
+        })
+    }
+
+    fn finish_aggregate(&mut self) {
+        let cells: Result<Vec<Option<Vec<u8>>>, CqlError> = self
+            .selection
+            .outputs
+            .iter()
+            .map(|output| self.aggregated_cell(output))
+            .collect();
+        match cells.and_then(|cells| self.selection.finish_row(cells)) {
             Ok(cells) => self.buffer.push_row(cells.iter().map(|c| c.as_deref())),
             Err(error) => {
                 self.fail(error);
@@ -601,7 +682,7 @@ impl<'a> SelectVisitor<'a> {
             return;
         }
         self.finish_aggregate();
-        self.accumulators = vec![Accumulator::default(); self.selection.outputs.len()];
+        self.aggregation = Aggregation::new(self.selection);
         self.emitted += 1;
         self.limit_remaining = self.limit_remaining.saturating_sub(1);
     }
