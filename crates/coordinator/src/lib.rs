@@ -699,18 +699,31 @@ impl Coordinator {
         self.check_consistency(&select.keyspace, serial, false)?;
         let deadline =
             tokio::time::Instant::now() + shoal_replication::paxos::CAS_CONTENTION_TIMEOUT;
+        // What each partition's promising quorum read in the prepare, while every one did.
+        let mut read_in_prepare = Some(shoal_replication::Cells::new());
         for (token, partition_key) in &partitions {
             let key = shoal_replication::paxos::PaxosKey {
                 table: select.table.id,
                 token: *token,
                 partition_key: partition_key.clone(),
             };
-            self.replication
+            let round = self
+                .replication
                 .paxos_prepare(&key, serial, deadline)
                 .await
                 .map_err(modify::serial_read_error)?;
+            read_in_prepare = match (read_in_prepare, round.partition) {
+                (Some(mut cells), Some(partition)) => {
+                    cells.extend(partition);
+                    Some(cells)
+                }
+                _ => None,
+            };
         }
-        let state = modify::read_in_round(self, &select.table, &partitions, serial).await?;
+        let state = match read_in_prepare {
+            Some(cells) => modify::CurrentState::from_cells(cells)?,
+            None => modify::read_in_round(self, &select.table, &partitions, serial).await?,
+        };
         select.execute(
             self,
             state.engine(self),

@@ -70,10 +70,12 @@ pub enum ReplicaRequest {
     },
     /// The partitions nearest to a vector, from a local vector index ([`crate::index`]).
     VectorSearch(crate::index::VectorSearch),
-    /// Promise `ballot` for the partition ([`crate::paxos`]).
+    /// Promise `ballot` for the partition ([`crate::paxos`]); with `read`, answer with
+    /// the partition's cells too, read under the promise.
     PaxosPrepare {
         key: crate::paxos::PaxosKey,
         ballot: crate::paxos::Ballot,
+        read: bool,
     },
     /// Accept the proposal unless a higher ballot was promised.
     PaxosPropose {
@@ -183,7 +185,7 @@ pub enum ReplicaResponse {
     /// The answer to `VectorSearch`: partitions best first, with their scores.
     VectorHits(crate::index::VectorAnswer),
     /// The answer to `PaxosPrepare`.
-    PaxosPromise(crate::paxos::Promise),
+    PaxosPromise(Box<crate::paxos::Promise>),
     /// The answer to `PaxosPropose`: whether it was accepted, and the highest ballot
     /// the replica has promised.
     PaxosAccepted {

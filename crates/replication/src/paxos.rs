@@ -12,9 +12,13 @@
 //!    than every commit is proposed again under the new ballot and committed (then the
 //!    round starts over), and replicas that missed the latest commit are sent it — so
 //!    every commit is on a quorum before anything newer is decided.
-//! 2. The caller reads the partition at `QUORUM`, checks its conditions and builds the
-//!    update with the ballot's time as its timestamp (nothing is proposed when a
-//!    condition fails or for a read).
+//! 2. The caller checks its conditions against the partition and builds the update with
+//!    the ballot's time as its timestamp (nothing is proposed when a condition fails or
+//!    for a read). The partition comes with the promises, as in Cassandra's Paxos v2: each
+//!    replica reads it as it promises, under the partition's lock, and the coordinator
+//!    reconciles what the promising quorum sent ([`PreparedRound::partition`]) — no read
+//!    round trip. When the prepare had to settle earlier rounds, or every replica is this
+//!    node, the caller reads the partition at `QUORUM` instead.
 //! 3. **Propose** ([`StorageProxy::paxos_propose`]): replicas *accept* the update unless
 //!    they promised a higher ballot since; a quorum of acceptances decides it.
 //! 4. **Commit**: every replica applies the update (through its write log, with its index
@@ -36,7 +40,9 @@
 use crate::consistency::{write_timeout, Requirement, WriteType, WRITE_TIMEOUT};
 use crate::messages::{Cells, ReplicaRequest, ReplicaResponse};
 use crate::proxy::StorageProxy;
-use crate::replica::LocalReplica;
+use crate::read::GATHER_LIMIT_CELLS;
+use crate::reconcile::{reconcile, Answer};
+use crate::replica::{read_visible, LocalReplica};
 use crate::topology::{requirement, write_requirements, Replica, TabletReplicas};
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -125,6 +131,10 @@ pub struct Promise {
     pub accepted: Option<Proposal>,
     /// The last update it committed.
     pub committed: Option<Proposal>,
+    /// When the prepare asked for it and the ballot was promised: the partition's visible
+    /// cells, read under the promise (at most [`GATHER_LIMIT_CELLS`]), and whether that
+    /// is all of them.
+    pub partition: Option<(Cells, bool)>,
 }
 
 /// What a replica remembers of one partition's rounds.
@@ -229,12 +239,15 @@ impl PaxosReplica {
         })
     }
 
-    /// Promises `ballot` unless a higher or equal one was promised.
+    /// Promises `ballot` unless a higher or equal one was promised; with `read`, answers
+    /// with the partition's cells as well, read while the partition's stripe is held — so
+    /// no commit on this replica falls between the promise and the read.
     pub(crate) async fn prepare(
         &self,
         replica: &LocalReplica,
         key: &PaxosKey,
         ballot: Ballot,
+        read: bool,
     ) -> Result<Promise, String> {
         let mut locked = self.lock(replica, key).await?;
         if let Some(promised) = locked.state.promised.filter(|p| *p >= ballot) {
@@ -243,15 +256,29 @@ impl PaxosReplica {
                 highest: promised,
                 accepted: None,
                 committed: None,
+                partition: None,
             });
         }
         locked.state.promised = Some(ballot);
         locked.save(replica).await?;
+        let partition = if read {
+            let lower = keys::partition_prefix(&key.table, key.token, &key.partition_key);
+            let upper = keys::increment_prefix(&lower).unwrap_or_else(|| vec![0xff; 64]);
+            Some(read_visible(
+                replica.engine.as_ref(),
+                &lower,
+                &upper,
+                GATHER_LIMIT_CELLS,
+            )?)
+        } else {
+            None
+        };
         Ok(Promise {
             promised: true,
             highest: ballot,
             accepted: locked.state.accepted.take(),
             committed: locked.state.committed.take(),
+            partition,
         })
     }
 
@@ -440,9 +467,14 @@ impl PartitionTurns {
 }
 
 /// The answer a round hands back after a successful prepare.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PreparedRound {
     pub ballot: Ballot,
+    /// The partition as the promising quorum holds it, reconciled (read in the prepare,
+    /// Cassandra's Paxos v2): the round then needs no read of its own. `None` when the
+    /// replicas are all on this node (it reads its own engine), when the prepare had to
+    /// settle earlier rounds first, or when the partition is too large to gather whole.
+    pub partition: Option<Cells>,
 }
 
 /// A random pause before retrying a contended round.
@@ -563,7 +595,10 @@ pub(crate) async fn prepare(
             return Err(cas_timeout(serial, 0, participants.block_for()));
         }
         let ballot = clock.next(node, at_least);
-        let promises = collect_promises(network, &participants, key, ballot).await;
+        // Replicas elsewhere read the partition as they promise; when they are all on
+        // this node, it reads its own engine afterwards (no copy).
+        let read = participants.replicas.iter().any(|r| !r.local);
+        let promises = collect_promises(network, &participants, key, ballot, read).await;
         let granted: Vec<&(Replica, Promise)> =
             promises.iter().filter(|(_, p)| p.promised).collect();
         let hosts: Vec<HostId> = granted.iter().map(|(r, _)| r.host_id).collect();
@@ -603,6 +638,7 @@ pub(crate) async fn prepare(
             }
             continue;
         }
+        let mut partition = read_in_prepare(&granted);
         if let Some(latest) = latest_commit {
             // Replicas that missed the latest commit get it before anything newer.
             let behind: Vec<&Replica> = granted
@@ -614,10 +650,14 @@ pub(crate) async fn prepare(
                 })
                 .map(|(r, _)| r)
                 .collect();
-            if !behind.is_empty() && !commit_on(network, &behind, key, latest).await {
-                at_least = ballot;
-                pause_before_retry().await;
-                continue;
+            if !behind.is_empty() {
+                if !commit_on(network, &behind, key, latest).await {
+                    at_least = ballot;
+                    pause_before_retry().await;
+                    continue;
+                }
+                // What they answered predates the commit: the round reads afresh.
+                partition = None;
             }
             if latest.ballot.micros >= ballot.micros {
                 // The same microsecond as the latest commit (another node's clock): its
@@ -626,8 +666,25 @@ pub(crate) async fn prepare(
                 continue;
             }
         }
-        return Ok(PreparedRound { ballot });
+        return Ok(PreparedRound { ballot, partition });
     }
+}
+
+/// The partition as the promising replicas read it, reconciled: `None` when one of them
+/// sent no cells (it was not asked to read) or the partition is too large to gather.
+fn read_in_prepare(granted: &[&(Replica, Promise)]) -> Option<Cells> {
+    let answers: Vec<Answer> = granted
+        .iter()
+        .map(|(replica, promise)| {
+            let (cells, complete) = promise.partition.clone()?;
+            Some((replica.clone(), cells, complete))
+        })
+        .collect::<Option<_>>()?;
+    let reconciled = reconcile(&answers);
+    reconciled
+        .covered_until
+        .is_none()
+        .then_some(reconciled.cells)
 }
 
 /// Proposes `update` under the prepared round's ballot and commits it at `consistency`.
@@ -636,16 +693,13 @@ pub(crate) async fn prepare(
 pub(crate) async fn propose(
     network: &dyn PaxosNetwork,
     key: &PaxosKey,
-    round: PreparedRound,
+    ballot: Ballot,
     update: Cells,
     serial: Consistency,
     consistency: Consistency,
 ) -> Result<ProposalOutcome, CqlError> {
     let participants = Participants::of(network, key, serial)?;
-    let proposal = Proposal {
-        ballot: round.ballot,
-        update,
-    };
+    let proposal = Proposal { ballot, update };
     propose_and_commit(network, &participants, key, proposal, consistency, serial).await
 }
 
@@ -656,11 +710,13 @@ async fn collect_promises(
     participants: &Participants,
     key: &PaxosKey,
     ballot: Ballot,
+    read: bool,
 ) -> Vec<(Replica, Promise)> {
     let mut pending = send_to(network, participants.live(), || {
         ReplicaRequest::PaxosPrepare {
             key: key.clone(),
             ballot,
+            read,
         }
     });
     let mut answers: Vec<(Replica, Promise)> = Vec::new();
@@ -672,7 +728,7 @@ async fn collect_promises(
                 if !refused {
                     promised.push(replica.host_id);
                 }
-                answers.push((replica, promise));
+                answers.push((replica, *promise));
                 if refused || participants.met_by(&promised) {
                     break;
                 }

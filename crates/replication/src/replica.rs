@@ -234,9 +234,9 @@ impl LocalReplica {
                 Ok(answer) => ReplicaResponse::VectorHits(answer),
                 Err(error) => ReplicaResponse::Error(error),
             },
-            ReplicaRequest::PaxosPrepare { key, ballot } => {
-                match self.paxos.prepare(self, &key, ballot).await {
-                    Ok(promise) => ReplicaResponse::PaxosPromise(promise),
+            ReplicaRequest::PaxosPrepare { key, ballot, read } => {
+                match self.paxos.prepare(self, &key, ballot, read).await {
+                    Ok(promise) => ReplicaResponse::PaxosPromise(Box::new(promise)),
                     Err(error) => ReplicaResponse::Error(error),
                 }
             }

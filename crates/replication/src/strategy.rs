@@ -14,7 +14,7 @@ use crate::consistency::{unavailable, WriteType};
 use crate::counter::CounterLeader;
 use crate::index::{IndexLookup, VectorAnswer, VectorSearch};
 use crate::messages::{Cells, CounterUpdate, PartitionRef, ReplicaRequest, ReplicaResponse};
-use crate::paxos::{self, PaxosKey, PreparedRound, ProposalOutcome};
+use crate::paxos::{self, Ballot, PaxosKey, PreparedRound, ProposalOutcome};
 use crate::proxy::StorageProxy;
 use crate::range::ReplicatedView;
 use crate::read::PartitionSource;
@@ -135,12 +135,12 @@ pub trait Replication: Send + Sync + 'static {
         deadline: tokio::time::Instant,
     ) -> BoxFuture<'a, Result<PreparedRound, CqlError>>;
 
-    /// Proposes `update` (written with the round's ballot as timestamp) and commits it,
-    /// waiting for `consistency`.
+    /// Proposes `update` (written with the prepared round's ballot as timestamp) and
+    /// commits it, waiting for `consistency`.
     fn paxos_propose<'a>(
         &'a self,
         key: &'a PaxosKey,
-        round: PreparedRound,
+        ballot: Ballot,
         update: Cells,
         serial: Consistency,
         consistency: Consistency,
@@ -267,14 +267,14 @@ impl Replication for StorageProxy {
     fn paxos_propose<'a>(
         &'a self,
         key: &'a PaxosKey,
-        round: PreparedRound,
+        ballot: Ballot,
         update: Cells,
         serial: Consistency,
         consistency: Consistency,
     ) -> BoxFuture<'a, Result<ProposalOutcome, CqlError>> {
         Box::pin(async move {
             let _in_flight = self.enter();
-            paxos::propose(self, key, round, update, serial, consistency).await
+            paxos::propose(self, key, ballot, update, serial, consistency).await
         })
     }
 }
@@ -442,7 +442,7 @@ impl Replication for LocalReplication {
     fn paxos_propose<'a>(
         &'a self,
         key: &'a PaxosKey,
-        round: PreparedRound,
+        ballot: Ballot,
         update: Cells,
         serial: Consistency,
         consistency: Consistency,
@@ -450,7 +450,7 @@ impl Replication for LocalReplication {
         Box::pin(paxos::propose(
             self,
             key,
-            round,
+            ballot,
             update,
             serial,
             consistency,

@@ -395,7 +395,11 @@ impl Transaction<'_> {
                 .paxos_prepare(key, self.serial, deadline)
                 .await?;
             let partition = [(key.token, key.partition_key.clone())];
-            let state = read_in_round(coordinator, table, &partition, self.serial).await?;
+            let state = match round.partition {
+                // Read by the quorum as it promised (Paxos v2): no read round trip.
+                Some(cells) => CurrentState::from_cells(cells)?,
+                None => read_in_round(coordinator, table, &partition, self.serial).await?,
+            };
             let engine = state.engine(coordinator);
             let mut applied = true;
             // The rows the conditions read that exist, once each, by clustering.
@@ -433,7 +437,7 @@ impl Transaction<'_> {
                 .replication
                 .paxos_propose(
                     key,
-                    round,
+                    round.ballot,
                     update.into_entries(),
                     self.serial,
                     self.consistency,

@@ -68,6 +68,15 @@ pub(crate) enum CurrentState {
 }
 
 impl CurrentState {
+    /// Partitions as their replicas' reconciled cells give them.
+    pub(crate) fn from_cells(cells: shoal_replication::Cells) -> Result<CurrentState, CqlError> {
+        let engine = shoal_storage::MemoryEngine::new();
+        engine
+            .write(&shoal_storage::WriteBatch::from(cells))
+            .map_err(|e| CqlError::server(e.to_string()))?;
+        Ok(CurrentState::Read(engine))
+    }
+
     pub(crate) fn engine<'a>(&'a self, coordinator: &'a Coordinator) -> &'a dyn Engine {
         match self {
             CurrentState::Local => coordinator.engine().as_ref(),

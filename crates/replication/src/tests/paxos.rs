@@ -62,7 +62,11 @@ async fn a_proposal_accepted_by_one_replica_is_finished_by_the_next_round() {
         node: 9,
     };
     let node = cluster.nodes[0].proxy.local();
-    let prepare = ReplicaRequest::PaxosPrepare { key: key(), ballot };
+    let prepare = ReplicaRequest::PaxosPrepare {
+        key: key(),
+        ballot,
+        read: false,
+    };
     assert!(matches!(node.serve(prepare).await, ReplicaResponse::PaxosPromise(p) if p.promised));
     let proposal = Proposal {
         ballot,
@@ -90,7 +94,7 @@ async fn a_proposal_accepted_by_one_replica_is_finished_by_the_next_round() {
     let outcome = paxos::propose(
         proxy.as_ref(),
         &key(),
-        round,
+        round.ballot,
         update(round.ballot.micros, b"second"),
         Consistency::Serial,
         Consistency::Quorum,
@@ -112,7 +116,7 @@ async fn a_replica_that_missed_the_latest_commit_gets_it_before_a_new_proposal()
     let outcome = paxos::propose(
         first.as_ref(),
         &key(),
-        round,
+        round.ballot,
         update(round.ballot.micros, b"decided"),
         Consistency::Serial,
         Consistency::All,
@@ -149,7 +153,7 @@ async fn a_round_preempted_by_a_higher_ballot_decides_nothing() {
     let preempted = paxos::propose(
         a.as_ref(),
         &key(),
-        lower,
+        lower.ballot,
         update(lower.ballot.micros, b"lower"),
         Consistency::Serial,
         Consistency::Quorum,
@@ -160,7 +164,7 @@ async fn a_round_preempted_by_a_higher_ballot_decides_nothing() {
     let committed = paxos::propose(
         b.as_ref(),
         &key(),
-        higher,
+        higher.ballot,
         update(higher.ballot.micros, b"higher"),
         Consistency::Serial,
         Consistency::Quorum,
@@ -171,6 +175,47 @@ async fn a_round_preempted_by_a_higher_ballot_decides_nothing() {
     for node in 0..3 {
         assert!(!values_on(&cluster, node).contains(&b"lower".to_vec()));
     }
+}
+
+/// The values of reconciled cells.
+fn values_of(cells: &[(Vec<u8>, Vec<u8>)]) -> Vec<Vec<u8>> {
+    cells
+        .iter()
+        .map(|(_, cell)| Cell::decode(cell).unwrap().value)
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_promising_quorum_reads_the_partition_as_it_promises() {
+    let cluster = cluster();
+    let first = &cluster.nodes[0].proxy;
+    let round = paxos::prepare(first.as_ref(), &key(), Consistency::Serial, deadline())
+        .await
+        .unwrap();
+    assert_eq!(
+        round.partition.map(|cells| values_of(&cells)),
+        Some(Vec::new())
+    );
+    let outcome = paxos::propose(
+        first.as_ref(),
+        &key(),
+        round.ballot,
+        update(round.ballot.micros, b"decided"),
+        Consistency::Serial,
+        Consistency::Quorum,
+    )
+    .await
+    .unwrap();
+    assert_eq!(outcome, ProposalOutcome::Committed);
+    // The next round, from another coordinator, reads the decided update in its prepare.
+    let second = &cluster.nodes[1].proxy;
+    let round = paxos::prepare(second.as_ref(), &key(), Consistency::Serial, deadline())
+        .await
+        .unwrap();
+    assert_eq!(
+        round.partition.map(|cells| values_of(&cells)),
+        Some(vec![b"decided".to_vec()])
+    );
 }
 
 fn key_of(partition: &[u8]) -> PaxosKey {
