@@ -84,12 +84,16 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("selector, name, type_name, value", CASES, ids=[c[0] for c in CASES])
-def test_a_function_answers_as_cassandra_does(row, selector, name, type_name, value):
-    result = row.execute(f"SELECT {selector} FROM t WHERE k = 1")
+def assert_one_column(result, name, type_name, value):
+    """The result has one column of that name and type, and its one row that value."""
     assert result.column_names == [name]
     assert result.column_types[0].typename == type_name
     assert result.one()[0] == value
+
+
+@pytest.mark.parametrize("selector, name, type_name, value", CASES, ids=[c[0] for c in CASES])
+def test_a_function_answers_as_cassandra_does(row, selector, name, type_name, value):
+    assert_one_column(row.execute(f"SELECT {selector} FROM t WHERE k = 1"), name, type_name, value)
 
 
 def test_functions_of_null_are_null(row):
@@ -140,10 +144,7 @@ AGGREGATE_CASES = [
 
 @pytest.mark.parametrize("selector, name, type_name, value", AGGREGATE_CASES, ids=[c[0] for c in AGGREGATE_CASES])
 def test_functions_and_aggregates_nest_either_way(row, selector, name, type_name, value):
-    result = row.execute(f"SELECT {selector} FROM t")
-    assert result.column_names == [name]
-    assert result.column_types[0].typename == type_name
-    assert result.one()[0] == value
+    assert_one_column(row.execute(f"SELECT {selector} FROM t"), name, type_name, value)
 
 
 MASK_CASES = [
@@ -163,10 +164,7 @@ MASK_CASES = [
 
 @pytest.mark.parametrize("selector, name, type_name, value", MASK_CASES, ids=[c[0] for c in MASK_CASES])
 def test_masking_functions_hide_a_value_and_keep_its_type(row, selector, name, type_name, value):
-    result = row.execute(f"SELECT {selector} FROM t WHERE k = 1")
-    assert result.column_names == [name]
-    assert result.column_types[0].typename == type_name
-    assert result.one()[0] == value
+    assert_one_column(row.execute(f"SELECT {selector} FROM t WHERE k = 1"), name, type_name, value)
 
 
 def test_masking_a_null_and_bad_masking_arguments(row):

@@ -4,9 +4,11 @@
 
 use super::sim::{Behaviour, SimCluster, TABLE};
 use crate::messages::{ReplicaRequest, ReplicaResponse};
-use crate::paxos::{self, Ballot, PaxosKey, Proposal, ProposalOutcome};
+use crate::paxos::{self, Ballot, PaxosKey, PreparedRound, Proposal, ProposalOutcome};
+use crate::proxy::StorageProxy;
 use crate::replica::read_visible;
 use shoal_cql::request::Consistency;
+use shoal_cql::CqlError;
 use shoal_model::token::murmur3_token;
 use shoal_model::{keys, Cell, WriteTimestamp};
 use std::time::Duration;
@@ -53,6 +55,31 @@ fn deadline() -> Instant {
     Instant::now() + paxos::CAS_CONTENTION_TIMEOUT
 }
 
+/// A round prepared on the test partition through `proxy`, at SERIAL.
+async fn prepare_through(proxy: &StorageProxy) -> Result<PreparedRound, CqlError> {
+    paxos::prepare(proxy, &key(), Consistency::Serial, deadline()).await
+}
+
+/// Proposes `value` under `ballot` (written at the ballot's time) through `proxy`,
+/// committed at `consistency`.
+async fn propose_through(
+    proxy: &StorageProxy,
+    ballot: Ballot,
+    value: &[u8],
+    consistency: Consistency,
+) -> Result<ProposalOutcome, CqlError> {
+    let update = update(ballot.micros, value);
+    paxos::propose(
+        proxy,
+        &key(),
+        ballot,
+        update,
+        Consistency::Serial,
+        consistency,
+    )
+    .await
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_proposal_accepted_by_one_replica_is_finished_by_the_next_round() {
     let cluster = cluster();
@@ -85,22 +112,13 @@ async fn a_proposal_accepted_by_one_replica_is_finished_by_the_next_round() {
     // and commits it before it goes on.
     cluster.set_behaviour(2, Behaviour::Down);
     let proxy = &cluster.nodes[1].proxy;
-    let round = paxos::prepare(proxy.as_ref(), &key(), Consistency::Serial, deadline())
-        .await
-        .unwrap();
+    let round = prepare_through(proxy.as_ref()).await.unwrap();
     assert_eq!(values_on(&cluster, 0), vec![b"first".to_vec()]);
     assert_eq!(values_on(&cluster, 1), vec![b"first".to_vec()]);
     // The new round's own update is newer than the one it finished.
-    let outcome = paxos::propose(
-        proxy.as_ref(),
-        &key(),
-        round.ballot,
-        update(round.ballot.micros, b"second"),
-        Consistency::Serial,
-        Consistency::Quorum,
-    )
-    .await
-    .unwrap();
+    let outcome = propose_through(proxy.as_ref(), round.ballot, b"second", Consistency::Quorum)
+        .await
+        .unwrap();
     assert_eq!(outcome, ProposalOutcome::Committed);
     assert_eq!(values_on(&cluster, 1), vec![b"second".to_vec()]);
 }
@@ -110,18 +128,8 @@ async fn a_replica_that_missed_the_latest_commit_gets_it_before_a_new_proposal()
     let cluster = cluster();
     cluster.set_behaviour(2, Behaviour::Down);
     let first = &cluster.nodes[0].proxy;
-    let round = paxos::prepare(first.as_ref(), &key(), Consistency::Serial, deadline())
-        .await
-        .unwrap();
-    let outcome = paxos::propose(
-        first.as_ref(),
-        &key(),
-        round.ballot,
-        update(round.ballot.micros, b"decided"),
-        Consistency::Serial,
-        Consistency::All,
-    )
-    .await;
+    let round = prepare_through(first.as_ref()).await.unwrap();
+    let outcome = propose_through(first.as_ref(), round.ballot, b"decided", Consistency::All).await;
     // ALL cannot be met with n3 down, but the update is decided (a quorum accepted it).
     assert!(outcome.is_err());
     assert!(values_on(&cluster, 2).is_empty());
@@ -130,9 +138,7 @@ async fn a_replica_that_missed_the_latest_commit_gets_it_before_a_new_proposal()
     cluster.set_behaviour(2, Behaviour::Up);
     cluster.set_behaviour(0, Behaviour::Down);
     let second = &cluster.nodes[1].proxy;
-    paxos::prepare(second.as_ref(), &key(), Consistency::Serial, deadline())
-        .await
-        .unwrap();
+    prepare_through(second.as_ref()).await.unwrap();
     assert_eq!(values_on(&cluster, 2), vec![b"decided".to_vec()]);
 }
 
@@ -143,34 +149,16 @@ async fn a_round_preempted_by_a_higher_ballot_decides_nothing() {
     // replica the lower proposal is sent to.
     cluster.set_behaviour(2, Behaviour::Down);
     let (a, b) = (&cluster.nodes[0].proxy, &cluster.nodes[1].proxy);
-    let lower = paxos::prepare(a.as_ref(), &key(), Consistency::Serial, deadline())
-        .await
-        .unwrap();
-    let higher = paxos::prepare(b.as_ref(), &key(), Consistency::Serial, deadline())
-        .await
-        .unwrap();
+    let lower = prepare_through(a.as_ref()).await.unwrap();
+    let higher = prepare_through(b.as_ref()).await.unwrap();
     assert!(higher.ballot > lower.ballot);
-    let preempted = paxos::propose(
-        a.as_ref(),
-        &key(),
-        lower.ballot,
-        update(lower.ballot.micros, b"lower"),
-        Consistency::Serial,
-        Consistency::Quorum,
-    )
-    .await
-    .unwrap();
+    let preempted = propose_through(a.as_ref(), lower.ballot, b"lower", Consistency::Quorum)
+        .await
+        .unwrap();
     assert_eq!(preempted, ProposalOutcome::Preempted);
-    let committed = paxos::propose(
-        b.as_ref(),
-        &key(),
-        higher.ballot,
-        update(higher.ballot.micros, b"higher"),
-        Consistency::Serial,
-        Consistency::Quorum,
-    )
-    .await
-    .unwrap();
+    let committed = propose_through(b.as_ref(), higher.ballot, b"higher", Consistency::Quorum)
+        .await
+        .unwrap();
     assert_eq!(committed, ProposalOutcome::Committed);
     for node in 0..3 {
         assert!(!values_on(&cluster, node).contains(&b"lower".to_vec()));
@@ -189,19 +177,15 @@ fn values_of(cells: &[(Vec<u8>, Vec<u8>)]) -> Vec<Vec<u8>> {
 async fn the_promising_quorum_reads_the_partition_as_it_promises() {
     let cluster = cluster();
     let first = &cluster.nodes[0].proxy;
-    let round = paxos::prepare(first.as_ref(), &key(), Consistency::Serial, deadline())
-        .await
-        .unwrap();
+    let round = prepare_through(first.as_ref()).await.unwrap();
     assert_eq!(
         round.partition.map(|cells| values_of(&cells)),
         Some(Vec::new())
     );
-    let outcome = paxos::propose(
+    let outcome = propose_through(
         first.as_ref(),
-        &key(),
         round.ballot,
-        update(round.ballot.micros, b"decided"),
-        Consistency::Serial,
+        b"decided",
         Consistency::Quorum,
     )
     .await
@@ -209,9 +193,7 @@ async fn the_promising_quorum_reads_the_partition_as_it_promises() {
     assert_eq!(outcome, ProposalOutcome::Committed);
     // The next round, from another coordinator, reads the decided update in its prepare.
     let second = &cluster.nodes[1].proxy;
-    let round = paxos::prepare(second.as_ref(), &key(), Consistency::Serial, deadline())
-        .await
-        .unwrap();
+    let round = prepare_through(second.as_ref()).await.unwrap();
     assert_eq!(
         round.partition.map(|cells| values_of(&cells)),
         Some(vec![b"decided".to_vec()])
