@@ -38,7 +38,9 @@ pub fn encode_component(out: &mut Vec<u8>, value: &Value, descending: bool) {
     }
 }
 
-fn escape_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+/// Appends `bytes` with `0x00` escaped as `0x00 0xff`, ended by `0x00 0x00`: order-preserving
+/// and self-delimiting (text and blob components; index entries escape their whole value).
+pub(crate) fn escape_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     for &byte in bytes {
         out.push(byte);
         if byte == 0 {
@@ -191,6 +193,32 @@ impl Reader<'_> {
             } else {
                 bytes.push(byte);
             }
+        }
+    }
+}
+
+/// The bytes that [`escape_bytes`] escaped at the front of `escaped`.
+pub(crate) fn unescape_front(escaped: &[u8]) -> Result<Vec<u8>, DecodeError> {
+    Reader {
+        bytes: escaped,
+        position: 0,
+        invert: false,
+    }
+    .escaped()
+}
+
+/// How many bytes (end marker included) the bytes [`escape_bytes`] escaped at the front of
+/// `escaped` take, found without copying them.
+pub(crate) fn escaped_length(escaped: &[u8]) -> Option<usize> {
+    let mut at = 0;
+    loop {
+        match *escaped.get(at)? {
+            0 => match *escaped.get(at + 1)? {
+                0 => return Some(at + 2),
+                0xff => at += 2,
+                _ => return None,
+            },
+            _ => at += 1,
         }
     }
 }

@@ -395,49 +395,6 @@ pub fn index_entry_key(index: &TableId, value: &[u8], base_cell: &[u8]) -> Optio
     Some(key)
 }
 
-/// `value` escaped: `0x00` as `0x00 0xff`, then `0x00 0x00`. Order-preserving for
-/// prefix-free encodings (every byte-comparable value is one), and self-delimiting.
-fn escaped(value: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(value.len() + 4);
-    for &byte in value {
-        out.push(byte);
-        if byte == 0 {
-            out.push(0xff);
-        }
-    }
-    out.extend_from_slice(&[0, 0]);
-    out
-}
-
-/// The length of the escaped value at the front of `bytes`, its end marker included.
-fn escaped_length(bytes: &[u8]) -> Option<usize> {
-    let mut at = 0;
-    loop {
-        match *bytes.get(at)? {
-            0 => match *bytes.get(at + 1)? {
-                0 => return Some(at + 2),
-                0xff => at += 2,
-                _ => return None,
-            },
-            _ => at += 1,
-        }
-    }
-}
-
-/// The value an escaped value (end marker included) stands for.
-fn unescaped(escaped: &[u8]) -> Vec<u8> {
-    let body = &escaped[..escaped.len().saturating_sub(2)];
-    let mut value = Vec::with_capacity(body.len());
-    let mut bytes = body.iter();
-    while let Some(&byte) = bytes.next() {
-        value.push(byte);
-        if byte == 0 {
-            bytes.next();
-        }
-    }
-    value
-}
-
 /// Where an escaped value starts in `index`: its "partition" (the value's first eight
 /// escaped bytes as the token) and the row section.
 fn index_value_start(index: &TableId, escaped_value: &[u8]) -> Vec<u8> {
@@ -451,7 +408,8 @@ fn index_value_start(index: &TableId, escaped_value: &[u8]) -> Vec<u8> {
 
 /// The prefix of every entry of `value` in `index`.
 pub fn index_value_prefix(index: &TableId, value: &[u8]) -> Vec<u8> {
-    let escaped = escaped(value);
+    let mut escaped = Vec::with_capacity(value.len() + 4);
+    crate::clustering::escape_bytes(&mut escaped, value);
     let mut key = index_value_start(index, &escaped);
     key.extend_from_slice(&escaped);
     key
@@ -499,8 +457,7 @@ pub fn base_cell_of(key: &[u8]) -> Option<&[u8]> {
 fn split_index_entry(entry_key: &[u8]) -> Option<(&[u8], &[u8])> {
     let (_, _, rest) = split_partition(entry_key)?;
     let rest = rest.strip_prefix(&[SECTION_ROW])?;
-    let length = escaped_length(rest)?;
-    Some(rest.split_at(length))
+    Some(rest.split_at(crate::clustering::escaped_length(rest)?))
 }
 
 /// The base partition `(token, partition key)` after an entry's value.
@@ -515,7 +472,8 @@ fn base_partition(base: &[u8]) -> Option<(Token, &[u8])> {
 pub fn index_entry_parts(entry_key: &[u8]) -> Option<(Vec<u8>, Token, &[u8])> {
     let (value, base) = split_index_entry(entry_key)?;
     let (token, partition_key) = base_partition(base)?;
-    Some((unescaped(value), token, partition_key))
+    let value = crate::clustering::unescape_front(value).ok()?;
+    Some((value, token, partition_key))
 }
 
 /// The base partition `(token, partition key)` an index entry's key points at.

@@ -178,13 +178,18 @@ pub fn lookup_candidates(
         IndexPredicate::Range { lower, upper } => {
             let (start, end) =
                 keys::index_values_range(&lookup.index, as_bound(lower), as_bound(upper));
-            let mut lowest = std::collections::BTreeSet::new();
+            let mut lowest: std::collections::BTreeSet<PartitionRef> = Default::default();
             for_each_visible_entry(engine, start, &end, |token, partition_key| {
-                if token >= lookup.from && token <= upto {
-                    lowest.insert((token, partition_key.to_vec()));
-                    if lowest.len() > lookup.limit as usize {
-                        lowest.pop_last();
-                    }
+                let full = lowest.len() >= lookup.limit as usize;
+                // Once `limit` are kept, only a lower partition displaces the highest.
+                let kept = token >= lookup.from
+                    && token <= upto
+                    && !(full
+                        && lowest.last().is_none_or(|(last_token, last_key)| {
+                            (token, partition_key) >= (*last_token, last_key.as_slice())
+                        }));
+                if kept && lowest.insert((token, partition_key.to_vec())) && full {
+                    lowest.pop_last();
                 }
                 true
             })?;

@@ -638,7 +638,9 @@ pub(crate) async fn prepare(
             }
             continue;
         }
-        let mut partition = read_in_prepare(&granted);
+        // What the replicas read as they promised stands only if none had to be sent the
+        // latest commit after (their read predates it): then the round reads afresh.
+        let mut read_stands = true;
         if let Some(latest) = latest_commit {
             // Replicas that missed the latest commit get it before anything newer.
             let behind: Vec<&Replica> = granted
@@ -656,8 +658,7 @@ pub(crate) async fn prepare(
                     pause_before_retry().await;
                     continue;
                 }
-                // What they answered predates the commit: the round reads afresh.
-                partition = None;
+                read_stands = false;
             }
             if latest.ballot.micros >= ballot.micros {
                 // The same microsecond as the latest commit (another node's clock): its
@@ -666,18 +667,20 @@ pub(crate) async fn prepare(
                 continue;
             }
         }
+        let partition = read_stands.then(|| read_in_prepare(promises)).flatten();
         return Ok(PreparedRound { ballot, partition });
     }
 }
 
 /// The partition as the promising replicas read it, reconciled: `None` when one of them
 /// sent no cells (it was not asked to read) or the partition is too large to gather.
-fn read_in_prepare(granted: &[&(Replica, Promise)]) -> Option<Cells> {
-    let answers: Vec<Answer> = granted
-        .iter()
+fn read_in_prepare(promises: Vec<(Replica, Promise)>) -> Option<Cells> {
+    let answers: Vec<Answer> = promises
+        .into_iter()
+        .filter(|(_, promise)| promise.promised)
         .map(|(replica, promise)| {
-            let (cells, complete) = promise.partition.clone()?;
-            Some((replica.clone(), cells, complete))
+            let (cells, complete) = promise.partition?;
+            Some((replica, cells, complete))
         })
         .collect::<Option<_>>()?;
     let reconciled = reconcile(&answers);

@@ -443,10 +443,10 @@ impl SelectPlan {
                 months: 0,
                 days,
                 nanoseconds,
-            }) if days >= 0 && nanoseconds >= 0 && (days, nanoseconds) != (0, 0) => {
-                let nanoseconds = days as u64 * 86_400_000_000_000 + nanoseconds as u64;
-                Ok(Some(std::time::Duration::from_nanos(nanoseconds)))
-            }
+            }) if days >= 0 && nanoseconds >= 0 && (days, nanoseconds) != (0, 0) => Ok(Some(
+                std::time::Duration::from_secs(days as u64 * 86_400)
+                    + std::time::Duration::from_nanos(nanoseconds as u64),
+            )),
             Bound::Unset => Ok(None),
             Bound::Value(Value::Duration { .. }) => Err(CqlError::invalid(
                 "USING TIMEOUT must be a positive duration without months",

@@ -82,45 +82,51 @@ pub(crate) enum Aggregate {
 
 impl Output {
     /// The outputs this one computes its value from.
-    pub(crate) fn arguments(&self) -> Vec<&Output> {
+    pub(crate) fn arguments(&self) -> &[Output] {
         match self {
             Output::Call { argument, .. }
             | Output::ToJson { argument, .. }
-            | Output::Field { argument, .. } => vec![argument],
+            | Output::Field { argument, .. } => std::slice::from_ref(argument),
             Output::Aggregate {
                 argument: Some(argument),
                 ..
-            } => vec![argument],
-            Output::Similarity { arguments, .. } => arguments.iter().collect(),
-            Output::Mask { arguments, .. } => arguments.iter().collect(),
-            _ => Vec::new(),
+            } => std::slice::from_ref(argument),
+            Output::Similarity { arguments, .. } => &arguments[..],
+            Output::Mask { arguments, .. } => arguments,
+            _ => &[],
         }
     }
 
-    fn arguments_mut(&mut self) -> Vec<&mut Output> {
+    fn arguments_mut(&mut self) -> &mut [Output] {
         match self {
             Output::Call { argument, .. }
             | Output::ToJson { argument, .. }
-            | Output::Field { argument, .. } => vec![argument],
+            | Output::Field { argument, .. } => std::slice::from_mut(argument),
             Output::Aggregate {
                 argument: Some(argument),
                 ..
-            } => vec![argument],
-            Output::Similarity { arguments, .. } => arguments.iter_mut().collect(),
-            Output::Mask { arguments, .. } => arguments.iter_mut().collect(),
-            _ => Vec::new(),
+            } => std::slice::from_mut(argument),
+            Output::Similarity { arguments, .. } => &mut arguments[..],
+            Output::Mask { arguments, .. } => arguments,
+            _ => &mut [],
         }
     }
 
     /// True when the output holds a term (at any depth) still to evaluate.
     fn has_terms(&self) -> bool {
-        matches!(self, Output::Term(_)) || self.arguments().into_iter().any(Output::has_terms)
+        matches!(self, Output::Term(_)) || self.arguments().iter().any(Output::has_terms)
+    }
+
+    /// True when the output lists the write times or TTLs of a collection's elements.
+    fn reads_element_times(&self) -> bool {
+        matches!(self, Output::WriteTimes(_) | Output::Ttls(_))
+            || self.arguments().iter().any(Output::reads_element_times)
     }
 
     /// True when the output is an aggregate or is computed from one (`abs(max(v))`).
     pub(crate) fn has_aggregate(&self) -> bool {
         matches!(self, Output::Aggregate { .. })
-            || self.arguments().into_iter().any(Output::has_aggregate)
+            || self.arguments().iter().any(Output::has_aggregate)
     }
 
     /// Numbers the aggregates inside the output from `next` on; returns the next free one.
@@ -164,6 +170,8 @@ pub(crate) struct Selection {
     /// How many aggregates the outputs hold (each has its running state while rows are
     /// aggregated).
     pub(crate) aggregate_slots: usize,
+    /// Some output lists a collection's per-element write times or TTLs: rows keep them.
+    pub(crate) element_times: bool,
     /// `SELECT JSON`: the columns each row's JSON object holds (`columns` is then the one
     /// `[json]` column the client sees).
     pub(crate) json: Option<Vec<ColumnSpec>>,
@@ -315,6 +323,7 @@ pub(crate) fn compile_selection(
     let aggregate_slots = outputs
         .iter_mut()
         .fold(0, |next, output| output.number_aggregates(next));
+    let element_times = outputs.iter().any(Output::reads_element_times);
     let json = select.json.then(|| {
         std::mem::replace(
             &mut columns,
@@ -326,6 +335,7 @@ pub(crate) fn compile_selection(
         outputs,
         aggregate,
         aggregate_slots,
+        element_times,
         json,
         grouping: Grouping::of(table, select)?,
     })

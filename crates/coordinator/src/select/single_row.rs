@@ -75,7 +75,7 @@ pub(crate) fn read_row_values(
     };
     let now = shoal_model::timestamp::now_seconds();
     let mut values = vec![ColumnValue::default(); table.columns.len()];
-    fill_from_row(table, row, &mut values, now)?;
+    fill_from_row(table, row, &mut values, now, false)?;
     let key_values = decode_partition_key_values(table, partition_key)?;
     let mut typed: Vec<Option<Value>> = Vec::with_capacity(values.len());
     for (column, value) in table.columns.iter().zip(values) {

@@ -40,7 +40,7 @@ pub(crate) struct CellTime {
 
 /// Each element's cell time of a non-frozen collection (in element order) or user-defined
 /// type (one per field, `None` where the field has no cell).
-fn element_times(
+fn times_of_elements(
     cql_type: &CqlType,
     cells: &[(Vec<u8>, Cell)],
     now_seconds: i64,
@@ -153,12 +153,15 @@ fn udt_bytes(user_type: &UserType, cells: &[(Vec<u8>, Cell)]) -> Vec<u8> {
     out
 }
 
-/// Fills `values` (indexed like `table.columns`) from a stored row's cells.
+/// Fills `values` (indexed like `table.columns`) from a stored row's cells; with
+/// `element_times`, the write time and TTL of each element of a non-frozen collection or
+/// UDT too (only `writetime(c)` and `ttl(c)` of such a column read them).
 pub(crate) fn fill_from_row(
     table: &TableMetadata,
     row: Row,
     values: &mut [ColumnValue],
     now_seconds: i64,
+    element_times: bool,
 ) -> Result<(), CqlError> {
     for column in row.columns {
         let Some(index) = table.column_index(&column.name) else {
@@ -188,7 +191,11 @@ pub(crate) fn fill_from_row(
                     bytes: Some(collection_bytes(&metadata.cql_type, &cells)?),
                     timestamp: cells.iter().map(|(_, cell)| cell.timestamp.0).max(),
                     ttl: None,
-                    element_times: element_times(&metadata.cql_type, &cells, now_seconds),
+                    element_times: if element_times {
+                        times_of_elements(&metadata.cql_type, &cells, now_seconds)
+                    } else {
+                        Vec::new()
+                    },
                 };
             }
         } else if let Some((_, cell)) = cells.into_iter().next() {
@@ -392,6 +399,7 @@ impl<'a> SelectVisitor<'a> {
                 static_row.clone(),
                 &mut values,
                 self.now_seconds,
+                self.selection.element_times,
             )?;
         }
         self.partition_values = values;
@@ -490,7 +498,7 @@ impl<'a> SelectVisitor<'a> {
             | Output::Mask { .. } => {
                 let arguments = output
                     .arguments()
-                    .into_iter()
+                    .iter()
                     .map(|argument| self.output_cell(argument, values, token))
                     .collect::<Result<Vec<_>, CqlError>>()?;
                 computed_cell(output, arguments)?
@@ -609,7 +617,7 @@ impl<'a> SelectVisitor<'a> {
             _ => {
                 let arguments = output
                     .arguments()
-                    .into_iter()
+                    .iter()
                     .map(|argument| self.aggregated_cell(argument))
                     .collect::<Result<Vec<_>, CqlError>>()?;
                 computed_cell(output, arguments)?
@@ -801,7 +809,14 @@ impl Visitor for SelectVisitor<'_> {
             }
         }
         let clustering = std::mem::take(&mut row.clustering);
-        if let Err(error) = fill_from_row(self.table, row, &mut values, self.now_seconds) {
+        let element_times = self.selection.element_times;
+        if let Err(error) = fill_from_row(
+            self.table,
+            row,
+            &mut values,
+            self.now_seconds,
+            element_times,
+        ) {
             return self.fail(error);
         }
         self.emit(header, values, Some(clustering))
