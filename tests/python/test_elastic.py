@@ -433,3 +433,98 @@ def test_changing_the_replication_factor_adds_and_drops_replicas_with_their_data
         assert_everything_readable(cluster, {k: 0 for k in range(WORKLOAD_KEYS)}, rows, ConsistencyLevel.ALL)
     finally:
         driver.shutdown()
+
+
+def test_lightweight_transactions_lose_no_update_while_tablets_move(elastic):
+    """Compare-and-set increments through every coordinator while a fourth node joins and
+    then leaves again. A tablet's Paxos state moves with its data, so every increment
+    applied is in the final value and none is applied twice from the same value."""
+    cluster = elastic().start(3)
+    driver, session = connect(cluster)
+    partitions = list(range(12))
+    try:
+        session.execute("CREATE KEYSPACE elastic WITH replication = "
+                        "{'class': 'SimpleStrategy', 'replication_factor': 3}")
+        session.execute("CREATE TABLE elastic.registers (k int PRIMARY KEY, v int)")
+        for k in partitions:
+            session.execute("INSERT INTO elastic.registers (k, v) VALUES (%s, 0)", (k,))
+    finally:
+        driver.shutdown()
+    applied = {k: [] for k in partitions}
+    unknown = {k: [] for k in partitions}
+    counts = {"applied": 0, "lost race": 0, "unknown": 0, "read failed": 0}
+    lock = threading.Lock()
+    stopping = threading.Event()
+    failures = []
+    errors = set()
+
+    def client(address, index):
+        driver, session = connect(cluster, [address])
+        try:
+            read = session.prepare("SELECT v FROM elastic.registers WHERE k = ?")
+            read.consistency_level = ConsistencyLevel.SERIAL
+            cas = session.prepare("UPDATE elastic.registers SET v = ? WHERE k = ? IF v = ?")
+            rng = random.Random(index)
+            while not stopping.is_set():
+                k = rng.choice(partitions)
+                try:
+                    current = session.execute(read, (k,)).one().v
+                except Exception:  # noqa: BLE001 - a read changes nothing; ask again
+                    with lock:
+                        counts["read failed"] += 1
+                    continue
+                try:
+                    outcome = "applied" if session.execute(cas, (current + 1, k, current)).one().applied \
+                        else "lost race"
+                except Exception as error:  # noqa: BLE001 - a timeout or a refusal mid-round: maybe applied
+                    outcome = "unknown"
+                    with lock:
+                        errors.add(repr(error)[:160])
+                with lock:
+                    counts[outcome] += 1
+                    if outcome == "applied":
+                        applied[k].append(current + 1)
+                    elif outcome == "unknown":
+                        unknown[k].append(current + 1)
+        except Exception as error:  # noqa: BLE001 - any other failure of a client fails the test
+            failures.append(f"a client of {address} failed: {error!r}")
+        finally:
+            driver.shutdown()
+
+    threads = [threading.Thread(target=client, args=(address, i), daemon=True)
+               for i, address in enumerate(ADDRESSES[:3] * 2)]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(2)
+        cluster.node(ADDRESSES[3]).start(timeout=60)
+        wait_until(lambda: cluster.settled(4), timeout=120, message="the fourth node to join")
+        # Tablets of the table moved to the new node (and move away again below).
+        assert any(ADDRESSES[3] in t["replicas"] for t in cluster.ring("elastic", "registers"))
+        time.sleep(2)
+        cluster.admin("decommission", host=ADDRESSES[3], timeout=300)
+        cluster.nodes[ADDRESSES[3]].kill()
+        wait_until(lambda: cluster.settled(3), timeout=120, message="the fourth node to leave")
+        time.sleep(2)
+    finally:
+        stopping.set()
+        for thread in threads:
+            thread.join(timeout=60)
+    print(f"lightweight transactions: {counts}")
+    for error in sorted(errors)[:10]:
+        print("  ", error)
+    assert not failures, failures
+    assert not any(thread.is_alive() for thread in threads), "a client did not stop"
+    assert counts["applied"] > 0, counts
+    driver, session = connect(cluster, consistency=ConsistencyLevel.SERIAL)
+    try:
+        read = session.prepare("SELECT v FROM elastic.registers WHERE k = ?")
+        for k in partitions:
+            final = session.execute(read, (k,)).one().v
+            mine = applied[k]
+            # Each applied increment moved the value from n to n+1: no value twice, none lost.
+            assert len(set(mine)) == len(mine), f"partition {k}: two increments applied from one value"
+            assert len(mine) <= final <= len(mine) + len(unknown[k]), (k, final, len(mine), len(unknown[k]))
+            assert final == max(mine + [v for v in unknown[k] if v <= final] + [0]), (k, final)
+    finally:
+        driver.shutdown()

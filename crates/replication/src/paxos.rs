@@ -113,6 +113,114 @@ impl PaxosKey {
     }
 }
 
+impl PaxosKey {
+    /// The partition whose state is stored under `storage_key` (as
+    /// [`PaxosKey::storage_key`] builds it); `None` for any other key.
+    fn from_storage_key(storage_key: &[u8]) -> Option<PaxosKey> {
+        let (token, inner, rest) = state_key_parts(storage_key)?;
+        Some(PaxosKey {
+            table: TableId(inner.get(..16)?.try_into().ok()?),
+            token,
+            partition_key: inner.get(16..)?.to_vec(),
+        })
+        .filter(|_| rest.is_empty())
+    }
+}
+
+/// `(token, table id ++ partition key, rest)` of a key under [`PAXOS_TABLE_ID`].
+fn state_key_parts(storage_key: &[u8]) -> Option<(Token, &[u8], &[u8])> {
+    if !storage_key.starts_with(&PAXOS_TABLE_ID.0) {
+        return None;
+    }
+    keys::split_partition(storage_key)
+}
+
+/// Where the Paxos state of a tablet's partitions is stored: the keys of the token range
+/// `(after, last]` under [`PAXOS_TABLE_ID`]. Every table's partitions of those tokens
+/// are there; [`is_state_of`] tells which belong to one table.
+///
+/// A replica's Paxos state moves with its tablet (streaming): a proposal a quorum of the
+/// old replicas accepted but nobody committed must still be found by a quorum of the new
+/// ones, and a promise must keep holding on the replica that takes the place of the one
+/// that made it.
+pub fn state_range(after: Option<Token>, last: Token) -> (Vec<u8>, Vec<u8>) {
+    keys::token_range(&PAXOS_TABLE_ID, after, last)
+}
+
+/// True when `storage_key` holds the Paxos state of a partition of `table`.
+pub fn is_state_of(storage_key: &[u8], table: &TableId) -> bool {
+    state_key_parts(storage_key).is_some_and(|(_, inner, _)| inner.starts_with(&table.0))
+}
+
+/// States [`forget_state`] removes per write.
+const FORGET_BATCH: usize = 4096;
+
+/// Removes the Paxos state of `table`'s partitions in the token range `(after, last]`
+/// from `replica`: before a tablet moves here (what an earlier stay left is stale — a
+/// proposal accepted back then must not be finished now) and after it moved away. The
+/// node is not among the tablet's Paxos participants at either time, so no round
+/// changes the state meanwhile. Answers how many partitions' state was removed.
+pub async fn forget_state(
+    replica: &LocalReplica,
+    table: TableId,
+    after: Option<Token>,
+    last: Token,
+) -> Result<usize, String> {
+    let (mut lower, upper) = state_range(after, last);
+    let mut forgotten = 0;
+    loop {
+        let engine = Arc::clone(&replica.engine);
+        let end = upper.clone();
+        let (batch, resume) = tokio::task::spawn_blocking(move || {
+            state_tombstones(engine.as_ref(), &table, &lower, &end)
+        })
+        .await
+        .map_err(|e| format!("removing Paxos state failed: {e}"))??;
+        forgotten += batch.len();
+        if !batch.is_empty() {
+            replica.log.append(batch).await.map_err(|e| e.message)?;
+        }
+        match resume {
+            Some(next) => lower = next,
+            None => return Ok(forgotten),
+        }
+    }
+}
+
+/// Tombstones for up to [`FORGET_BATCH`] of `table`'s live Paxos states in
+/// `[lower, upper)`, each newer than the state it removes, and the key to go on from.
+fn state_tombstones(
+    engine: &dyn Engine,
+    table: &TableId,
+    lower: &[u8],
+    upper: &[u8],
+) -> Result<(WriteBatch, Option<Vec<u8>>), String> {
+    let now_seconds = shoal_model::timestamp::now_seconds();
+    let now_micros = shoal_model::timestamp::now_micros();
+    let mut batch = WriteBatch::new();
+    let mut cursor = engine
+        .scan(lower, upper, false)
+        .map_err(|e| e.to_string())?;
+    while let Some((key, value)) = cursor.current() {
+        if batch.len() == FORGET_BATCH {
+            return Ok((batch, Some(key.to_vec())));
+        }
+        if is_state_of(key, table) {
+            let cell = Cell::decode(value).map_err(|e| e.to_string())?;
+            if cell.is_live(now_seconds) {
+                let timestamp = WriteTimestamp(now_micros.max(cell.timestamp.0 + 1));
+                batch.merge(
+                    key.to_vec(),
+                    Cell::tombstone(timestamp, now_seconds).encode(),
+                );
+            }
+        }
+        cursor.advance();
+    }
+    cursor.status().map_err(|e| e.to_string())?;
+    Ok((batch, None))
+}
+
 /// An update proposed or committed under a ballot (the cells it writes).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Proposal {
@@ -143,6 +251,34 @@ struct PaxosState {
     promised: Option<Ballot>,
     accepted: Option<Proposal>,
     committed: Option<Proposal>,
+}
+
+impl PaxosState {
+    /// Joins the state another replica keeps of the same partition into this one: the
+    /// higher promise, the newer accepted proposal, the newer commit — what both replicas
+    /// together have promised, accepted and committed, so the replica holding it
+    /// keeps every promise and reports every acceptance either made. Answers the commit
+    /// that is new here (its update must be applied with the state).
+    fn join(&mut self, other: PaxosState) -> Option<Proposal> {
+        self.promised = self.promised.max(other.promised);
+        let newer = |mine: &Option<Proposal>, theirs: &Proposal| {
+            mine.as_ref().is_none_or(|mine| mine.ballot < theirs.ballot)
+        };
+        if let Some(accepted) = other.accepted.filter(|a| newer(&self.accepted, a)) {
+            self.accepted = Some(accepted);
+        }
+        let new_commit = other.committed.filter(|c| newer(&self.committed, c));
+        if let Some(committed) = &new_commit {
+            self.committed = Some(committed.clone());
+        }
+        // An acceptance no newer than the latest commit is finished.
+        if let (Some(accepted), Some(committed)) = (&self.accepted, &self.committed) {
+            if accepted.ballot <= committed.ballot {
+                self.accepted = None;
+            }
+        }
+        new_commit
+    }
 }
 
 /// The replica side: each step reads the partition's state, decides and writes the new
@@ -176,6 +312,22 @@ fn load_state(engine: &dyn Engine, key: &[u8]) -> Result<(PaxosState, i64), Stri
     }
     let state = bincode::deserialize(&cell.value).map_err(|e| e.to_string())?;
     Ok((state, cell.timestamp.0))
+}
+
+/// The ballots of what a replica remembers of `key`'s partition: the promise, the
+/// accepted proposal and the latest commit (for tests).
+#[cfg(test)]
+pub(crate) fn stored_ballots(
+    engine: &dyn Engine,
+    key: &PaxosKey,
+) -> Result<[Option<Ballot>; 3], String> {
+    let (state, _) = load_state(engine, &key.storage_key())?;
+    let ballot = |proposal: &Option<Proposal>| proposal.as_ref().map(|p| p.ballot);
+    Ok([
+        state.promised,
+        ballot(&state.accepted),
+        ballot(&state.committed),
+    ])
 }
 
 /// The cell that replaces the state written at `previous`: always newer, so the write
@@ -299,6 +451,39 @@ impl PaxosReplica {
         locked.state.accepted = Some(proposal);
         locked.save(replica).await?;
         Ok((true, ballot))
+    }
+
+    /// Takes in a partition's state as another replica stored it (`storage_key`,
+    /// `stored`), streamed here with a tablet this node takes over: joins it into this
+    /// node's state ([`PaxosState::join`]) and applies the commit it brings that is new
+    /// here, so this replica never reports a commit it does not hold the data of.
+    /// Answers whether anything changed.
+    pub(crate) async fn absorb(
+        &self,
+        replica: &LocalReplica,
+        storage_key: &[u8],
+        stored: &[u8],
+    ) -> Result<bool, String> {
+        let key = PaxosKey::from_storage_key(storage_key)
+            .ok_or("a streamed key is not a partition's Paxos state")?;
+        let cell = Cell::decode(stored).map_err(|e| e.to_string())?;
+        if !cell.is_live(shoal_model::timestamp::now_seconds()) {
+            return Ok(false);
+        }
+        let theirs: PaxosState = bincode::deserialize(&cell.value).map_err(|e| e.to_string())?;
+        let mut locked = self.lock(replica, &key).await?;
+        let before = locked.state.clone();
+        let new_commit = locked.state.join(theirs);
+        if locked.state == before {
+            return Ok(false);
+        }
+        let mut batch = new_commit.map_or_else(WriteBatch::new, |c| WriteBatch::from(c.update));
+        batch.extend(locked.write()?);
+        replica
+            .apply(batch.into_entries())
+            .await
+            .map_err(|e| e.message)?;
+        Ok(true)
     }
 
     /// Applies a committed update and remembers it as the latest commit (an older commit

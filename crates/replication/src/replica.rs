@@ -72,6 +72,13 @@ impl LocalReplica {
         let _ = self.indexes.set(indexes);
     }
 
+    /// Takes in one partition's Paxos state as another replica of a tablet moving here
+    /// stored it (see [`crate::paxos::state_range`]): joined into this node's state, the
+    /// commit it brings applied. Answers whether anything changed.
+    pub async fn absorb_paxos_state(&self, key: &[u8], stored: &[u8]) -> Result<bool, String> {
+        self.paxos.absorb(self, key, stored).await
+    }
+
     /// Appends `cells` and the index entries they add to the write log, in one batch.
     async fn append_cells(&self, mut cells: Cells) -> Result<(), CqlError> {
         if let Some(indexes) = self.indexes.get() {

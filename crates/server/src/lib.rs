@@ -106,8 +106,9 @@ impl Node {
             lane = lane.with_tls(Arc::clone(tls));
         }
         let lane = Arc::new(lane);
+        let replica = Arc::new(LocalReplica::new(Arc::clone(&engine), commit_log.clone()));
         let streaming = Arc::new(streaming::Streaming::new(
-            Arc::clone(&engine),
+            Arc::clone(&replica),
             Arc::clone(&lane),
             streaming::policy::StreamPolicy {
                 target_p99: std::time::Duration::from_millis(config.stream_target_p99_ms),
@@ -194,7 +195,7 @@ impl Node {
             Arc::clone(&metadata) as Arc<dyn shoal_replication::Topology>,
             Arc::clone(&transport) as Arc<dyn ReplicaTransport>,
             Arc::clone(&liveness),
-            Arc::new(LocalReplica::new(Arc::clone(&engine), commit_log.clone())),
+            replica,
             hints,
         ));
         let schema = Arc::new(

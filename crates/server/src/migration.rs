@@ -31,10 +31,10 @@
 
 use crate::internode::{Message, Peers, Reply};
 use crate::membership::FailureDetector;
-use crate::streaming::{StreamReply, StreamRequest, Streaming};
+use crate::streaming::{StreamReply, StreamRequest, Streaming, TabletKeys};
 use parking_lot::Mutex;
 use shoal_cluster::{ClusterMetadata, ClusterState, Command, CommandOutcome, Member, MemberState};
-use shoal_model::{keys, HostId, TableId, TabletId};
+use shoal_model::{HostId, TableId, TabletId};
 use shoal_placement::{
     plan_moves, plan_primaries, BalancerNode, Budget, MigrationId, MigrationStage, Transition,
 };
@@ -330,7 +330,7 @@ impl MigrationDriver {
             return Ok(false);
         };
         let (after, last) = placement.tablets.bounds_of(tablet).ok_or(Step::Gone)?;
-        let (lower, upper) = keys::token_range(&table, after, last);
+        let tablet_keys = TabletKeys { table, after, last };
         let pending_member = transition
             .pending
             .and_then(|h| state.member_by_host(&h).cloned());
@@ -350,7 +350,9 @@ impl MigrationDriver {
                 let pending = pending_member.ok_or(Step::Gone)?;
                 self.stream_call(
                     &pending,
-                    StreamRequest::Prepare { lower, upper },
+                    StreamRequest::Prepare {
+                        tablet: tablet_keys,
+                    },
                     BARRIER_BOUND,
                 )
                 .await?;
@@ -361,7 +363,7 @@ impl MigrationDriver {
                 self.barrier(&state).await?;
                 if let Some(pending) = &pending_member {
                     let sources = self.sources(&state, current.replicas.as_slice(), &transition)?;
-                    self.receive(pending, table, tablet, migration, lower, upper, sources)
+                    self.receive(pending, tablet, migration, tablet_keys, sources)
                         .await?;
                 }
                 self.advance(table, tablet, migration, MigrationStage::ReadNew)
@@ -380,7 +382,9 @@ impl MigrationDriver {
                 if let Some(leaving) = leaving.filter(|m| self.alive(&m.host_id)) {
                     self.stream_call(
                         &leaving,
-                        StreamRequest::Drop { lower, upper },
+                        StreamRequest::Drop {
+                            tablet: tablet_keys,
+                        },
                         BARRIER_BOUND,
                     )
                     .await?;
@@ -428,24 +432,20 @@ impl MigrationDriver {
         Err(Step::Retry("no live replica holds the tablet yet".into()))
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn receive(
         &self,
         pending: &Member,
-        table: TableId,
         tablet: TabletId,
         migration: MigrationId,
-        lower: Vec<u8>,
-        upper: Vec<u8>,
+        keys: TabletKeys,
         sources: Vec<SocketAddr>,
     ) -> Result<(), Step> {
+        let table = keys.table;
         loop {
             let request = StreamRequest::Receive {
                 migration,
-                table,
                 tablet,
-                lower: lower.clone(),
-                upper: upper.clone(),
+                keys: keys.clone(),
                 sources: sources.clone(),
             };
             match self.stream_call(pending, request, RECEIVE_CALL).await? {

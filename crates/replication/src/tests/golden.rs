@@ -29,7 +29,8 @@
 //!   recorded, the table's data removed (not on the `except` node, whose removal failed).
 //!
 //! - `join`, `move`, `stage`, `end`, `barrier`, `stream` — a tablet moving between
-//!   nodes ([`migrations`]).
+//!   nodes; `accept`, `promise`, `paxos`, `prepare` — Paxos rounds left unfinished and finished
+//!   ([`migrations`]).
 //!
 //! After every command the clock moves on 10 s, so writes still on their way to slow or
 //! paused replicas finish (or time out) before the next one: the output never depends on
@@ -542,6 +543,13 @@ impl goldenscript::Runner for Runner {
             "barrier" => self.barrier(command)?,
             "sync" => self.sync()?,
             "stream" => self.stream(command)?,
+            "accept" => self.accept(command, true)?,
+            "promise" => self.accept(command, false)?,
+            "paxos" => self.paxos_state(command)?,
+            "prepare" => {
+                let coordinator = self.coordinator(context)?;
+                self.prepare(command, coordinator)?
+            }
             other => return Err(format!("unknown command {other}").into()),
         };
         // Let deliveries still on their way finish or time out.
@@ -568,6 +576,11 @@ fn run_script(name: &str) {
         .join("src/testscripts")
         .join(name);
     goldenscript::run(&mut runner, &path).expect("script runs");
+}
+
+#[test]
+fn tablet_migrations_paxos() {
+    run_script("tablet_migrations_paxos");
 }
 
 #[test]

@@ -266,3 +266,136 @@ async fn finished_partitions_are_swept_from_the_table() {
     assert!(turns.tracked() <= 1024, "{} entries", turns.tracked());
     drop(held);
 }
+
+/// Every Paxos state `engine` stores, as stored (what streaming sends).
+fn stored_states(engine: &dyn shoal_storage::Engine) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let (lower, upper) = paxos::state_range(None, shoal_model::Token::MAX);
+    let mut cursor = engine.scan(&lower, &upper, false).unwrap();
+    let mut states = Vec::new();
+    while let Some((key, value)) = cursor.current() {
+        states.push((key.to_vec(), value.to_vec()));
+        cursor.advance();
+    }
+    states
+}
+
+/// Promises, accepts and (with `commit`) commits `value` under ballot `micros` on one
+/// replica, as a round would.
+async fn decide_on(replica: &crate::LocalReplica, micros: i64, value: &[u8], commit: bool) {
+    let ballot = Ballot { micros, node: 7 };
+    let proposal = Proposal {
+        ballot,
+        update: update(micros, value),
+    };
+    let steps = [
+        ReplicaRequest::PaxosPrepare {
+            key: key(),
+            ballot,
+            read: false,
+        },
+        ReplicaRequest::PaxosPropose {
+            key: key(),
+            proposal: proposal.clone(),
+        },
+        ReplicaRequest::PaxosCommit {
+            key: key(),
+            proposal,
+        },
+    ];
+    for step in steps.into_iter().take(if commit { 3 } else { 2 }) {
+        let answer = replica.serve(step).await;
+        assert!(
+            !matches!(answer, ReplicaResponse::Error(_)),
+            "a Paxos step failed: {answer:?}"
+        );
+    }
+}
+
+fn ballot_at(micros: i64) -> Option<Ballot> {
+    Some(Ballot { micros, node: 7 })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replica_taking_over_a_tablet_joins_its_paxos_state_and_applies_the_newer_commit() {
+    let cluster = cluster();
+    let (source, target) = (
+        cluster.nodes[0].proxy.local(),
+        cluster.nodes[1].proxy.local(),
+    );
+    decide_on(source, 100, b"committed", true).await;
+    let streamed = stored_states(source.engine.as_ref());
+    assert_eq!(streamed.len(), 1);
+    assert!(paxos::is_state_of(&streamed[0].0, &TABLE));
+    // The commit comes with its update: the new replica never reports a commit it does
+    // not hold the data of.
+    let (state_key, stored) = &streamed[0];
+    assert!(target.absorb_paxos_state(state_key, stored).await.unwrap());
+    assert_eq!(values_on(&cluster, 1), vec![b"committed".to_vec()]);
+    let ballots = paxos::stored_ballots(target.engine.as_ref(), &key()).unwrap();
+    assert_eq!(ballots, [ballot_at(100), None, ballot_at(100)]);
+    // What the target has since promised and accepted is newer: joining the old state
+    // again changes nothing.
+    decide_on(target, 300, b"accepted", false).await;
+    assert!(!target.absorb_paxos_state(state_key, stored).await.unwrap());
+    let ballots = paxos::stored_ballots(target.engine.as_ref(), &key()).unwrap();
+    assert_eq!(ballots, [ballot_at(300), ballot_at(300), ballot_at(100)]);
+    // A newer commit from the source finishes the target's older acceptance.
+    decide_on(source, 400, b"newer", true).await;
+    let streamed = stored_states(source.engine.as_ref());
+    assert!(target
+        .absorb_paxos_state(&streamed[0].0, &streamed[0].1)
+        .await
+        .unwrap());
+    let ballots = paxos::stored_ballots(target.engine.as_ref(), &key()).unwrap();
+    assert_eq!(ballots, [ballot_at(400), None, ballot_at(400)]);
+    assert_eq!(values_on(&cluster, 1), vec![b"newer".to_vec()]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn forgetting_a_tablets_paxos_state_leaves_other_tables_and_tokens_alone() {
+    let cluster = cluster();
+    let replica = cluster.nodes[0].proxy.local();
+    let other_table = shoal_model::TableId([0x11; 16]);
+    let tablet_key = key();
+    let elsewhere = key_of(b"elsewhere");
+    let other_tables_key = PaxosKey {
+        table: other_table,
+        ..key()
+    };
+    for key in [&tablet_key, &elsewhere, &other_tables_key] {
+        let prepare = ReplicaRequest::PaxosPrepare {
+            key: key.clone(),
+            ballot: Ballot {
+                micros: 100,
+                node: 7,
+            },
+            read: false,
+        };
+        assert!(
+            matches!(replica.serve(prepare).await, ReplicaResponse::PaxosPromise(p) if p.promised)
+        );
+    }
+    // The tablet holding only the test partition's token, in TABLE.
+    let token = tablet_key.token;
+    assert_ne!(elsewhere.token, token);
+    let forgotten =
+        paxos::forget_state(replica, TABLE, Some(shoal_model::Token(token.0 - 1)), token)
+            .await
+            .unwrap();
+    assert_eq!(forgotten, 1);
+    let promised = |key: &PaxosKey| paxos::stored_ballots(replica.engine.as_ref(), key).unwrap()[0];
+    assert_eq!(promised(&tablet_key), None);
+    assert_eq!(promised(&elsewhere), ballot_at(100));
+    assert_eq!(promised(&other_tables_key), ballot_at(100));
+    // A promise made after the state was forgotten is kept as usual.
+    let prepare = ReplicaRequest::PaxosPrepare {
+        key: tablet_key.clone(),
+        ballot: Ballot {
+            micros: 50,
+            node: 7,
+        },
+        read: false,
+    };
+    assert!(matches!(replica.serve(prepare).await, ReplicaResponse::PaxosPromise(p) if p.promised));
+    assert_eq!(promised(&tablet_key), ballot_at(50));
+}

@@ -9,12 +9,14 @@
 //! over — ingesting a range twice is harmless (every cell reconciles by last-write-wins).
 
 use super::throttle::Throttle;
-use super::{Chunk, StreamReply, StreamRequest};
+use super::{Chunk, StreamReply, StreamRequest, TabletKeys};
 use crate::internode::{Message, Peers, Reply};
+use futures::{StreamExt, TryStreamExt};
 use parking_lot::Mutex;
 use shoal_model::{TableId, TabletId};
 use shoal_placement::MigrationId;
 use shoal_replication::index::LocalIndexes;
+use shoal_replication::LocalReplica;
 use shoal_storage::Engine;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -64,16 +66,18 @@ pub struct IncomingStatus {
 /// What to receive.
 pub struct Receive {
     pub migration: MigrationId,
-    pub table: TableId,
     pub tablet: TabletId,
-    pub lower: Vec<u8>,
-    pub upper: Vec<u8>,
+    pub keys: TabletKeys,
     pub sources: Vec<SocketAddr>,
 }
 
+/// Partitions' Paxos states joined into this node's at once.
+const ABSORB_CONCURRENCY: usize = 32;
+
 /// The node's incoming streams.
 pub struct Incoming {
-    engine: Arc<dyn Engine>,
+    /// This node as a replica: its engine, and the Paxos state streamed tablets bring.
+    replica: Arc<LocalReplica>,
     throttle: Arc<Throttle>,
     /// The streaming lane: connections of their own, so chunks never queue in front of
     /// client requests' messages.
@@ -88,13 +92,13 @@ pub struct Incoming {
 
 impl Incoming {
     pub fn new(
-        engine: Arc<dyn Engine>,
+        replica: Arc<LocalReplica>,
         throttle: Arc<Throttle>,
         lane: Arc<Peers>,
         nice: u8,
     ) -> Incoming {
         Incoming {
-            engine,
+            replica,
             throttle,
             lane,
             jobs: Mutex::new(HashMap::new()),
@@ -116,7 +120,7 @@ impl Incoming {
             let job = jobs.entry(receive.migration).or_insert_with(|| {
                 let (state, _) = watch::channel(JobState::Running);
                 let job = Arc::new(Job {
-                    table: receive.table,
+                    table: receive.keys.table,
                     tablet: receive.tablet,
                     sources: receive.sources.clone(),
                     started: Instant::now(),
@@ -126,9 +130,9 @@ impl Incoming {
                 });
                 let incoming = Arc::clone(self);
                 let running = Arc::clone(&job);
-                let (lower, upper) = (receive.lower.clone(), receive.upper.clone());
+                let keys = receive.keys.clone();
                 tokio::spawn(async move {
-                    let outcome = incoming.run(&running, lower, upper).await;
+                    let outcome = incoming.run(&running, &keys).await;
                     let _ = running.state.send(match outcome {
                         Ok(()) => JobState::Done,
                         Err(error) => JobState::Failed(error),
@@ -172,32 +176,103 @@ impl Incoming {
         }
     }
 
-    /// Pulls the range from each source in turn and ingests it.
-    async fn run(&self, job: &Job, lower: Vec<u8>, upper: Vec<u8>) -> Result<(), String> {
+    /// Pulls the tablet's cells from each source in turn and ingests them, then its Paxos
+    /// state from each and joins it into this node's.
+    async fn run(&self, job: &Job, keys: &TabletKeys) -> Result<(), String> {
+        let (lower, upper) = keys.data();
         for source in &job.sources {
-            let session = match self
-                .call(
-                    *source,
-                    StreamRequest::Open {
-                        lower: lower.clone(),
-                        upper: upper.clone(),
-                    },
-                )
-                .await?
-            {
-                StreamReply::Opened { session, estimate } => {
-                    job.estimated_bytes.fetch_add(estimate, Ordering::Relaxed);
-                    session
-                }
-                other => return Err(format!("{source} answered {other:?} to Open")),
-            };
+            let session = self
+                .open(job, *source, lower.clone(), upper.clone(), None)
+                .await?;
             let pulled = self.pull(job, *source, session).await;
             if pulled.is_err() {
                 let _ = self.call(*source, StreamRequest::Close { session }).await;
             }
             pulled?;
         }
+        let (lower, upper) = keys.paxos_state();
+        for source in &job.sources {
+            let session = self
+                .open(job, *source, lower.clone(), upper.clone(), Some(keys.table))
+                .await?;
+            let absorbed = self.absorb_paxos_state(job, *source, session).await;
+            if absorbed.is_err() {
+                let _ = self.call(*source, StreamRequest::Close { session }).await;
+            }
+            let partitions = absorbed?;
+            if partitions > 0 {
+                tracing::info!(table = %keys.table, tablet = job.tablet.0, partitions, %source, "took over the Paxos state of a streamed tablet");
+            }
+        }
         Ok(())
+    }
+
+    /// Opens a session on `source` over `[lower, upper)`; answers its id.
+    async fn open(
+        &self,
+        job: &Job,
+        source: SocketAddr,
+        lower: Vec<u8>,
+        upper: Vec<u8>,
+        paxos_of: Option<TableId>,
+    ) -> Result<u64, String> {
+        let open = StreamRequest::Open {
+            lower,
+            upper,
+            paxos_of,
+        };
+        match self.call(source, open).await? {
+            StreamReply::Opened { session, estimate } => {
+                job.estimated_bytes.fetch_add(estimate, Ordering::Relaxed);
+                Ok(session)
+            }
+            other => Err(format!("{source} answered {other:?} to Open")),
+        }
+    }
+
+    /// The next chunk of `session`, counted and paid for with the throttle.
+    async fn next_chunk(
+        &self,
+        job: &Job,
+        source: SocketAddr,
+        session: u64,
+    ) -> Result<Chunk, String> {
+        let chunk = match self.call(source, StreamRequest::Next { session }).await? {
+            StreamReply::Chunk(chunk) => chunk,
+            other => return Err(format!("{source} answered {other:?} to Next")),
+        };
+        let bytes = chunk.bytes() as u64;
+        job.received_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.throttle.acquire(bytes).await;
+        Ok(chunk)
+    }
+
+    /// Joins the Paxos states `session` sends into this node's; answers how many
+    /// partitions' state changed.
+    async fn absorb_paxos_state(
+        &self,
+        job: &Job,
+        source: SocketAddr,
+        session: u64,
+    ) -> Result<usize, String> {
+        let mut changed = 0;
+        loop {
+            let chunk = self.next_chunk(job, source, session).await?;
+            let entries = Chunk::entries(&chunk.cells)?;
+            let replica = &self.replica;
+            let absorbs: Vec<_> = entries
+                .into_iter()
+                .map(|(key, stored)| replica.absorb_paxos_state(key, stored))
+                .collect();
+            let outcomes: Vec<bool> = futures::stream::iter(absorbs)
+                .buffer_unordered(ABSORB_CONCURRENCY)
+                .try_collect()
+                .await?;
+            changed += outcomes.into_iter().filter(|changed| *changed).count();
+            if chunk.done {
+                return Ok(changed);
+            }
+        }
     }
 
     async fn pull(&self, job: &Job, source: SocketAddr, session: u64) -> Result<(), String> {
@@ -205,15 +280,8 @@ impl Incoming {
         let mut file_bytes = 0usize;
         let mut ingesting: Option<tokio::sync::oneshot::Receiver<Result<(), String>>> = None;
         loop {
-            let chunk = match self.call(source, StreamRequest::Next { session }).await? {
-                StreamReply::Chunk(chunk) => chunk,
-                other => return Err(format!("{source} answered {other:?} to Next")),
-            };
-            let bytes = chunk.bytes();
-            job.received_bytes
-                .fetch_add(bytes as u64, Ordering::Relaxed);
-            self.throttle.acquire(bytes as u64).await;
-            file_bytes += bytes;
+            let chunk = self.next_chunk(job, source, session).await?;
+            file_bytes += chunk.bytes();
             let done = chunk.done;
             file.push(chunk.cells);
             if file_bytes >= FILE_BYTES || done {
@@ -245,7 +313,7 @@ impl Incoming {
         chunks: Vec<Vec<u8>>,
     ) -> Result<tokio::sync::oneshot::Receiver<Result<(), String>>, String> {
         let (done, outcome) = tokio::sync::oneshot::channel();
-        let engine = Arc::clone(&self.engine);
+        let engine = Arc::clone(&self.replica.engine);
         let indexes = Arc::clone(&self.indexes);
         let nice = self.nice;
         std::thread::Builder::new()

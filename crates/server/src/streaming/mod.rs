@@ -23,6 +23,13 @@
 //! Writes that arrive while a tablet streams reach the destination through the normal
 //! write path (the tablet is in `WriteBoth`), so nothing written after the source's view
 //! was taken is missed; what is in both reconciles by last-write-wins.
+//!
+//! A tablet's **Paxos state** moves with its data: after the cells, the destination pulls
+//! the state the source keeps of the tablet's partitions (promises, accepted proposals,
+//! latest commits) and joins it into its own, partition by partition, under the Paxos
+//! lock ([`shoal_replication::LocalReplica::absorb_paxos_state`]). Without it, a proposal
+//! a quorum of the old replicas accepted but nobody committed would be invisible to a
+//! quorum of the new ones, which could then decide something else.
 
 pub mod incoming;
 pub mod outgoing;
@@ -34,9 +41,9 @@ use incoming::{Incoming, IncomingStatus, Receive};
 use outgoing::{Outgoing, OutgoingStatus};
 use policy::{Decision, Measurement, StreamPolicy, POLICY_INTERVAL};
 use serde::{Deserialize, Serialize};
-use shoal_model::{TableId, TabletId};
+use shoal_model::{keys, TableId, TabletId, Token};
 use shoal_placement::MigrationId;
-use shoal_storage::Engine;
+use shoal_replication::{paxos, LocalReplica};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use throttle::Throttle;
@@ -95,29 +102,55 @@ impl Chunk {
     }
 }
 
+/// What a replica holds of one tablet: its table's cells in the tablet's token range
+/// `(after, last]`, and the Paxos state of those partitions, which moves with them
+/// ([`shoal_replication::paxos::state_range`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TabletKeys {
+    pub table: TableId,
+    pub after: Option<Token>,
+    pub last: Token,
+}
+
+impl TabletKeys {
+    /// The range of the tablet's cells.
+    pub fn data(&self) -> (Vec<u8>, Vec<u8>) {
+        keys::token_range(&self.table, self.after, self.last)
+    }
+
+    /// The range holding the Paxos state of the tablet's partitions (other tables' too:
+    /// pick with [`shoal_replication::paxos::is_state_of`]).
+    pub fn paxos_state(&self) -> (Vec<u8>, Vec<u8>) {
+        paxos::state_range(self.after, self.last)
+    }
+}
+
 /// What the migration driver and streaming destinations ask a node.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum StreamRequest {
-    /// Source: read `[lower, upper)` from one consistent view.
-    Open { lower: Vec<u8>, upper: Vec<u8> },
+    /// Source: read `[lower, upper)` from one consistent view; with `paxos_of`, only the
+    /// Paxos state of that table's partitions in it.
+    Open {
+        lower: Vec<u8>,
+        upper: Vec<u8>,
+        paxos_of: Option<TableId>,
+    },
     /// Source: the next chunk of a session.
     Next { session: u64 },
     /// Source: end a session early.
     Close { session: u64 },
     /// Pending replica, before it receives writes: remove whatever an earlier stay left of
-    /// the range.
-    Prepare { lower: Vec<u8>, upper: Vec<u8> },
+    /// the tablet.
+    Prepare { tablet: TabletKeys },
     /// Pending replica: receive a tablet from `sources` (start or keep waiting for it).
     Receive {
         migration: MigrationId,
-        table: TableId,
         tablet: TabletId,
-        lower: Vec<u8>,
-        upper: Vec<u8>,
+        keys: TabletKeys,
         sources: Vec<SocketAddr>,
     },
-    /// Leaving replica, once nobody reads or writes it: drop the range.
-    Drop { lower: Vec<u8>, upper: Vec<u8> },
+    /// Leaving replica, once nobody reads or writes it: drop the tablet.
+    Drop { tablet: TabletKeys },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -150,7 +183,8 @@ pub struct StreamsStatus {
 
 /// This node's streaming: both sides, the throttle and its policy.
 pub struct Streaming {
-    engine: Arc<dyn Engine>,
+    /// This node as a replica: its engine, and its Paxos state that moves with tablets.
+    replica: Arc<LocalReplica>,
     pub incoming: Arc<Incoming>,
     pub outgoing: Outgoing,
     pub throttle: Arc<Throttle>,
@@ -192,7 +226,7 @@ pub(crate) fn hex_prefix(key: &[u8]) -> String {
 
 impl Streaming {
     pub fn new(
-        engine: Arc<dyn Engine>,
+        replica: Arc<LocalReplica>,
         lane: Arc<Peers>,
         policy: StreamPolicy,
         nice: u8,
@@ -200,13 +234,13 @@ impl Streaming {
         let throttle = Arc::new(Throttle::new(policy.cap_bytes_per_s));
         Streaming {
             incoming: Arc::new(Incoming::new(
-                Arc::clone(&engine),
+                Arc::clone(&replica),
                 Arc::clone(&throttle),
                 lane,
                 nice,
             )),
-            outgoing: Outgoing::new(Arc::clone(&engine), Arc::clone(&throttle), nice),
-            engine,
+            outgoing: Outgoing::new(Arc::clone(&replica.engine), Arc::clone(&throttle), nice),
+            replica,
             throttle,
             policy,
         }
@@ -220,8 +254,12 @@ impl Streaming {
     /// Answers a streaming request from a peer.
     pub async fn handle(&self, request: StreamRequest) -> Result<StreamReply, String> {
         match request {
-            StreamRequest::Open { lower, upper } => {
-                let (session, estimate) = self.outgoing.open(lower, upper)?;
+            StreamRequest::Open {
+                lower,
+                upper,
+                paxos_of,
+            } => {
+                let (session, estimate) = self.outgoing.open(lower, upper, paxos_of)?;
                 Ok(StreamReply::Opened { session, estimate })
             }
             StreamRequest::Next { session } => {
@@ -231,30 +269,28 @@ impl Streaming {
                 self.outgoing.close(session);
                 Ok(StreamReply::Done)
             }
-            StreamRequest::Prepare { lower, upper } | StreamRequest::Drop { lower, upper } => {
-                let engine = Arc::clone(&self.engine);
+            StreamRequest::Prepare { tablet } | StreamRequest::Drop { tablet } => {
+                let engine = Arc::clone(&self.replica.engine);
+                let (lower, upper) = tablet.data();
                 tokio::task::spawn_blocking(move || engine.delete_range(&lower, &upper))
                     .await
                     .map_err(|e| format!("removing the range failed: {e}"))?
                     .map_err(|e| e.to_string())?;
+                paxos::forget_state(&self.replica, tablet.table, tablet.after, tablet.last).await?;
                 Ok(StreamReply::Done)
             }
             StreamRequest::Receive {
                 migration,
-                table,
                 tablet,
-                lower,
-                upper,
+                keys,
                 sources,
             } => {
                 let (done, bytes) = self
                     .incoming
                     .receive(Receive {
                         migration,
-                        table,
                         tablet,
-                        lower,
-                        upper,
+                        keys,
                         sources,
                     })
                     .await?;

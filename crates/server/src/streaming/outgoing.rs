@@ -10,6 +10,8 @@
 use super::throttle::Throttle;
 use super::Chunk;
 use parking_lot::Mutex;
+use shoal_model::TableId;
+use shoal_replication::paxos;
 use shoal_storage::Engine;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -70,9 +72,14 @@ impl Outgoing {
             .retain(|_, session| session.last_asked.elapsed() < SESSION_IDLE);
     }
 
-    /// Opens a session over `[lower, upper)`; answers its id and the range's estimated
-    /// size.
-    pub fn open(&self, lower: Vec<u8>, upper: Vec<u8>) -> Result<(u64, u64), String> {
+    /// Opens a session over `[lower, upper)` (with `paxos_of`, only the Paxos state of
+    /// that table's partitions in it); answers its id and the range's estimated size.
+    pub fn open(
+        &self,
+        lower: Vec<u8>,
+        upper: Vec<u8>,
+        paxos_of: Option<TableId>,
+    ) -> Result<(u64, u64), String> {
         self.sweep();
         if self.sessions.lock().len() >= MAX_SESSIONS {
             return Err(format!(
@@ -93,7 +100,9 @@ impl Outgoing {
             .name("shoal-stream-out".into())
             .spawn(move || {
                 super::lower_priority(nice);
-                read_range(engine.as_ref(), &throttle, &start, &upper, &sender)
+                let keep =
+                    |key: &[u8]| paxos_of.is_none_or(|table| paxos::is_state_of(key, &table));
+                read_range(engine.as_ref(), &throttle, &start, &upper, keep, &sender)
             })
             .map_err(|e| format!("cannot start a streaming thread: {e}"))?;
         self.sessions.lock().insert(
@@ -163,13 +172,14 @@ impl Outgoing {
     }
 }
 
-/// A session's thread: reads `[lower, upper)` through one cursor into chunks until the
-/// end, an error, or nobody wants them any more.
+/// A session's thread: reads the cells of `[lower, upper)` that `keep` wants through one
+/// cursor into chunks until the end, an error, or nobody wants them any more.
 fn read_range(
     engine: &dyn Engine,
     throttle: &Throttle,
     lower: &[u8],
     upper: &[u8],
+    keep: impl Fn(&[u8]) -> bool,
     chunks: &mpsc::Sender<Result<Chunk, String>>,
 ) {
     let mut cursor = match engine.stream_range(lower, upper) {
@@ -188,7 +198,9 @@ fn read_range(
             let Some((key, value)) = cursor.current() else {
                 break;
             };
-            chunk.push(key, value);
+            if keep(key) {
+                chunk.push(key, value);
+            }
             cursor.advance();
         }
         if let Err(error) = cursor.status() {

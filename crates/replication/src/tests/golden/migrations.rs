@@ -12,17 +12,30 @@
 //! - `barrier [except="nX …"]` — the topology barrier for the current version on every node
 //!   but the listed ones.
 //! - `stream k=KEY` — the tablet's stored cells copied from the leaving replica (from every
-//!   old replica when it is down) to the pending one, as streaming does.
+//!   old replica when it is down) to the pending one, then its Paxos state joined into the
+//!   pending one's, as streaming does.
 //! - `replicas k=KEY` shows a move under way after the replicas.
+//! - `accept k=KEY v=VALUE ballot=MICROS on="nX …"` — a coordinator's Paxos proposal
+//!   (column `v`, written at the ballot's time) promised and accepted by the listed
+//!   replicas only: it died before proposing to the others or committing.
+//!   `promise k=KEY ballot=MICROS on="nX …"`: one that died after its prepare.
+//! - `paxos k=KEY` — the Paxos state every node keeps of the key's partition: the ballots
+//!   (microseconds) it promised, accepted and committed last.
+//! - `prepare k=KEY` — a Paxos round prepared through the coordinator on the key's
+//!   partition at SERIAL, finishing what earlier rounds left (a SERIAL read's first half).
 
 use super::super::sim::{SimCluster, TABLE};
-use super::{partition, Outcome, Runner};
+use super::{cell_key, partition, show_error, Outcome, Runner};
+use crate::messages::{ReplicaRequest, ReplicaResponse};
+use crate::paxos::{self, Ballot, PaxosKey, Proposal};
 use goldenscript::Command;
 use shoal_cluster::{Command as MetadataCommand, CommandOutcome, MemberState};
-use shoal_model::{keys, TabletId};
+use shoal_cql::request::Consistency;
+use shoal_model::{keys, Cell, TabletId};
 use shoal_placement::MigrationStage;
 use shoal_storage::{Engine, WriteBatch};
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The tablet holding `key`.
@@ -30,6 +43,16 @@ fn tablet_of(cluster: &SimCluster, key: &str) -> Result<TabletId, String> {
     let (token, _) = partition(key);
     let placement = cluster.state.tables.get(&TABLE).ok_or("no table")?;
     Ok(placement.tablets.tablet_for(token).id)
+}
+
+/// The Paxos partition of `key`.
+fn paxos_key(key: &str) -> PaxosKey {
+    let (token, partition_key) = partition(key);
+    PaxosKey {
+        table: TABLE,
+        token,
+        partition_key,
+    }
 }
 
 fn node_names(cluster: &SimCluster, list: &str) -> Result<Vec<usize>, String> {
@@ -127,7 +150,7 @@ impl Runner {
             Some(other) => return Err(format!("unexpected {other}").into()),
         };
         args.reject_next()?;
-        let cluster = self.cluster()?;
+        let cluster = self.cluster.as_mut().ok_or("no cluster")?;
         let tablet = tablet_of(cluster, &key)?;
         let placement = &cluster.state.tables[&TABLE];
         let transition = placement
@@ -136,6 +159,7 @@ impl Runner {
             .and_then(|t| t.transition.clone())
             .ok_or("the tablet is not moving")?;
         let migration = transition.id;
+        let runtime = &self.runtime;
         let mut out = String::new();
         if !aborted {
             let (after, last) = placement.tablets.bounds_of(tablet).ok_or("no tablet")?;
@@ -146,6 +170,8 @@ impl Runner {
                 .filter(|n| cluster.liveness.is_alive_now(&n.member.host_id));
             if let Some(leaving) = leaving {
                 leaving.engine.delete_range(&lower, &upper)?;
+                let replica = leaving.proxy.local();
+                runtime.block_on(paxos::forget_state(replica, TABLE, after, last))?;
                 writeln!(out, "{} dropped its copy", leaving.name)?;
             }
         }
@@ -200,7 +226,8 @@ impl Runner {
         let mut args = command.consume_args();
         let key = args.take_key("k").ok_or("k= is required")?.to_string();
         args.reject_next()?;
-        let cluster = self.cluster()?;
+        let cluster = self.cluster.as_ref().ok_or("no cluster")?;
+        let runtime = &self.runtime;
         let tablet = tablet_of(cluster, &key)?;
         let placement = &cluster.state.tables[&TABLE];
         let moving = placement.tablets.get(tablet).ok_or("no tablet")?;
@@ -234,8 +261,138 @@ impl Runner {
             }
             let count = batch.len();
             target.engine.write(&batch)?;
-            writeln!(out, "{} → {}: {count} cells", source.name, target.name)?;
+            let (lower, upper) = paxos::state_range(after, last);
+            let mut states = Vec::new();
+            let mut cursor = source.engine.scan(&lower, &upper, false)?;
+            while let Some((key, value)) = cursor.current() {
+                if paxos::is_state_of(key, &TABLE) {
+                    states.push((key.to_vec(), value.to_vec()));
+                }
+                cursor.advance();
+            }
+            drop(cursor);
+            let replica = target.proxy.local();
+            let mut joined = 0;
+            for (key, value) in &states {
+                if runtime.block_on(replica.absorb_paxos_state(key, value))? {
+                    joined += 1;
+                }
+            }
+            write!(out, "{} → {}: {count} cells", source.name, target.name)?;
+            if !states.is_empty() {
+                write!(out, ", Paxos states joined: {joined}")?;
+            }
+            writeln!(out)?;
         }
         Ok(out)
+    }
+
+    /// `accept` (`propose`: promised and accepted) or `promise` (promised only).
+    pub(super) fn accept(&mut self, command: &Command, propose: bool) -> Outcome {
+        let mut args = command.consume_args();
+        let key = args.take_key("k").ok_or("k= is required")?.to_string();
+        let value = if propose {
+            args.take_key("v").ok_or("v= is required")?.to_string()
+        } else {
+            String::new()
+        };
+        let micros: i64 = args
+            .take_key("ballot")
+            .ok_or("ballot= is required")?
+            .parse()?;
+        let on = args.take_key("on").ok_or("on= is required")?.to_string();
+        args.reject_next()?;
+        let cluster = self.cluster()?;
+        let ballot = Ballot { micros, node: 99 };
+        let proposal = Proposal {
+            ballot,
+            update: vec![(
+                cell_key(&key),
+                Cell::live(ballot.timestamp(), value.into_bytes()).encode(),
+            )],
+        };
+        let replicas: Vec<_> = node_names(cluster, &on)?
+            .into_iter()
+            .map(|index| {
+                (
+                    cluster.nodes[index].name.clone(),
+                    Arc::clone(cluster.nodes[index].proxy.local()),
+                )
+            })
+            .collect();
+        let mut out = String::new();
+        for (name, replica) in replicas {
+            let prepare_request = ReplicaRequest::PaxosPrepare {
+                key: paxos_key(&key),
+                ballot,
+                read: false,
+            };
+            let propose_request = ReplicaRequest::PaxosPropose {
+                key: paxos_key(&key),
+                proposal: proposal.clone(),
+            };
+            let verdict = self.runtime.block_on(async {
+                let promised = matches!(replica.serve(prepare_request).await, ReplicaResponse::PaxosPromise(p) if p.promised);
+                if !promised {
+                    return "refused";
+                }
+                if !propose {
+                    return "promised";
+                }
+                match replica.serve(propose_request).await {
+                    ReplicaResponse::PaxosAccepted { accepted: true, .. } => "accepted",
+                    _ => "refused",
+                }
+            });
+            writeln!(out, "{name}: {verdict}")?;
+        }
+        Ok(out)
+    }
+
+    pub(super) fn paxos_state(&mut self, command: &Command) -> Outcome {
+        let mut args = command.consume_args();
+        let key = args.take_key("k").ok_or("k= is required")?.to_string();
+        args.reject_next()?;
+        let cluster = self.cluster()?;
+        let mut out = String::new();
+        for node in &cluster.nodes {
+            let ballots = paxos::stored_ballots(node.engine.as_ref(), &paxos_key(&key))?;
+            let shown: Vec<String> = ["promised", "accepted", "committed"]
+                .iter()
+                .zip(ballots)
+                .filter_map(|(what, ballot)| {
+                    // Ballots this script made are small; the clock's are shown as "now".
+                    ballot.map(|b| match b.micros {
+                        micros if micros < 1_000_000 => format!("{what} {micros}"),
+                        _ => format!("{what} now"),
+                    })
+                })
+                .collect();
+            let shown = if shown.is_empty() {
+                "nothing".to_string()
+            } else {
+                shown.join(", ")
+            };
+            writeln!(out, "{}: {shown}", node.name)?;
+        }
+        Ok(out)
+    }
+
+    pub(super) fn prepare(&mut self, command: &Command, coordinator: usize) -> Outcome {
+        let mut args = command.consume_args();
+        let key = args.take_key("k").ok_or("k= is required")?.to_string();
+        args.reject_next()?;
+        let proxy = Arc::clone(&self.cluster()?.nodes[coordinator].proxy);
+        let deadline = tokio::time::Instant::now() + paxos::CAS_CONTENTION_TIMEOUT;
+        let prepared = self.runtime.block_on(paxos::prepare(
+            proxy.as_ref(),
+            &paxos_key(&key),
+            Consistency::Serial,
+            deadline,
+        ));
+        Ok(match prepared {
+            Ok(_) => "prepared".into(),
+            Err(error) => show_error(&error),
+        })
     }
 }
