@@ -57,6 +57,11 @@ pub struct LwtArgs {
     /// Write the phase's figures as JSON.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Send each request to any node in turn instead of the partition's first replica,
+    /// as drivers that do not know ScyllaDB's LWT mark spread a partition's
+    /// transactions over several coordinators.
+    #[arg(long)]
+    pub spread: bool,
 }
 
 async fn setup(session: &Session, args: &LwtArgs) -> anyhow::Result<()> {
@@ -132,11 +137,29 @@ async fn update_random(session: &Session, args: &LwtArgs) -> anyhow::Result<Phas
 pub fn run(args: LwtArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.concurrency >= 1, "--concurrency must be at least 1");
     anyhow::ensure!(args.records >= 1, "--records must be at least 1");
-    args.login.run_with_session(&args.contact, async |session| {
+    let spread = args.spread;
+    let configure = move |builder: scylla::client::session_builder::SessionBuilder| {
+        if !spread {
+            return builder;
+        }
+        let policy = scylla::policies::load_balancing::DefaultPolicy::builder()
+            .token_aware(false)
+            .build();
+        let profile = scylla::client::execution_profile::ExecutionProfile::builder()
+            .load_balancing_policy(policy)
+            .build();
+        builder.default_execution_profile_handle(profile.into_handle())
+    };
+    args.login.run_with_configured_session(&args.contact, configure, async |session| {
         setup(session, &args).await?;
         println!(
-            "shoal bench lwt: {} accounts, RF {}, {} in flight, commit consistency {}, against {}",
-            args.records, args.replication_factor, args.concurrency, args.consistency, args.contact
+            "shoal bench lwt: {} accounts, RF {}, {} in flight, commit consistency {}, against {}{}",
+            args.records,
+            args.replication_factor,
+            args.concurrency,
+            args.consistency,
+            args.contact,
+            if args.spread { ", requests spread over every node" } else { "" }
         );
         let (name, result) = match args.phase {
             LwtPhase::Insert => ("insert", insert_all(session, &args).await?),

@@ -79,11 +79,26 @@ impl Login {
         contact: &str,
         body: impl AsyncFnOnce(&Session) -> anyhow::Result<T>,
     ) -> anyhow::Result<T> {
+        self.run_with_configured_session(contact, |builder| builder, body)
+    }
+
+    /// [`Login::run_with_session`] with the session's builder set up by `configure` too.
+    pub fn run_with_configured_session<T>(
+        &self,
+        contact: &str,
+        configure: impl FnOnce(SessionBuilder) -> SessionBuilder,
+        body: impl AsyncFnOnce(&Session) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
         runtime.block_on(async {
-            let session = self.connect(contact, PoolSize::default()).await?;
+            let session = configure(self.apply(SessionBuilder::new())?)
+                .known_node(contact)
+                .pool_size(PoolSize::default())
+                .build()
+                .await
+                .with_context(|| format!("cannot connect to {contact}"))?;
             body(&session).await
         })
     }

@@ -122,9 +122,6 @@ pub struct Coordinator {
     pub(crate) info: NodeInfo,
     /// Serializes increments of one counter shard led by this node ([`counter`]).
     pub(crate) counter_locks: counter::CounterLocks,
-    /// Lightweight transactions this node coordinates on one partition take turns
-    /// ([`modify`]'s conditional writes).
-    pub(crate) cas_turns: shoal_replication::paxos::PartitionTurns,
     /// This node's secondary indexes ([`index`]).
     pub(crate) indexes: Arc<index::IndexCatalog>,
     /// The read threads and the order reads are served in ([`schedule`]).
@@ -183,7 +180,6 @@ impl Coordinator {
             prepared: prepared::PreparedCache::new(prepared::PREPARED_CACHE_CAPACITY),
             info,
             counter_locks: counter::CounterLocks::default(),
-            cas_turns: Default::default(),
             cluster,
             auth,
             observer: std::sync::OnceLock::new(),
@@ -707,9 +703,10 @@ impl Coordinator {
                 token: *token,
                 partition_key: partition_key.clone(),
             };
+            let mut untaken = shoal_replication::paxos_lead::PaxosTurn::untaken();
             let round = self
                 .replication
-                .paxos_prepare(&key, serial, deadline)
+                .paxos_prepare(&key, serial, deadline, &mut untaken)
                 .await
                 .map_err(modify::serial_read_error)?;
             read_in_prepare = match (read_in_prepare, round.partition) {

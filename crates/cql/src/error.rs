@@ -4,7 +4,7 @@
 use std::fmt;
 
 /// The protocol's error codes, grouped by what the client should do.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ErrorCode {
     /// 0x0000 — a bug or an unexpected failure on our side.
     Server,
@@ -81,8 +81,8 @@ impl ErrorCode {
     }
 }
 
-/// An error to send to the client.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// An error to send to the client (or from the node that ran a request for another).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CqlError {
     pub code: ErrorCode,
     pub message: String,

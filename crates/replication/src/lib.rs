@@ -43,6 +43,7 @@ pub mod hints;
 pub mod index;
 pub mod messages;
 pub mod paxos;
+pub mod paxos_lead;
 pub mod proxy;
 pub mod range;
 pub mod read;

@@ -87,6 +87,9 @@ pub enum ReplicaRequest {
         key: crate::paxos::PaxosKey,
         proposal: crate::paxos::Proposal,
     },
+    /// Lead a step of another coordinator's lightweight transaction on a partition this
+    /// node is the first replica of ([`crate::paxos_lead`]).
+    PaxosLead(crate::paxos_lead::LeadRequest),
 }
 
 /// Counter increments of one partition, for its leader: each a delta cell's key (the
@@ -128,6 +131,11 @@ impl ReplicaRequest {
             ReplicaRequest::PaxosCommit { proposal, .. } => {
                 format!("PAXOS_COMMIT of {} cells", proposal.update.len())
             }
+            ReplicaRequest::PaxosLead(lead) => match lead {
+                crate::paxos_lead::LeadRequest::Prepare { .. } => "PAXOS_LEAD_PREPARE".into(),
+                crate::paxos_lead::LeadRequest::Propose { .. } => "PAXOS_LEAD_PROPOSE".into(),
+                crate::paxos_lead::LeadRequest::Release { .. } => "PAXOS_LEAD_RELEASE".into(),
+            },
         }
     }
 }
@@ -154,6 +162,19 @@ impl ReplicaResponse {
             ReplicaResponse::PaxosPromise(_) => "a refusal (a higher ballot came first)".into(),
             ReplicaResponse::PaxosAccepted { accepted: true, .. } => "accepted".into(),
             ReplicaResponse::PaxosAccepted { .. } => "refused (a higher ballot came first)".into(),
+            ReplicaResponse::PaxosLed(led) => match led {
+                crate::paxos_lead::LeadResponse::Prepared { round: Ok(_), .. } => {
+                    "a prepared round".into()
+                }
+                crate::paxos_lead::LeadResponse::Proposed(Ok(outcome)) => {
+                    format!("a proposal {outcome:?}")
+                }
+                crate::paxos_lead::LeadResponse::Prepared { round: Err(e), .. }
+                | crate::paxos_lead::LeadResponse::Proposed(Err(e)) => {
+                    format!("an error: {}", e.message)
+                }
+                crate::paxos_lead::LeadResponse::Released => "released".into(),
+            },
         }
     }
 }
@@ -192,4 +213,6 @@ pub enum ReplicaResponse {
         accepted: bool,
         promised: crate::paxos::Ballot,
     },
+    /// The answer to `PaxosLead`.
+    PaxosLed(crate::paxos_lead::LeadResponse),
 }

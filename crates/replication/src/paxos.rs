@@ -4,7 +4,7 @@
 //! Every conditional statement (`IF …`) and every read at `SERIAL`/`LOCAL_SERIAL` runs one
 //! Paxos round on the replicas of its partition, as Cassandra's `StorageProxy.cas` does:
 //!
-//! 1. **Prepare** ([`StorageProxy::paxos_prepare`]): a new [`Ballot`], higher than any this
+//! 1. **Prepare** ([`prepare`]): a new [`Ballot`], higher than any this
 //!    node has seen, is sent to every replica; a replica *promises* it when it is higher
 //!    than every ballot it promised before and answers with the proposal it accepted last
 //!    and the update it committed last. A quorum of promises is needed. Before the round
@@ -19,7 +19,7 @@
 //!    reconciles what the promising quorum sent ([`PreparedRound::partition`]) — no read
 //!    round trip. When the prepare had to settle earlier rounds, or every replica is this
 //!    node, the caller reads the partition at `QUORUM` instead.
-//! 3. **Propose** ([`StorageProxy::paxos_propose`]): replicas *accept* the update unless
+//! 3. **Propose** ([`propose`]): replicas *accept* the update unless
 //!    they promised a higher ballot since; a quorum of acceptances decides it.
 //! 4. **Commit**: every replica applies the update (through its write log, with its index
 //!    entries) and records it as its latest commit; the client is answered once the
@@ -32,8 +32,9 @@
 //! [`CAS_CONTENTION_TIMEOUT`]. Rounds one coordinator runs on one partition do not
 //! contend with each other: they take turns ([`PartitionTurns`], first come first
 //! served), so a hot partition's transactions queue on their coordinator instead of
-//! preempting each other's ballots (ScyllaDB serializes them per key the same way); only
-//! rounds from different coordinators duel. An outcome that cannot be known (a proposal accepted by
+//! preempting each other's ballots (ScyllaDB serializes them per key the same way); rounds
+//! from different coordinators would duel, so a busy partition's transactions are run by
+//! its first replica ([`crate::paxos_lead`]). An outcome that cannot be known (a proposal accepted by
 //! some replicas but not a quorum, or no quorum answering) is `WriteTimeout` with write
 //! type `CAS`, as in Cassandra.
 
@@ -585,7 +586,7 @@ impl Participants {
 }
 
 /// How a proposal fared.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ProposalOutcome {
     /// A quorum accepted it and it was committed at the level asked for.
     Committed,
@@ -615,6 +616,16 @@ const TURN_TABLE_SWEEP_MINIMUM: usize = 1024;
 /// A transaction's turn on its partition: the next one's starts when it is dropped.
 pub struct Turn {
     _held: tokio::sync::OwnedMutexGuard<()>,
+    /// Another transaction had the partition's turn when this one asked.
+    waited: bool,
+}
+
+impl Turn {
+    /// True when another transaction had the partition's turn when this one asked (the
+    /// partition is busy).
+    pub fn waited(&self) -> bool {
+        self.waited
+    }
 }
 
 impl PartitionTurns {
@@ -639,9 +650,18 @@ impl PartitionTurns {
                 }
             }
         };
+        if let Ok(held) = Arc::clone(&queue).try_lock_owned() {
+            return Some(Turn {
+                _held: held,
+                waited: false,
+            });
+        }
         // tokio's mutex is fair: waiters get it in the order they asked.
         let held = tokio::time::timeout_at(deadline, queue.lock_owned()).await;
-        held.ok().map(|held| Turn { _held: held })
+        held.ok().map(|held| Turn {
+            _held: held,
+            waited: true,
+        })
     }
 
     /// Partitions with an entry in the table (some may have finished since the last
@@ -652,7 +672,7 @@ impl PartitionTurns {
 }
 
 /// The answer a round hands back after a successful prepare.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PreparedRound {
     pub ballot: Ballot,
     /// The partition as the promising quorum holds it, reconciled (read in the prepare,
@@ -660,6 +680,9 @@ pub struct PreparedRound {
     /// replicas are all on this node (it reads its own engine), when the prepare had to
     /// settle earlier rounds first, or when the partition is too large to gather whole.
     pub partition: Option<Cells>,
+    /// Another coordinator's ballot got in the way before this round was prepared (a
+    /// higher promise, or an earlier round to finish): the partition is contended.
+    pub contended: bool,
 }
 
 /// A random pause before retrying a contended round.
@@ -774,6 +797,7 @@ pub(crate) async fn prepare(
 ) -> Result<PreparedRound, CqlError> {
     let (clock, node) = network.ballots();
     let mut at_least = Ballot::ZERO;
+    let mut contended = false;
     loop {
         let participants = Participants::of(network, key, serial)?;
         if Instant::now() >= deadline {
@@ -793,6 +817,7 @@ pub(crate) async fn prepare(
                 Some(highest) => {
                     // Contention: a higher ballot is under way. Try again above it.
                     at_least = at_least.max(highest);
+                    contended = true;
                     pause_before_retry().await;
                     continue;
                 }
@@ -816,6 +841,7 @@ pub(crate) async fn prepare(
                 update: in_progress.update.clone(),
             };
             tracing::debug!(?ballot, "finishing an in-progress Paxos proposal");
+            contended = true;
             let quorum = serial.serial_quorum();
             match propose_and_commit(network, &participants, key, again, quorum, serial).await? {
                 ProposalOutcome::Committed => at_least = ballot,
@@ -853,7 +879,11 @@ pub(crate) async fn prepare(
             }
         }
         let partition = read_stands.then(|| read_in_prepare(promises)).flatten();
-        return Ok(PreparedRound { ballot, partition });
+        return Ok(PreparedRound {
+            ballot,
+            partition,
+            contended,
+        });
     }
 }
 

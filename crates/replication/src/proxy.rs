@@ -38,6 +38,12 @@ pub struct StorageProxy {
     pub(crate) in_flight: InFlight,
     /// The Paxos ballots this node makes ([`crate::paxos`]).
     pub(crate) ballots: crate::paxos::BallotClock,
+    /// Turns of the lightweight transactions this node runs rounds for, per partition.
+    pub(crate) paxos_turns: crate::paxos::PartitionTurns,
+    /// Turns it holds for transactions other nodes coordinate ([`crate::paxos_lead`]).
+    pub(crate) paxos_leases: Arc<crate::paxos_lead::Leases>,
+    /// Partitions whose transactions it hands to their leader while they are busy.
+    pub(crate) hot_partitions: crate::paxos_lead::HotPartitions,
 }
 
 /// Counts of repairs coordinated by this node since it started.
@@ -75,6 +81,9 @@ impl StorageProxy {
             repairs: RepairCounters::default(),
             in_flight: InFlight::default(),
             ballots: crate::paxos::BallotClock::default(),
+            paxos_turns: crate::paxos::PartitionTurns::default(),
+            paxos_leases: Arc::default(),
+            hot_partitions: Default::default(),
         }
     }
 

@@ -265,6 +265,10 @@ impl LocalReplica {
             ReplicaRequest::Increment(_) => {
                 ReplicaResponse::Error("counter increments are led by the coordinator".into())
             }
+            // Led by the node's storage proxy ([`crate::paxos_lead`]).
+            ReplicaRequest::PaxosLead(_) => ReplicaResponse::Error(
+                "lightweight transactions are led by the storage proxy".into(),
+            ),
         }
     }
 }

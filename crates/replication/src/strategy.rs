@@ -15,6 +15,7 @@ use crate::counter::CounterLeader;
 use crate::index::{IndexLookup, VectorAnswer, VectorSearch};
 use crate::messages::{Cells, CounterUpdate, PartitionRef, ReplicaRequest, ReplicaResponse};
 use crate::paxos::{self, Ballot, PaxosKey, PreparedRound, ProposalOutcome};
+use crate::paxos_lead::PaxosTurn;
 use crate::proxy::StorageProxy;
 use crate::range::ReplicatedView;
 use crate::read::PartitionSource;
@@ -125,14 +126,26 @@ pub trait Replication: Send + Sync + 'static {
         consistency: Consistency,
     ) -> BoxFuture<'_, Result<VectorAnswer, CqlError>>;
 
-    /// Begins a lightweight transaction on one partition ([`crate::paxos`]): a ballot a
-    /// quorum of its replicas promised (`serial` picks the quorum), with every earlier
-    /// decision settled. Retries under contention until `deadline`.
+    /// The turn a conditional statement on `key`'s partition waits for before its rounds
+    /// (until `deadline`; one that has not come by then is passed, and the prepare then
+    /// times out): the transactions on one partition take turns — on its leader when that
+    /// is another node ([`crate::paxos_lead`]), here otherwise.
+    fn paxos_turn<'a>(
+        &'a self,
+        key: &'a PaxosKey,
+        deadline: tokio::time::Instant,
+    ) -> BoxFuture<'a, PaxosTurn>;
+
+    /// Begins a lightweight transaction's round on one partition ([`crate::paxos`]): a
+    /// ballot a quorum of its replicas promised (`serial` picks the quorum), with every
+    /// earlier decision settled. Retries under contention until `deadline`. Runs under
+    /// `turn` ([`PaxosTurn::untaken`] for a SERIAL read).
     fn paxos_prepare<'a>(
         &'a self,
         key: &'a PaxosKey,
         serial: Consistency,
         deadline: tokio::time::Instant,
+        turn: &'a mut PaxosTurn,
     ) -> BoxFuture<'a, Result<PreparedRound, CqlError>>;
 
     /// Proposes `update` (written with the prepared round's ballot as timestamp) and
@@ -144,6 +157,7 @@ pub trait Replication: Send + Sync + 'static {
         update: Cells,
         serial: Consistency,
         consistency: Consistency,
+        turn: &'a mut PaxosTurn,
     ) -> BoxFuture<'a, Result<ProposalOutcome, CqlError>>;
 }
 
@@ -252,15 +266,24 @@ impl Replication for StorageProxy {
         Box::pin(StorageProxy::vector_candidates(self, search, consistency))
     }
 
+    fn paxos_turn<'a>(
+        &'a self,
+        key: &'a PaxosKey,
+        deadline: tokio::time::Instant,
+    ) -> BoxFuture<'a, PaxosTurn> {
+        Box::pin(StorageProxy::paxos_turn(self, key, deadline))
+    }
+
     fn paxos_prepare<'a>(
         &'a self,
         key: &'a PaxosKey,
         serial: Consistency,
         deadline: tokio::time::Instant,
+        turn: &'a mut PaxosTurn,
     ) -> BoxFuture<'a, Result<PreparedRound, CqlError>> {
         Box::pin(async move {
             let _in_flight = self.enter();
-            paxos::prepare(self, key, serial, deadline).await
+            self.prepare_under(key, serial, deadline, turn).await
         })
     }
 
@@ -271,10 +294,12 @@ impl Replication for StorageProxy {
         update: Cells,
         serial: Consistency,
         consistency: Consistency,
+        turn: &'a mut PaxosTurn,
     ) -> BoxFuture<'a, Result<ProposalOutcome, CqlError>> {
         Box::pin(async move {
             let _in_flight = self.enter();
-            paxos::propose(self, key, ballot, update, serial, consistency).await
+            self.propose_under(key, ballot, update, serial, consistency, turn)
+                .await
         })
     }
 }
@@ -285,6 +310,8 @@ pub struct LocalReplication {
     local: Arc<LocalReplica>,
     schema: Arc<SchemaStore>,
     ballots: paxos::BallotClock,
+    /// Turns of the lightweight transactions on each partition.
+    paxos_turns: paxos::PartitionTurns,
 }
 
 impl LocalReplication {
@@ -293,6 +320,7 @@ impl LocalReplication {
             local: Arc::new(local),
             schema,
             ballots: paxos::BallotClock::default(),
+            paxos_turns: paxos::PartitionTurns::default(),
         }
     }
 
@@ -430,11 +458,20 @@ impl Replication for LocalReplication {
         Box::pin(async move { found })
     }
 
+    fn paxos_turn<'a>(
+        &'a self,
+        key: &'a PaxosKey,
+        deadline: tokio::time::Instant,
+    ) -> BoxFuture<'a, PaxosTurn> {
+        Box::pin(async move { PaxosTurn::local(self.paxos_turns.wait(key, deadline).await) })
+    }
+
     fn paxos_prepare<'a>(
         &'a self,
         key: &'a PaxosKey,
         serial: Consistency,
         deadline: tokio::time::Instant,
+        _turn: &'a mut PaxosTurn,
     ) -> BoxFuture<'a, Result<PreparedRound, CqlError>> {
         Box::pin(paxos::prepare(self, key, serial, deadline))
     }
@@ -446,6 +483,7 @@ impl Replication for LocalReplication {
         update: Cells,
         serial: Consistency,
         consistency: Consistency,
+        _turn: &'a mut PaxosTurn,
     ) -> BoxFuture<'a, Result<ProposalOutcome, CqlError>> {
         Box::pin(paxos::propose(
             self,

@@ -310,6 +310,20 @@ impl Handler for NodeHandler {
                     Some(cluster) => Reply::Cluster(cluster.handle(request).await),
                     None => Reply::Error("this node is still starting".into()),
                 },
+                // A step of a lightweight transaction another node coordinates: this
+                // node leads the partition's rounds.
+                Message::Replica {
+                    request: ReplicaRequest::PaxosLead(lead),
+                    topology_version,
+                } => match self.proxy.get() {
+                    Some(proxy) => {
+                        Reply::Replica(match proxy.local().fence.check(topology_version) {
+                            Err(refusal) => ReplicaResponse::Error(refusal),
+                            Ok(()) => ReplicaResponse::PaxosLed(proxy.lead(lead).await),
+                        })
+                    }
+                    None => Reply::Error("this node is still starting".into()),
+                },
                 // A counter increment another node forwarded: this node leads it.
                 Message::Replica {
                     request: ReplicaRequest::Increment(update),

@@ -388,11 +388,11 @@ impl Transaction<'_> {
         let deadline = tokio::time::Instant::now() + CAS_CONTENTION_TIMEOUT;
         // A turn that has not come by the deadline leaves it passed: the prepare below
         // then answers with the contention timeout (`WriteTimeout`, `CAS`).
-        let _turn = coordinator.cas_turns.wait(key, deadline).await;
+        let mut turn = coordinator.replication.paxos_turn(key, deadline).await;
         loop {
             let round = coordinator
                 .replication
-                .paxos_prepare(key, self.serial, deadline)
+                .paxos_prepare(key, self.serial, deadline, &mut turn)
                 .await?;
             let partition = [(key.token, key.partition_key.clone())];
             let state = match round.partition {
@@ -441,6 +441,7 @@ impl Transaction<'_> {
                     update.into_entries(),
                     self.serial,
                     self.consistency,
+                    &mut turn,
                 )
                 .await?;
             match outcome {

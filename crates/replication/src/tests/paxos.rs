@@ -399,3 +399,192 @@ async fn forgetting_a_tablets_paxos_state_leaves_other_tables_and_tokens_alone()
     assert!(matches!(replica.serve(prepare).await, ReplicaResponse::PaxosPromise(p) if p.promised));
     assert_eq!(promised(&tablet_key), ballot_at(50));
 }
+
+/// One transaction through `proxy`: turn, prepare, propose `value`; the proposal's
+/// outcome and how many prepares it took.
+async fn transaction_through(proxy: &StorageProxy, value: &[u8]) -> (ProposalOutcome, usize) {
+    let key = key();
+    let deadline = deadline();
+    let mut turn = proxy.paxos_turn(&key, deadline).await;
+    let mut prepares = 0;
+    loop {
+        prepares += 1;
+        let round = proxy
+            .prepare_under(&key, Consistency::Serial, deadline, &mut turn)
+            .await
+            .unwrap();
+        let outcome = proxy
+            .propose_under(
+                &key,
+                round.ballot,
+                update(round.ballot.micros, value),
+                Consistency::Serial,
+                Consistency::Quorum,
+                &mut turn,
+            )
+            .await
+            .unwrap();
+        if outcome == ProposalOutcome::Committed {
+            return (outcome, prepares);
+        }
+    }
+}
+
+/// The node leading the test partition's transactions: its first replica.
+fn leader_index(cluster: &SimCluster) -> usize {
+    let state = cluster.nodes[0].proxy.topology().state();
+    let first = cluster.nodes[0]
+        .proxy
+        .replicas_of(&state, &TABLE, key().token)
+        .replicas[0]
+        .host_id;
+    cluster
+        .nodes
+        .iter()
+        .position(|n| n.member.host_id == first)
+        .unwrap()
+}
+
+/// Marks the test partition busy on every node (as contention seen there would).
+fn mark_busy_everywhere(cluster: &SimCluster) {
+    for node in &cluster.nodes {
+        node.proxy.hot_partitions.mark(&key());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_partition_is_handed_to_its_leader_once_its_rounds_meet_another_coordinators_ballot() {
+    let cluster = cluster();
+    let leader = leader_index(&cluster);
+    let coordinator = &cluster.nodes[(leader + 1) % 3].proxy;
+    // Calm: the node the client picked runs the rounds itself.
+    let turn = coordinator.paxos_turn(&key(), deadline()).await;
+    assert!(!turn.is_led_elsewhere());
+    drop(turn);
+    assert_eq!(
+        transaction_through(coordinator, b"calm").await,
+        (ProposalOutcome::Committed, 1)
+    );
+    // Another coordinator's higher ballot, promised by every replica: the next round
+    // meets it, tries again above it, and the partition counts as busy from then on.
+    let higher = Ballot {
+        micros: shoal_model::timestamp::now_micros() + 1_000,
+        node: 9,
+    };
+    for node in &cluster.nodes {
+        let prepare = ReplicaRequest::PaxosPrepare {
+            key: key(),
+            ballot: higher,
+            read: false,
+        };
+        assert!(
+            matches!(node.proxy.local().serve(prepare).await, ReplicaResponse::PaxosPromise(p) if p.promised)
+        );
+    }
+    let (outcome, prepares) = transaction_through(coordinator, b"contended").await;
+    assert_eq!((outcome, prepares), (ProposalOutcome::Committed, 1));
+    let turn = coordinator.paxos_turn(&key(), deadline()).await;
+    assert!(turn.is_led_elsewhere());
+    drop(turn);
+    // The leader itself always runs its partition's rounds.
+    cluster.nodes[leader].proxy.hot_partitions.mark(&key());
+    let turn = cluster.nodes[leader]
+        .proxy
+        .paxos_turn(&key(), deadline())
+        .await;
+    assert!(!turn.is_led_elsewhere());
+    drop(turn);
+    // Once the partition has been calm for a while, the coordinator runs it again.
+    tokio::time::sleep(crate::paxos_lead::HOT_FOR).await;
+    assert!(!coordinator
+        .paxos_turn(&key(), deadline())
+        .await
+        .is_led_elsewhere());
+}
+
+#[tokio::test(start_paused = true)]
+async fn transactions_through_every_coordinator_take_turns_on_the_partitions_leader() {
+    let cluster = cluster();
+    let leader = leader_index(&cluster);
+    mark_busy_everywhere(&cluster);
+    for (index, node) in cluster.nodes.iter().enumerate() {
+        let turn = node.proxy.paxos_turn(&key(), deadline()).await;
+        assert_eq!(turn.is_led_elsewhere(), index != leader, "node {index}");
+    }
+    // Ten transactions through each node at once: the leader runs every round, one after
+    // another, so none is preempted by another's ballot and each needs one prepare.
+    let transactions = cluster.nodes.iter().flat_map(|node| {
+        (0..10).map(move |i| {
+            let proxy = std::sync::Arc::clone(&node.proxy);
+            async move { transaction_through(&proxy, format!("v{i}").as_bytes()).await }
+        })
+    });
+    let outcomes = futures::future::join_all(transactions).await;
+    assert_eq!(outcomes.len(), 30);
+    assert!(outcomes
+        .iter()
+        .all(|outcome| *outcome == (ProposalOutcome::Committed, 1)));
+    // Every lease the leader granted has ended.
+    assert_eq!(cluster.nodes[leader].proxy.paxos_leases.count(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_transaction_that_proposes_nothing_ends_its_lease_when_dropped() {
+    let cluster = cluster();
+    let leader = leader_index(&cluster);
+    mark_busy_everywhere(&cluster);
+    let other = (leader + 1) % 3;
+    let proxy = &cluster.nodes[other].proxy;
+    let mut turn = proxy.paxos_turn(&key(), deadline()).await;
+    proxy
+        .prepare_under(&key(), Consistency::Serial, deadline(), &mut turn)
+        .await
+        .unwrap();
+    let leases = || cluster.nodes[leader].proxy.paxos_leases.count();
+    assert_eq!(leases(), 1);
+    // Its conditions failed: the turn is dropped and the leader told.
+    drop(turn);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(leases(), 0);
+    // Another transaction through the same node gets the partition's turn at once.
+    let (outcome, prepares) = transaction_through(proxy, b"next").await;
+    assert_eq!((outcome, prepares), (ProposalOutcome::Committed, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_its_coordinator_never_ends_expires_after_the_transactions_deadline() {
+    let cluster = cluster();
+    let leader = leader_index(&cluster);
+    mark_busy_everywhere(&cluster);
+    let proxy = &cluster.nodes[(leader + 1) % 3].proxy;
+    let mut turn = proxy.paxos_turn(&key(), deadline()).await;
+    proxy
+        .prepare_under(&key(), Consistency::Serial, deadline(), &mut turn)
+        .await
+        .unwrap();
+    // The coordinator dies: its turn is never dropped.
+    std::mem::forget(turn);
+    let leases = || cluster.nodes[leader].proxy.paxos_leases.count();
+    assert_eq!(leases(), 1);
+    tokio::time::sleep(paxos::CAS_CONTENTION_TIMEOUT + crate::paxos_lead::LEASE_GRACE).await;
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(leases(), 0);
+    let (outcome, _) = transaction_through(cluster.nodes[leader].proxy.as_ref(), b"after").await;
+    assert_eq!(outcome, ProposalOutcome::Committed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_the_leader_down_the_coordinator_runs_the_rounds_itself() {
+    let cluster = cluster();
+    let leader = leader_index(&cluster);
+    mark_busy_everywhere(&cluster);
+    cluster.set_behaviour(leader, Behaviour::Down);
+    let proxy = &cluster.nodes[(leader + 1) % 3].proxy;
+    // The next live replica leads: this node, or the third one.
+    let (outcome, _) = transaction_through(proxy, b"decided").await;
+    assert_eq!(outcome, ProposalOutcome::Committed);
+    assert_eq!(
+        values_on(&cluster, (leader + 1) % 3),
+        vec![b"decided".to_vec()]
+    );
+}

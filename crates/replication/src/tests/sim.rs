@@ -46,6 +46,9 @@ pub enum Behaviour {
 #[derive(Default)]
 pub struct Network {
     nodes: Mutex<HashMap<SocketAddr, (Arc<LocalReplica>, Behaviour)>>,
+    /// Each node's storage proxy, which leads the lightweight transactions sent to it
+    /// (as the server hands it `PaxosLead` requests).
+    proxies: Mutex<HashMap<SocketAddr, std::sync::Weak<StorageProxy>>>,
     /// Cells sent back in answers to reads, for tests of how much a read fetches.
     pub cells_answered: std::sync::atomic::AtomicU64,
 }
@@ -70,6 +73,12 @@ impl ReplicaTransport for SimTransport {
         timeout: Duration,
     ) -> BoxFuture<'static, Result<ReplicaResponse, String>> {
         let target = self.0.nodes.lock().get(&to).cloned();
+        let proxy = self
+            .0
+            .proxies
+            .lock()
+            .get(&to)
+            .and_then(std::sync::Weak::upgrade);
         let network = Arc::clone(&self.0);
         Box::pin(async move {
             let Some((replica, behaviour)) = target else {
@@ -78,6 +87,12 @@ impl ReplicaTransport for SimTransport {
             let timed_out = || Err(format!("{to} did not answer within {timeout:?}"));
             match behaviour {
                 Behaviour::Up => {
+                    let request = match (request, &proxy) {
+                        (ReplicaRequest::PaxosLead(lead), Some(proxy)) => {
+                            return Ok(ReplicaResponse::PaxosLed(proxy.lead(lead).await));
+                        }
+                        (request, _) => request,
+                    };
                     let response = replica.serve_routed(request, topology_version).await;
                     if let ReplicaResponse::Cells { cells, .. }
                     | ReplicaResponse::CellsFrom { cells, .. } = &response
@@ -268,6 +283,10 @@ impl SimCluster {
             node.member.internode_address,
             (Arc::clone(node.proxy.local()), Behaviour::Up),
         );
+        self.network
+            .proxies
+            .lock()
+            .insert(node.member.internode_address, Arc::downgrade(&node.proxy));
         self.nodes.push(node);
         index
     }
@@ -348,6 +367,10 @@ impl SimCluster {
             node.member.internode_address,
             (Arc::clone(node.proxy.local()), Behaviour::Up),
         );
+        self.network
+            .proxies
+            .lock()
+            .insert(node.member.internode_address, Arc::downgrade(&node.proxy));
         self.nodes[index] = node;
     }
 }

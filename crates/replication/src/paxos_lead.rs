@@ -1,0 +1,428 @@
+//! One coordinator per partition for lightweight transactions: rounds are led by the
+//! partition's first replica, whichever node the client sent them to.
+//!
+//! The rounds one node runs on a partition take turns ([`PartitionTurns`]); rounds from
+//! different nodes duel with ballots, each retrying after a random pause. Drivers that
+//! know ScyllaDB's LWT mark send all of a partition's transactions to its first replica,
+//! so they take turns there; drivers that don't spread them over the replicas (or every
+//! node), and a hot partition's transactions then mostly preempt each other. So a
+//! coordinator that is not the partition's **leader** — its first live replica, the node
+//! those drivers pick — has the leader run the rounds:
+//!
+//! 1. [`LeadRequest::Prepare`]: the leader waits for the partition's turn, holds it for
+//!    the transaction (a *lease*), prepares the round ([`crate::paxos::prepare`]) and
+//!    answers with it — the ballot, and the partition as the promising quorum read it.
+//! 2. The coordinator checks the statement's conditions against that partition (the CQL
+//!    semantics stay on the node that parsed the statement) and builds the update.
+//! 3. [`LeadRequest::Propose`]: the leader proposes and commits it and ends the lease (a
+//!    preempted proposal keeps it: the coordinator prepares again under the same lease).
+//!    A transaction whose conditions fail ends it with [`LeadRequest::Release`], sent when
+//!    the coordinator drops its [`PaxosTurn`].
+//!
+//! That costs one hop to the leader and back per phase — on an uncontended partition more
+//! than the duels it saves — so a coordinator hands a partition to its leader only while
+//! the partition is **busy** ([`HotPartitions`]): for [`HOT_FOR`] after one of its own
+//! rounds there met another coordinator's ballot, or after the leader answered that the
+//! transaction had to wait for the partition's turn. A partition that calms down goes
+//! back to being run by whichever node the client picked. A lease not
+//! ended by its coordinator (it died) ends by itself [`LEASE_GRACE`] after the
+//! transaction's deadline. If the leader cannot be reached for the prepare, the round runs
+//! on the coordinator as before — Paxos is safe whoever runs it; a proposal sent to a
+//! leader that does not answer has an unknown outcome (`WriteTimeout`, `CAS`).
+
+use crate::consistency::{write_timeout, WriteType, WRITE_TIMEOUT};
+use crate::messages::{Cells, ReplicaRequest, ReplicaResponse};
+use crate::paxos::{self, Ballot, PaxosKey, PreparedRound, ProposalOutcome, Turn};
+use crate::proxy::StorageProxy;
+use crate::topology::Replica;
+use crate::transport::ReplicaTransport;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use shoal_cql::request::Consistency;
+use shoal_cql::CqlError;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How long after its transaction's deadline a lease nobody ended ends by itself.
+pub const LEASE_GRACE: Duration = Duration::from_secs(1);
+
+/// How long a partition counts as busy after contention was last seen on it.
+pub const HOT_FOR: Duration = Duration::from_secs(2);
+
+/// Busy partitions tracked at most before the calm ones are swept.
+const HOT_SWEEP_AT: usize = 4096;
+
+/// The partitions whose transactions this node hands to their leader: the busy ones,
+/// each until when.
+#[derive(Default)]
+pub struct HotPartitions {
+    until: Mutex<HashMap<PaxosKey, Instant>>,
+}
+
+impl HotPartitions {
+    /// Contention was seen on `key`'s partition just now.
+    pub fn mark(&self, key: &PaxosKey) {
+        let now = Instant::now();
+        let mut until = self.until.lock();
+        if until.len() >= HOT_SWEEP_AT {
+            until.retain(|_, hot_until| *hot_until > now);
+        }
+        until.insert(key.clone(), now + HOT_FOR);
+    }
+
+    /// True while `key`'s partition is busy.
+    pub fn is_hot(&self, key: &PaxosKey) -> bool {
+        self.until
+            .lock()
+            .get(key)
+            .is_some_and(|hot_until| *hot_until > Instant::now())
+    }
+}
+
+/// What a coordinator asks of a partition's leader.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum LeadRequest {
+    /// Prepare a round (under `lease`, or a new one once the partition's turn comes),
+    /// within `within_micros`.
+    Prepare {
+        key: PaxosKey,
+        serial: u16,
+        lease: Option<u64>,
+        within_micros: u64,
+    },
+    /// Propose and commit `update` under the prepared `ballot`.
+    Propose {
+        key: PaxosKey,
+        lease: u64,
+        ballot: Ballot,
+        update: Cells,
+        serial: u16,
+        consistency: u16,
+    },
+    /// The transaction is over (its conditions failed, or it gave up).
+    Release { lease: u64 },
+}
+
+/// The leader's answer.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum LeadResponse {
+    Prepared {
+        lease: u64,
+        round: Result<PreparedRound, CqlError>,
+        /// The partition is busy on the leader: the transaction waited for its turn, or
+        /// the round met contention.
+        busy: bool,
+    },
+    Proposed(Result<ProposalOutcome, CqlError>),
+    Released,
+}
+
+/// A transaction's turn on its partition: held on this node, or a lease on the leader's.
+/// Dropping it ends the turn (for a lease, by telling the leader).
+pub struct PaxosTurn {
+    kind: TurnKind,
+}
+
+enum TurnKind {
+    /// No turn: rounds run here and may duel (SERIAL reads, single-node replication).
+    Untaken,
+    /// This node's turn on the partition (`None`: it did not come by the deadline),
+    /// held until the turn is dropped.
+    Local { _held: Option<Turn> },
+    /// The leader runs the rounds.
+    Led {
+        leader: Replica,
+        lease: Option<u64>,
+        /// Sends the release when the turn is dropped with a lease still open.
+        transport: Arc<dyn ReplicaTransport>,
+    },
+}
+
+impl PaxosTurn {
+    /// Rounds run on this node without taking a turn.
+    pub fn untaken() -> PaxosTurn {
+        PaxosTurn {
+            kind: TurnKind::Untaken,
+        }
+    }
+
+    /// This node's turn (`None`: it did not come in time).
+    pub fn local(turn: Option<Turn>) -> PaxosTurn {
+        PaxosTurn {
+            kind: TurnKind::Local { _held: turn },
+        }
+    }
+
+    /// True when another node leads the transaction's rounds.
+    pub fn is_led_elsewhere(&self) -> bool {
+        matches!(self.kind, TurnKind::Led { .. })
+    }
+}
+
+impl Drop for PaxosTurn {
+    fn drop(&mut self) {
+        if let TurnKind::Led {
+            leader,
+            lease: Some(lease),
+            transport,
+        } = &self.kind
+        {
+            let release = ReplicaRequest::PaxosLead(LeadRequest::Release { lease: *lease });
+            let sent = transport.send(
+                leader.address,
+                release,
+                leader.topology_version,
+                WRITE_TIMEOUT,
+            );
+            tokio::spawn(sent);
+        }
+    }
+}
+
+/// The leases this node holds as a leader, each the turn of one transaction another node
+/// coordinates.
+#[derive(Default)]
+pub struct Leases {
+    held: Mutex<HashMap<u64, Turn>>,
+    next: AtomicU64,
+}
+
+impl Leases {
+    /// Holds `turn` for a transaction until it is ended, or until `expires`.
+    fn grant(self: &Arc<Self>, turn: Turn, expires: Instant) -> u64 {
+        let lease = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        self.held.lock().insert(lease, turn);
+        let leases = Arc::downgrade(self);
+        tokio::spawn(async move {
+            tokio::time::sleep_until(expires).await;
+            if let Some(leases) = leases.upgrade() {
+                if leases.held.lock().remove(&lease).is_some() {
+                    tracing::debug!(
+                        lease,
+                        "a Paxos lease expired: its coordinator never ended it"
+                    );
+                }
+            }
+        });
+        lease
+    }
+
+    fn holds(&self, lease: u64) -> bool {
+        self.held.lock().contains_key(&lease)
+    }
+
+    fn end(&self, lease: u64) {
+        self.held.lock().remove(&lease);
+    }
+
+    /// Leases held now.
+    pub fn count(&self) -> usize {
+        self.held.lock().len()
+    }
+}
+
+/// The contention timeout a transaction gets when its turn or lease is gone (the quorum
+/// it would have needed is not known here: one is reported).
+fn contention_timeout(serial: Consistency) -> CqlError {
+    write_timeout(serial, 0, 1, WriteType::Cas)
+}
+
+impl StorageProxy {
+    /// The turn a conditional statement on `key`'s partition runs under: a lease on the
+    /// partition's leader when that is another live node and the partition is busy, else
+    /// this node's turn.
+    pub(crate) async fn paxos_turn(&self, key: &PaxosKey, deadline: Instant) -> PaxosTurn {
+        if !self.hot_partitions.is_hot(key) {
+            return PaxosTurn::local(self.paxos_turns.wait(key, deadline).await);
+        }
+        let state = self.topology.state();
+        let leader = self
+            .replicas_of(&state, &key.table, key.token)
+            .replicas
+            .into_iter()
+            .find(|replica| replica.alive);
+        match leader {
+            Some(leader) if !leader.local => PaxosTurn {
+                kind: TurnKind::Led {
+                    leader,
+                    lease: None,
+                    transport: Arc::clone(&self.transport),
+                },
+            },
+            _ => PaxosTurn::local(self.paxos_turns.wait(key, deadline).await),
+        }
+    }
+
+    /// Prepares a round under `turn`: on the leader when it leads (falling back to this
+    /// node when the leader cannot be reached), here otherwise.
+    pub(crate) async fn prepare_under(
+        &self,
+        key: &PaxosKey,
+        serial: Consistency,
+        deadline: Instant,
+        turn: &mut PaxosTurn,
+    ) -> Result<PreparedRound, CqlError> {
+        if let TurnKind::Led { leader, lease, .. } = &mut turn.kind {
+            let within = deadline.saturating_duration_since(Instant::now());
+            let request = ReplicaRequest::PaxosLead(LeadRequest::Prepare {
+                key: key.clone(),
+                serial: serial.code(),
+                lease: *lease,
+                within_micros: within.as_micros() as u64,
+            });
+            let answer = self.call(leader, request, within + WRITE_TIMEOUT).await;
+            match answer {
+                Ok(ReplicaResponse::PaxosLed(LeadResponse::Prepared {
+                    lease: held,
+                    round,
+                    busy,
+                })) => {
+                    if busy {
+                        self.hot_partitions.mark(key);
+                    }
+                    *lease = round.is_ok().then_some(held);
+                    return round;
+                }
+                Ok(other) => {
+                    tracing::debug!(?other, leader = %leader.address, "unexpected answer from a Paxos leader");
+                }
+                Err(error) => {
+                    tracing::debug!(%error, leader = %leader.address, "a Paxos leader could not be reached");
+                }
+            }
+            // The round runs here instead (a lease the leader may hold expires by itself).
+            turn.kind = TurnKind::Untaken;
+        }
+        let round = paxos::prepare(self, key, serial, deadline).await;
+        if round.as_ref().map_or(true, |round| round.contended) {
+            self.hot_partitions.mark(key);
+        }
+        round
+    }
+
+    /// Proposes and commits `update` under `turn`: on the leader when it leads.
+    pub(crate) async fn propose_under(
+        &self,
+        key: &PaxosKey,
+        ballot: Ballot,
+        update: Cells,
+        serial: Consistency,
+        consistency: Consistency,
+        turn: &mut PaxosTurn,
+    ) -> Result<ProposalOutcome, CqlError> {
+        let TurnKind::Led { leader, lease, .. } = &mut turn.kind else {
+            let outcome = paxos::propose(self, key, ballot, update, serial, consistency).await;
+            if matches!(outcome, Ok(ProposalOutcome::Preempted)) {
+                self.hot_partitions.mark(key);
+            }
+            return outcome;
+        };
+        let Some(held) = *lease else {
+            return Err(contention_timeout(serial));
+        };
+        let request = ReplicaRequest::PaxosLead(LeadRequest::Propose {
+            key: key.clone(),
+            lease: held,
+            ballot,
+            update,
+            serial: serial.code(),
+            consistency: consistency.code(),
+        });
+        // The leader waits up to WRITE_TIMEOUT for each of the propose and the commit.
+        let answer = self.call(leader, request, WRITE_TIMEOUT * 3).await;
+        match answer {
+            Ok(ReplicaResponse::PaxosLed(LeadResponse::Proposed(outcome))) => {
+                if !matches!(outcome, Ok(ProposalOutcome::Preempted)) {
+                    // The leader ended the lease.
+                    *lease = None;
+                }
+                outcome
+            }
+            other => {
+                tracing::debug!(?other, leader = %leader.address, "a Paxos leader did not answer a proposal");
+                // It may have been decided: the outcome is unknown.
+                Err(contention_timeout(serial))
+            }
+        }
+    }
+
+    /// Leads a round for another coordinator (this node is the partition's first replica).
+    pub async fn lead(&self, request: LeadRequest) -> LeadResponse {
+        let _in_flight = self.enter();
+        match request {
+            LeadRequest::Prepare {
+                key,
+                serial,
+                lease,
+                within_micros,
+            } => {
+                let deadline = Instant::now() + Duration::from_micros(within_micros);
+                let serial = match Consistency::from_code(serial) {
+                    Ok(serial) => serial,
+                    Err(error) => {
+                        return LeadResponse::Prepared {
+                            lease: 0,
+                            round: Err(error),
+                            busy: false,
+                        }
+                    }
+                };
+                let refused = LeadResponse::Prepared {
+                    lease: 0,
+                    round: Err(contention_timeout(serial)),
+                    busy: true,
+                };
+                let (lease, waited) = match lease {
+                    Some(lease) if self.paxos_leases.holds(lease) => (lease, false),
+                    Some(_) => return refused,
+                    None => match self.paxos_turns.wait(&key, deadline).await {
+                        Some(turn) => {
+                            let waited = turn.waited();
+                            (
+                                self.paxos_leases.grant(turn, deadline + LEASE_GRACE),
+                                waited,
+                            )
+                        }
+                        None => return refused,
+                    },
+                };
+                let round = paxos::prepare(self, &key, serial, deadline).await;
+                let busy = waited || round.as_ref().map_or(true, |round| round.contended);
+                if round.is_err() {
+                    self.paxos_leases.end(lease);
+                }
+                LeadResponse::Prepared { lease, round, busy }
+            }
+            LeadRequest::Propose {
+                key,
+                lease,
+                ballot,
+                update,
+                serial,
+                consistency,
+            } => {
+                let outcome = match (
+                    Consistency::from_code(serial),
+                    Consistency::from_code(consistency),
+                ) {
+                    (Ok(serial), Ok(consistency)) if self.paxos_leases.holds(lease) => {
+                        paxos::propose(self, &key, ballot, update, serial, consistency).await
+                    }
+                    (Ok(serial), Ok(_)) => Err(contention_timeout(serial)),
+                    (Err(error), _) | (_, Err(error)) => Err(error),
+                };
+                if !matches!(outcome, Ok(ProposalOutcome::Preempted)) {
+                    self.paxos_leases.end(lease);
+                }
+                LeadResponse::Proposed(outcome)
+            }
+            LeadRequest::Release { lease } => {
+                self.paxos_leases.end(lease);
+                LeadResponse::Released
+            }
+        }
+    }
+}
