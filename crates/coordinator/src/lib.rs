@@ -703,12 +703,16 @@ impl Coordinator {
                 token: *token,
                 partition_key: partition_key.clone(),
             };
-            let mut untaken = shoal_replication::paxos_lead::PaxosTurn::untaken();
+            // The read's round takes the partition's turn like a conditional statement's
+            // (on its leader while it is busy), so it does not preempt their ballots; the
+            // turn ends with the prepare.
+            let mut turn = self.replication.paxos_turn(&key, deadline).await;
             let round = self
                 .replication
-                .paxos_prepare(&key, serial, deadline, &mut untaken)
+                .paxos_prepare(&key, serial, deadline, &mut turn)
                 .await
                 .map_err(modify::serial_read_error)?;
+            drop(turn);
             read_in_prepare = match (read_in_prepare, round.partition) {
                 (Some(mut cells), Some(partition)) => {
                     cells.extend(partition);

@@ -127,7 +127,7 @@ pub struct PaxosTurn {
 }
 
 enum TurnKind {
-    /// No turn: rounds run here and may duel (SERIAL reads, single-node replication).
+    /// No turn: rounds run here and may duel (the leader could not be reached).
     Untaken,
     /// This node's turn on the partition (`None`: it did not come by the deadline),
     /// held until the turn is dropped.
@@ -142,13 +142,6 @@ enum TurnKind {
 }
 
 impl PaxosTurn {
-    /// Rounds run on this node without taking a turn.
-    pub fn untaken() -> PaxosTurn {
-        PaxosTurn {
-            kind: TurnKind::Untaken,
-        }
-    }
-
     /// This node's turn (`None`: it did not come in time).
     pub fn local(turn: Option<Turn>) -> PaxosTurn {
         PaxosTurn {

@@ -139,7 +139,7 @@ pub trait Replication: Send + Sync + 'static {
     /// Begins a lightweight transaction's round on one partition ([`crate::paxos`]): a
     /// ballot a quorum of its replicas promised (`serial` picks the quorum), with every
     /// earlier decision settled. Retries under contention until `deadline`. Runs under
-    /// `turn` ([`PaxosTurn::untaken`] for a SERIAL read).
+    /// the transaction's `turn` ([`Replication::paxos_turn`]).
     fn paxos_prepare<'a>(
         &'a self,
         key: &'a PaxosKey,
