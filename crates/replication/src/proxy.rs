@@ -44,6 +44,8 @@ pub struct StorageProxy {
     pub(crate) paxos_leases: Arc<crate::paxos_lead::Leases>,
     /// Partitions whose transactions it hands to their leader while they are busy.
     pub(crate) hot_partitions: crate::paxos_lead::HotPartitions,
+    /// Cells per tablet of each table, as the scans it coordinated found them.
+    pub(crate) scan_estimates: crate::range::ScanEstimates,
 }
 
 /// Counts of repairs coordinated by this node since it started.
@@ -84,6 +86,7 @@ impl StorageProxy {
             paxos_turns: crate::paxos::PartitionTurns::default(),
             paxos_leases: Arc::default(),
             hot_partitions: Default::default(),
+            scan_estimates: Default::default(),
         }
     }
 

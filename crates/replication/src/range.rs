@@ -6,8 +6,14 @@
 //! Reverse reads of a partition walk it backwards in chunks (`ReplicaRequest::ReadBefore`),
 //! so `ORDER BY … DESC LIMIT n` on a large partition fetches only its end.
 //!
+//! A forward scan is one round trip per chunk of one tablet — one per tablet when tablets
+//! hold few cells. So once the table's cells per tablet are known ([`ScanEstimates`],
+//! learnt from the whole tablets this node's scans read), the cursor fetches the next
+//! several tablets at once, as many as make one chunk ([`tablets_to_fetch`]), and passes
+//! their cells on in key order (a tablet cut short by the chunk limit is continued first).
+//!
 //! Scans run on blocking threads (the coordinator's scan stage); a cursor waits for each
-//! chunk on the runtime handle it was given.
+//! chunk (or batch of chunks) on the runtime handle it was given.
 
 use crate::messages::Cells;
 use crate::proxy::StorageProxy;
@@ -54,78 +60,259 @@ impl ReplicatedView {
     }
 }
 
+/// One tablet's part of a forward scan: its cells fetched so far, where the next chunk
+/// starts when the reply was cut short, and where the part ends.
+struct Segment {
+    cells: VecDeque<(Vec<u8>, Vec<u8>)>,
+    /// `None`: everything up to `end` has been fetched.
+    resume: Option<Vec<u8>>,
+    end: Vec<u8>,
+    /// The part is a whole tablet (its count teaches the table's estimate).
+    whole_tablet: bool,
+    /// Cells fetched for it so far.
+    fetched: u64,
+}
+
+/// A part of a scan to fetch: `[lower, end)` within one tablet, and whether it is the
+/// whole tablet.
+struct Part {
+    lower: Vec<u8>,
+    end: Vec<u8>,
+    whole_tablet: bool,
+}
+
+/// A forward scan over `[.., upper)`: tablet by tablet, in key order. Where tablets hold
+/// few cells, the next several are fetched at once — as many, by the table's estimate of
+/// cells per tablet ([`ScanEstimates`]), as one chunk's worth, at most
+/// [`MAX_PARALLEL_TABLETS`] — instead of one round trip after another.
 struct ReplicatedCursor<'v> {
     view: &'v ReplicatedView,
-    /// Next key to fetch from; `None` when the range is exhausted.
+    /// Parts fetched and not yet passed, in key order.
+    segments: VecDeque<Segment>,
+    /// Where the next part starts; `None` when the range is exhausted.
     next: Option<Vec<u8>>,
     upper: Vec<u8>,
-    buffer: VecDeque<(Vec<u8>, Vec<u8>)>,
     error: Option<String>,
+}
+
+/// Tablets a forward scan fetches at once at most.
+pub const MAX_PARALLEL_TABLETS: usize = 8;
+
+/// What this node has learnt of each table's tablets from the scans it coordinated:
+/// visible cells per tablet (a moving average of whole tablets read), which sizes how many
+/// tablets a scan fetches at once.
+#[derive(Default)]
+pub struct ScanEstimates {
+    cells_per_tablet: parking_lot::Mutex<std::collections::HashMap<TableId, f64>>,
+}
+
+impl ScanEstimates {
+    /// The estimate for `table`'s tablets; `None` before a whole tablet was read.
+    pub fn cells_per_tablet(&self, table: &TableId) -> Option<f64> {
+        self.cells_per_tablet.lock().get(table).copied()
+    }
+
+    /// A whole tablet of `table` held `cells` visible cells.
+    pub fn observe(&self, table: TableId, cells: u64) {
+        let mut estimates = self.cells_per_tablet.lock();
+        let estimate = estimates.entry(table).or_insert(cells as f64);
+        *estimate = 0.75 * *estimate + 0.25 * cells as f64;
+    }
+}
+
+/// How many tablets to fetch at once, the first included: the fewest whose estimated cells,
+/// not counting the first (the scan may start in its middle), make one chunk — at most
+/// `available` and [`MAX_PARALLEL_TABLETS`]. One without an estimate.
+pub fn tablets_to_fetch(cells_per_tablet: Option<f64>, available: usize) -> usize {
+    let Some(per_tablet) = cells_per_tablet else {
+        return 1;
+    };
+    let wanted = f64::from(SCAN_CHUNK_CELLS);
+    let after_first = (wanted / per_tablet.max(1.0)).ceil() as usize;
+    (1 + after_first)
+        .min(MAX_PARALLEL_TABLETS)
+        .min(available)
+        .max(1)
 }
 
 impl ReplicatedCursor<'_> {
     fn fill(&mut self) {
-        while self.buffer.is_empty() && self.error.is_none() {
-            let Some(start) = self.next.take() else {
-                return;
+        while self.error.is_none() {
+            let Some(front) = self.segments.front_mut() else {
+                if !self.fetch_next_tablets() {
+                    return;
+                }
+                continue;
             };
-            if start >= self.upper {
+            if !front.cells.is_empty() {
                 return;
             }
-            match self.fetch(&start) {
-                Ok((cells, next)) => {
-                    self.buffer.extend(cells);
-                    self.next = next;
+            match front.resume.take() {
+                Some(resume) => {
+                    let end = front.end.clone();
+                    match self.fetch(&resume, &end) {
+                        Ok((cells, resume)) => {
+                            let front = self.segments.front_mut().expect("the front segment");
+                            front.fetched += cells.len() as u64;
+                            front.cells.extend(cells);
+                            front.resume = resume;
+                        }
+                        Err(error) => self.fail(error),
+                    }
                 }
-                Err(error) => {
-                    self.error = Some(error.message.clone());
-                    self.view.error.lock().get_or_insert(error);
+                None => {
+                    if let Some(done) = self.segments.pop_front() {
+                        if done.whole_tablet {
+                            self.view
+                                .proxy
+                                .scan_estimates
+                                .observe(self.view.table, done.fetched);
+                        }
+                    }
                 }
             }
         }
     }
 
-    /// One chunk from `start`: the cells, and where the next chunk starts.
-    fn fetch(&self, start: &[u8]) -> Result<(Cells, Option<Vec<u8>>), CqlError> {
-        let proxy = &self.view.proxy;
+    fn fail(&mut self, error: CqlError) {
+        self.error = Some(error.message.clone());
+        self.view.error.lock().get_or_insert(error);
+    }
+
+    /// Fetches the next tablets' first chunks, at once; false when the range is over.
+    fn fetch_next_tablets(&mut self) -> bool {
+        let Some(start) = self.next.take() else {
+            return false;
+        };
+        if start >= self.upper {
+            return false;
+        }
+        let parts = match self.next_parts(&start) {
+            Ok(parts) => parts,
+            Err(error) => {
+                self.fail(error);
+                return false;
+            }
+        };
+        self.next = parts
+            .last()
+            .map(|part| part.end.clone())
+            .filter(|end| *end < self.upper);
+        let fetches = parts
+            .iter()
+            .map(|part| self.fetch_async(part.lower.clone(), part.end.clone()));
+        let fetched = self
+            .view
+            .runtime
+            .block_on(futures::future::join_all(fetches));
+        for (part, answer) in parts.into_iter().zip(fetched) {
+            match answer {
+                Ok((cells, resume)) => self.segments.push_back(Segment {
+                    fetched: cells.len() as u64,
+                    cells: cells.into(),
+                    resume,
+                    end: part.end,
+                    whole_tablet: part.whole_tablet,
+                }),
+                Err(error) => {
+                    self.fail(error);
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// The parts to fetch next from `start`: its tablet's rest, then whole tablets after
+    /// it, as many as [`tablets_to_fetch`] says.
+    fn next_parts(&self, start: &[u8]) -> Result<Vec<Part>, CqlError> {
         let table = &self.view.table;
-        let _in_flight = proxy.enter();
-        let state = proxy.topology.state();
-        let token = keys::split_partition(start)
-            .map(|(t, _, _)| t)
-            .or_else(|| {
-                start
-                    .get(keys::TABLE_ID_LENGTH..keys::TOKEN_PREFIX_LENGTH)
-                    .and_then(|b| <[u8; 8]>::try_from(b).ok())
-                    .map(Token::from_sortable_bytes)
-            })
-            .unwrap_or(Token::MIN);
+        let state = self.view.proxy.topology.state();
         let placement = state
             .tables
             .get(table)
             .ok_or_else(|| CqlError::invalid("the table was dropped during the scan"))?;
-        let tablet = placement.tablets.tablet_for(token);
-        // The tablet ends after its last token: the next tablet starts at last + 1.
-        let tablet_end = if tablet.last_token == Token::MAX {
-            keys::table_end(table)
-        } else {
-            keys::token_prefix(table, Token(tablet.last_token.0 + 1))
+        let tablets = &placement.tablets;
+        let mut token = token_of(start);
+        let first_start = match tablets.bounds_of(tablets.tablet_for(token).id) {
+            Some((Some(after), _)) => keys::token_prefix(table, Token(after.0 + 1)),
+            _ => keys::table_prefix(table),
         };
-        let chunk_upper = std::cmp::min(tablet_end, self.upper.clone());
-        let replicas = proxy.replicas_of(&state, table, token);
-        let reconciled = self.view.runtime.block_on(proxy.read_replicas(
-            &replicas,
-            self.view.consistency,
-            start,
-            &chunk_upper,
-            SCAN_CHUNK_CELLS,
-        ))?;
-        let next = match reconciled.covered_until {
-            Some(covered) => Some(covered),
-            None => Some(chunk_upper),
-        };
-        Ok((reconciled.cells, next))
+        let mut parts = Vec::new();
+        let mut lower = start.to_vec();
+        // The first part is a whole tablet only when the scan starts where it does.
+        let mut whole = lower == first_start;
+        let wanted = tablets_to_fetch(
+            self.view.proxy.scan_estimates.cells_per_tablet(table),
+            MAX_PARALLEL_TABLETS,
+        );
+        loop {
+            let tablet = tablets.tablet_for(token);
+            let tablet_end = if tablet.last_token == Token::MAX {
+                keys::table_end(table)
+            } else {
+                keys::token_prefix(table, Token(tablet.last_token.0 + 1))
+            };
+            let end = std::cmp::min(tablet_end, self.upper.clone());
+            let reaches_upper = end >= self.upper;
+            parts.push(Part {
+                lower,
+                end: end.clone(),
+                whole_tablet: whole && !reaches_upper,
+            });
+            if reaches_upper || tablet.last_token == Token::MAX || parts.len() >= wanted {
+                return Ok(parts);
+            }
+            token = Token(tablet.last_token.0 + 1);
+            lower = end;
+            whole = true;
+        }
     }
+
+    /// One chunk of `[start, end)` (within one tablet): the cells, and where the next
+    /// chunk starts when the reply was cut short.
+    fn fetch(&self, start: &[u8], end: &[u8]) -> Result<(Cells, Option<Vec<u8>>), CqlError> {
+        self.view
+            .runtime
+            .block_on(self.fetch_async(start.to_vec(), end.to_vec()))
+    }
+
+    fn fetch_async(
+        &self,
+        start: Vec<u8>,
+        end: Vec<u8>,
+    ) -> impl std::future::Future<Output = Result<(Cells, Option<Vec<u8>>), CqlError>> + '_ {
+        async move {
+            let proxy = &self.view.proxy;
+            let _in_flight = proxy.enter();
+            let state = proxy.topology.state();
+            let replicas = proxy.replicas_of(&state, &self.view.table, token_of(&start));
+            let reconciled = proxy
+                .read_replicas(
+                    &replicas,
+                    self.view.consistency,
+                    &start,
+                    &end,
+                    SCAN_CHUNK_CELLS,
+                )
+                .await?;
+            let resume = reconciled.covered_until.filter(|covered| *covered < end);
+            Ok((reconciled.cells, resume))
+        }
+    }
+}
+
+/// The token a scan position is in (a partition's key, or a bare `table | token` prefix).
+fn token_of(position: &[u8]) -> Token {
+    keys::split_partition(position)
+        .map(|(t, _, _)| t)
+        .or_else(|| {
+            position
+                .get(keys::TABLE_ID_LENGTH..keys::TOKEN_PREFIX_LENGTH)
+                .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                .map(Token::from_sortable_bytes)
+        })
+        .unwrap_or(Token::MIN)
 }
 
 /// Walks `[lower, upper)` within one token backwards: chunks of the last cells before
@@ -218,24 +405,45 @@ impl Cursor for ReverseReplicatedCursor<'_> {
 
 impl Cursor for ReplicatedCursor<'_> {
     fn current(&self) -> Option<(&[u8], &[u8])> {
-        front_of(&self.buffer)
+        self.segments
+            .front()
+            .and_then(|segment| front_of(&segment.cells))
     }
 
     fn advance(&mut self) {
-        self.buffer.pop_front();
+        if let Some(front) = self.segments.front_mut() {
+            front.cells.pop_front();
+        }
         self.fill();
     }
 
     fn skip_to(&mut self, key: &[u8]) {
-        while self.buffer.front().is_some_and(|(k, _)| k.as_slice() < key) {
-            self.buffer.pop_front();
-        }
-        if self.buffer.is_empty() {
-            if self.next.as_ref().is_some_and(|n| n.as_slice() < key) {
-                self.next = Some(key.to_vec());
+        while let Some(front) = self.segments.front_mut() {
+            while front.cells.front().is_some_and(|(k, _)| k.as_slice() < key) {
+                front.cells.pop_front();
             }
-            self.fill();
+            if !front.cells.is_empty() {
+                return;
+            }
+            match &front.resume {
+                // The key is in this part, past what was fetched of it: go on from there.
+                Some(resume) if front.end.as_slice() > key => {
+                    if resume.as_slice() < key {
+                        front.resume = Some(key.to_vec());
+                    }
+                    front.whole_tablet = false;
+                    break;
+                }
+                // Nothing of this part is at or past the key.
+                _ => {
+                    self.segments.pop_front();
+                }
+            }
         }
+        if self.segments.is_empty() && self.next.as_ref().is_some_and(|n| n.as_slice() < key) {
+            self.next = Some(key.to_vec());
+        }
+        self.fill();
     }
 
     fn status(&self) -> shoal_storage::Result<()> {
@@ -286,9 +494,9 @@ impl Engine for ReplicatedView {
         }
         let mut cursor = ReplicatedCursor {
             view: self,
+            segments: VecDeque::new(),
             next: Some(lower.to_vec()),
             upper: upper.to_vec(),
-            buffer: Default::default(),
             error: None,
         };
         cursor.fill();

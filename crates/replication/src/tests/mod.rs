@@ -4,4 +4,5 @@
 mod golden;
 mod paxos;
 mod reverse;
+mod scan;
 mod sim;
