@@ -103,7 +103,7 @@ pub enum LeadRequest {
         consistency: u16,
     },
     /// The transaction is over (its conditions failed, or it gave up).
-    Release { lease: u64 },
+    Release { key: PaxosKey, lease: u64 },
 }
 
 /// The leader's answer.
@@ -134,6 +134,7 @@ enum TurnKind {
     Local { _held: Option<Turn> },
     /// The leader runs the rounds.
     Led {
+        key: PaxosKey,
         leader: Replica,
         lease: Option<u64>,
         /// Sends the release when the turn is dropped with a lease still open.
@@ -158,12 +159,16 @@ impl PaxosTurn {
 impl Drop for PaxosTurn {
     fn drop(&mut self) {
         if let TurnKind::Led {
+            key,
             leader,
             lease: Some(lease),
             transport,
         } = &self.kind
         {
-            let release = ReplicaRequest::PaxosLead(LeadRequest::Release { lease: *lease });
+            let release = ReplicaRequest::PaxosLead(LeadRequest::Release {
+                key: key.clone(),
+                lease: *lease,
+            });
             let sent = transport.send(
                 leader.address,
                 release,
@@ -176,18 +181,29 @@ impl Drop for PaxosTurn {
 }
 
 /// The leases this node holds as a leader, each the turn of one transaction another node
-/// coordinates.
-#[derive(Default)]
+/// coordinates on one partition.
 pub struct Leases {
-    held: Mutex<HashMap<u64, Turn>>,
+    held: Mutex<HashMap<u64, (PaxosKey, Turn)>>,
+    /// Lease numbers start at random, so a coordinator that still holds a number this node
+    /// gave out before it restarted does not name a lease granted since.
     next: AtomicU64,
 }
 
+impl Default for Leases {
+    fn default() -> Self {
+        Leases {
+            held: Mutex::default(),
+            next: AtomicU64::new(rand::random::<u64>() >> 1),
+        }
+    }
+}
+
 impl Leases {
-    /// Holds `turn` for a transaction until it is ended, or until `expires`.
-    fn grant(self: &Arc<Self>, turn: Turn, expires: Instant) -> u64 {
+    /// Holds `turn` on `key`'s partition for a transaction until it is ended, or until
+    /// `expires`.
+    fn grant(self: &Arc<Self>, key: &PaxosKey, turn: Turn, expires: Instant) -> u64 {
         let lease = self.next.fetch_add(1, Ordering::Relaxed) + 1;
-        self.held.lock().insert(lease, turn);
+        self.held.lock().insert(lease, (key.clone(), turn));
         let leases = Arc::downgrade(self);
         tokio::spawn(async move {
             tokio::time::sleep_until(expires).await;
@@ -203,12 +219,20 @@ impl Leases {
         lease
     }
 
-    fn holds(&self, lease: u64) -> bool {
-        self.held.lock().contains_key(&lease)
+    /// True while `lease` holds `key`'s partition.
+    fn holds(&self, lease: u64, key: &PaxosKey) -> bool {
+        self.held
+            .lock()
+            .get(&lease)
+            .is_some_and(|(held, _)| held == key)
     }
 
-    fn end(&self, lease: u64) {
-        self.held.lock().remove(&lease);
+    /// Ends `lease` if it holds `key`'s partition.
+    fn end(&self, lease: u64, key: &PaxosKey) {
+        let mut held = self.held.lock();
+        if held.get(&lease).is_some_and(|(held, _)| held == key) {
+            held.remove(&lease);
+        }
     }
 
     /// Leases held now.
@@ -240,6 +264,7 @@ impl StorageProxy {
         match leader {
             Some(leader) if !leader.local => PaxosTurn {
                 kind: TurnKind::Led {
+                    key: key.clone(),
                     leader,
                     lease: None,
                     transport: Arc::clone(&self.transport),
@@ -369,13 +394,13 @@ impl StorageProxy {
                     busy: true,
                 };
                 let (lease, waited) = match lease {
-                    Some(lease) if self.paxos_leases.holds(lease) => (lease, false),
+                    Some(lease) if self.paxos_leases.holds(lease, &key) => (lease, false),
                     Some(_) => return refused,
                     None => match self.paxos_turns.wait(&key, deadline).await {
                         Some(turn) => {
                             let waited = turn.waited();
                             (
-                                self.paxos_leases.grant(turn, deadline + LEASE_GRACE),
+                                self.paxos_leases.grant(&key, turn, deadline + LEASE_GRACE),
                                 waited,
                             )
                         }
@@ -385,7 +410,7 @@ impl StorageProxy {
                 let round = paxos::prepare(self, &key, serial, deadline).await;
                 let busy = waited || round.as_ref().map_or(true, |round| round.contended);
                 if round.is_err() {
-                    self.paxos_leases.end(lease);
+                    self.paxos_leases.end(lease, &key);
                 }
                 LeadResponse::Prepared { lease, round, busy }
             }
@@ -401,19 +426,19 @@ impl StorageProxy {
                     Consistency::from_code(serial),
                     Consistency::from_code(consistency),
                 ) {
-                    (Ok(serial), Ok(consistency)) if self.paxos_leases.holds(lease) => {
+                    (Ok(serial), Ok(consistency)) if self.paxos_leases.holds(lease, &key) => {
                         paxos::propose(self, &key, ballot, update, serial, consistency).await
                     }
                     (Ok(serial), Ok(_)) => Err(contention_timeout(serial)),
                     (Err(error), _) | (_, Err(error)) => Err(error),
                 };
                 if !matches!(outcome, Ok(ProposalOutcome::Preempted)) {
-                    self.paxos_leases.end(lease);
+                    self.paxos_leases.end(lease, &key);
                 }
                 LeadResponse::Proposed(outcome)
             }
-            LeadRequest::Release { lease } => {
-                self.paxos_leases.end(lease);
+            LeadRequest::Release { key, lease } => {
+                self.paxos_leases.end(lease, &key);
                 LeadResponse::Released
             }
         }

@@ -588,3 +588,60 @@ async fn with_the_leader_down_the_coordinator_runs_the_rounds_itself() {
         vec![b"decided".to_vec()]
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_answers_only_for_the_partition_it_was_granted_on() {
+    use crate::paxos_lead::{LeadRequest, LeadResponse};
+    let cluster = cluster();
+    let leader = &cluster.nodes[leader_index(&cluster)].proxy;
+    let prepare = LeadRequest::Prepare {
+        key: key(),
+        serial: Consistency::Serial.code(),
+        lease: None,
+        within_micros: 1_000_000,
+    };
+    let LeadResponse::Prepared {
+        lease,
+        round: Ok(round),
+        ..
+    } = leader.lead(prepare).await
+    else {
+        panic!("the leader did not prepare");
+    };
+    assert_eq!(leader.paxos_leases.count(), 1);
+    // The same number naming another partition neither ends the lease nor proposes.
+    let other = key_of(b"other");
+    let release = LeadRequest::Release {
+        key: other.clone(),
+        lease,
+    };
+    assert!(matches!(leader.lead(release).await, LeadResponse::Released));
+    assert_eq!(leader.paxos_leases.count(), 1);
+    let propose = LeadRequest::Propose {
+        key: other,
+        lease,
+        ballot: round.ballot,
+        update: update(round.ballot.micros, b"elsewhere"),
+        serial: Consistency::Serial.code(),
+        consistency: Consistency::Quorum.code(),
+    };
+    assert!(matches!(
+        leader.lead(propose).await,
+        LeadResponse::Proposed(Err(_))
+    ));
+    assert_eq!(leader.paxos_leases.count(), 1);
+    // Its own partition's proposal goes through and ends it.
+    let propose = LeadRequest::Propose {
+        key: key(),
+        lease,
+        ballot: round.ballot,
+        update: update(round.ballot.micros, b"mine"),
+        serial: Consistency::Serial.code(),
+        consistency: Consistency::Quorum.code(),
+    };
+    assert!(matches!(
+        leader.lead(propose).await,
+        LeadResponse::Proposed(Ok(ProposalOutcome::Committed))
+    ));
+    assert_eq!(leader.paxos_leases.count(), 0);
+}
