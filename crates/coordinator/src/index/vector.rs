@@ -46,6 +46,11 @@ const CONNECTIVITY: usize = 16;
 const EXPANSION_ADD: usize = 128;
 const EXPANSION_SEARCH: usize = 32;
 
+/// Candidates a search asks the graph for at least, however small its LIMIT: the best of
+/// several is the nearest far more reliably than a search for one (points replaced or
+/// removed stay in the graph as holes a narrow search can get stuck beside).
+const MIN_GRAPH_CANDIDATES: usize = 16;
+
 /// Searches and inserts at once: each needs one of the graph's per-thread contexts.
 const CONTEXTS: usize = 64;
 
@@ -376,8 +381,9 @@ impl VectorIndex {
         let _permit = self.permit();
         let points = self.points.read();
         let graph = self.graph.read();
-        let wanted = (search.limit as usize).min(points.by_key.len());
-        if wanted == 0 {
+        let limit = search.limit as usize;
+        let wanted = limit.max(MIN_GRAPH_CANDIDATES).min(points.by_key.len());
+        if limit == 0 || wanted == 0 {
             return Ok(VectorAnswer {
                 hits: Vec::new(),
                 complete: true,
