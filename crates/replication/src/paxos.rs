@@ -112,9 +112,7 @@ impl PaxosKey {
         inner.extend_from_slice(&self.partition_key);
         keys::partition_prefix(&PAXOS_TABLE_ID, self.token, &inner)
     }
-}
 
-impl PaxosKey {
     /// The partition whose state is stored under `storage_key` (as
     /// [`PaxosKey::storage_key`] builds it); `None` for any other key.
     fn from_storage_key(storage_key: &[u8]) -> Option<PaxosKey> {
@@ -691,7 +689,7 @@ async fn pause_before_retry() {
     tokio::time::sleep(Duration::from_millis(millis)).await;
 }
 
-fn cas_timeout(serial: Consistency, received: usize, block_for: usize) -> CqlError {
+pub(crate) fn cas_timeout(serial: Consistency, received: usize, block_for: usize) -> CqlError {
     write_timeout(serial, received, block_for, WriteType::Cas)
 }
 

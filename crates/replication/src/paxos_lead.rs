@@ -30,7 +30,7 @@
 //! on the coordinator as before — Paxos is safe whoever runs it; a proposal sent to a
 //! leader that does not answer has an unknown outcome (`WriteTimeout`, `CAS`).
 
-use crate::consistency::{write_timeout, WriteType, WRITE_TIMEOUT};
+use crate::consistency::WRITE_TIMEOUT;
 use crate::messages::{Cells, ReplicaRequest, ReplicaResponse};
 use crate::paxos::{self, Ballot, PaxosKey, PreparedRound, ProposalOutcome, Turn};
 use crate::proxy::StorageProxy;
@@ -244,7 +244,13 @@ impl Leases {
 /// The contention timeout a transaction gets when its turn or lease is gone (the quorum
 /// it would have needed is not known here: one is reported).
 fn contention_timeout(serial: Consistency) -> CqlError {
-    write_timeout(serial, 0, 1, WriteType::Cas)
+    paxos::cas_timeout(serial, 0, 1)
+}
+
+/// True when a prepare shows the partition is contended: it met another coordinator's
+/// ballot, or failed.
+fn shows_contention(round: &Result<PreparedRound, CqlError>) -> bool {
+    round.as_ref().map_or(true, |round| round.contended)
 }
 
 impl StorageProxy {
@@ -252,17 +258,20 @@ impl StorageProxy {
     /// partition's leader when that is another live node and the partition is busy, else
     /// this node's turn.
     pub(crate) async fn paxos_turn(&self, key: &PaxosKey, deadline: Instant) -> PaxosTurn {
-        if !self.hot_partitions.is_hot(key) {
-            return PaxosTurn::local(self.paxos_turns.wait(key, deadline).await);
-        }
-        let state = self.topology.state();
-        let leader = self
-            .replicas_of(&state, &key.table, key.token)
-            .replicas
-            .into_iter()
-            .find(|replica| replica.alive);
-        match leader {
-            Some(leader) if !leader.local => PaxosTurn {
+        let leader_elsewhere = self
+            .hot_partitions
+            .is_hot(key)
+            .then(|| {
+                let state = self.topology.state();
+                self.replicas_of(&state, &key.table, key.token)
+                    .replicas
+                    .into_iter()
+                    .find(|replica| replica.alive)
+            })
+            .flatten()
+            .filter(|leader| !leader.local);
+        match leader_elsewhere {
+            Some(leader) => PaxosTurn {
                 kind: TurnKind::Led {
                     key: key.clone(),
                     leader,
@@ -270,7 +279,7 @@ impl StorageProxy {
                     transport: Arc::clone(&self.transport),
                 },
             },
-            _ => PaxosTurn::local(self.paxos_turns.wait(key, deadline).await),
+            None => PaxosTurn::local(self.paxos_turns.wait(key, deadline).await),
         }
     }
 
@@ -315,7 +324,7 @@ impl StorageProxy {
             turn.kind = TurnKind::Untaken;
         }
         let round = paxos::prepare(self, key, serial, deadline).await;
-        if round.as_ref().map_or(true, |round| round.contended) {
+        if shows_contention(&round) {
             self.hot_partitions.mark(key);
         }
         round
@@ -408,7 +417,7 @@ impl StorageProxy {
                     },
                 };
                 let round = paxos::prepare(self, &key, serial, deadline).await;
-                let busy = waited || round.as_ref().map_or(true, |round| round.contended);
+                let busy = waited || shows_contention(&round);
                 if round.is_err() {
                     self.paxos_leases.end(lease, &key);
                 }
