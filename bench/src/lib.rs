@@ -12,12 +12,15 @@
 //! - [`index`] — secondary indexes: write cost of an index, lookups by indexed value.
 //! - [`vector`] — vector search: recall@k against an exact search, queries/s.
 //! - [`lwt`] — lightweight transactions: conditional inserts and updates per second.
+//! - [`epoch_log`] — seed 001: transactions through the consensus epoch log of a local
+//!   cluster, against the bound loopback bandwidth sets.
 //!
 //! Benchmarks are never tests: these modules' unit tests check the generators and the
 //! statistics, not performance.
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod epoch_log;
 pub mod generators;
 pub mod index;
 pub mod lwt;
@@ -43,6 +46,9 @@ pub enum BenchCommand {
     Vector(vector::VectorArgs),
     /// Lightweight transactions: `INSERT … IF NOT EXISTS`, then `UPDATE … IF EXISTS`.
     Lwt(lwt::LwtArgs),
+    /// Seed 001: 100% write transactions through per-tablet Raft groups sharing each
+    /// node's epoch log, against the loopback-bandwidth bound.
+    EpochLog(epoch_log::EpochLogArgs),
 }
 
 pub fn run(command: BenchCommand) -> anyhow::Result<()> {
@@ -53,5 +59,6 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Index(args) => index::run(args),
         BenchCommand::Vector(args) => vector::run(args),
         BenchCommand::Lwt(args) => lwt::run(args),
+        BenchCommand::EpochLog(args) => epoch_log::run(args),
     }
 }

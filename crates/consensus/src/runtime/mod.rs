@@ -1,0 +1,436 @@
+//! Runs a [`MultiRaft`] for real: one task owns it and performs its outputs.
+//!
+//! - **Durable writes** go to a thread that owns the [`log_file::EpochLogFile`]: it takes
+//!   every batch waiting, writes them, syncs once, and reports the last epoch persisted.
+//!   At most [`NodeOptions::max_persists_in_flight`] batches are queued, so under load an
+//!   epoch collects everything proposed while the previous write synced.
+//! - **Messages** go through a [`Transport`] (one ordered stream per peer node:
+//!   [`tcp::TcpTransport`]); what arrives is handed in with [`RaftHandle::receive`].
+//! - **Committed entries** are applied by the caller's [`StateMachine`], in log order, and
+//!   each proposal's waiter hears whether its entry was the one committed at its index.
+//!
+//! The task is the only owner of the protocol state, so nothing in it is locked; callers
+//! talk to it through a bounded command channel.
+
+pub mod log_file;
+pub mod tcp;
+
+use crate::message::Message;
+use crate::node::{Config, MultiRaft, NotLeader, Output, PersistBatch};
+use crate::{Epoch, GroupId, LogIndex, Millis, NodeId, Term};
+use bytes::Bytes;
+use log_file::EpochLogFile;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+/// Commands waiting for the node's task before callers wait.
+const COMMAND_QUEUE: usize = 8192;
+/// Commands the task takes in one go before it looks at its outputs.
+const COMMANDS_PER_TURN: usize = 1024;
+
+/// Applies committed entries (for a table: writes their cells to the engine).
+pub trait StateMachine: Send + 'static {
+    fn apply(&mut self, group: GroupId, index: LogIndex, payload: &Bytes);
+}
+
+/// Delivers messages to peer nodes, in order per peer, without waiting.
+pub trait Transport: Send + Sync + 'static {
+    /// Queues `message` for `to`; `false` when it could not be queued (the peer's queue is
+    /// full): the message is dropped and the protocol sends again.
+    fn send(&self, to: NodeId, message: &Message) -> bool;
+}
+
+/// How a node runs.
+#[derive(Clone, Debug)]
+pub struct NodeOptions {
+    pub raft: Config,
+    /// How often the protocol's clock moves when nothing else happens.
+    pub tick_interval: Duration,
+    /// Durable writes queued at once (the next epoch is sealed while one syncs).
+    pub max_persists_in_flight: usize,
+    pub seed: u64,
+}
+
+impl Default for NodeOptions {
+    fn default() -> NodeOptions {
+        NodeOptions {
+            raft: Config::default(),
+            tick_interval: Duration::from_millis(10),
+            max_persists_in_flight: 2,
+            seed: 0,
+        }
+    }
+}
+
+/// Why a proposal did not commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProposeError {
+    /// This node does not lead the group (`leader`: who does, if known).
+    NotLeader(Option<NodeId>),
+    /// Another leader's entry was committed at the proposal's index.
+    Superseded,
+    /// The node is shutting down or its log failed.
+    Stopped,
+}
+
+/// What the node counts (for the benchmark and the metrics).
+#[derive(Default, Debug)]
+pub struct Counters {
+    pub epochs_sealed: AtomicU64,
+    pub log_syncs: AtomicU64,
+    pub log_bytes: AtomicU64,
+    pub entries_committed: AtomicU64,
+}
+
+enum Command {
+    Propose {
+        group: GroupId,
+        payload: Bytes,
+        done: oneshot::Sender<Result<(), ProposeError>>,
+    },
+    Receive {
+        from: NodeId,
+        message: Message,
+    },
+    Leader {
+        group: GroupId,
+        answer: oneshot::Sender<Option<NodeId>>,
+    },
+    ReadIndex {
+        group: GroupId,
+        answer: oneshot::Sender<Result<LogIndex, NotLeader>>,
+    },
+}
+
+/// Talks to a running node's task.
+#[derive(Clone)]
+pub struct RaftHandle {
+    me: NodeId,
+    commands: mpsc::Sender<Command>,
+    pub counters: Arc<Counters>,
+}
+
+impl RaftHandle {
+    pub fn id(&self) -> NodeId {
+        self.me
+    }
+
+    /// Proposes `payload` to `group` and waits until it is committed and applied here.
+    pub async fn propose(&self, group: GroupId, payload: Bytes) -> Result<(), ProposeError> {
+        let (done, result) = oneshot::channel();
+        self.commands
+            .send(Command::Propose {
+                group,
+                payload,
+                done,
+            })
+            .await
+            .map_err(|_| ProposeError::Stopped)?;
+        result.await.unwrap_or(Err(ProposeError::Stopped))
+    }
+
+    /// Hands in a message from `from` (the transport calls this, in arrival order).
+    pub async fn receive(&self, from: NodeId, message: Message) {
+        let _ = self.commands.send(Command::Receive { from, message }).await;
+    }
+
+    /// Which node leads `group`, as this node knows.
+    pub async fn leader(&self, group: GroupId) -> Option<NodeId> {
+        let (answer, result) = oneshot::channel();
+        self.commands
+            .send(Command::Leader { group, answer })
+            .await
+            .ok()?;
+        result.await.ok().flatten()
+    }
+
+    /// The index a linearizable read must see applied, if this node may serve one now.
+    pub async fn read_index(&self, group: GroupId) -> Result<LogIndex, NotLeader> {
+        let (answer, result) = oneshot::channel();
+        let stopped = NotLeader { leader: None };
+        self.commands
+            .send(Command::ReadIndex { group, answer })
+            .await
+            .map_err(|_| stopped)?;
+        result.await.unwrap_or(Err(stopped))
+    }
+}
+
+/// One group this node holds a replica of, and its members.
+pub struct GroupSpec {
+    pub group: GroupId,
+    pub members: Vec<NodeId>,
+}
+
+/// Opens the node's epoch log in `directory`, restores its groups and starts its task
+/// (and its log thread) on the current Tokio runtime.
+pub fn start(
+    me: NodeId,
+    options: NodeOptions,
+    directory: PathBuf,
+    groups: Vec<GroupSpec>,
+    transport: Arc<dyn Transport>,
+    state_machine: Box<dyn StateMachine>,
+) -> std::io::Result<RaftHandle> {
+    let (log_file, recovered) = EpochLogFile::open(&directory)?;
+    let started = Instant::now();
+    // Epochs never repeat across restarts: start above anything the file holds, with room
+    // for epochs sealed before a crash but never written.
+    let first_epoch = Epoch((recovered.last_epoch.0 >> 32).saturating_add(1) << 32);
+    let mut raft = MultiRaft::new(
+        me,
+        options.raft.clone(),
+        first_epoch,
+        options.seed,
+        Millis(0),
+    );
+    for spec in groups {
+        let hard_state = recovered
+            .hard_states
+            .get(&spec.group)
+            .copied()
+            .unwrap_or_default();
+        raft.add_group(
+            spec.group,
+            spec.members,
+            hard_state,
+            recovered.log(spec.group),
+        );
+    }
+    let counters = Arc::new(Counters::default());
+    let (commands_tx, commands) = mpsc::channel(COMMAND_QUEUE);
+    let (batches_tx, batches) = mpsc::channel::<PersistBatch>(options.max_persists_in_flight);
+    let (persisted_tx, persisted) =
+        mpsc::channel::<Result<Epoch, String>>(options.max_persists_in_flight + 1);
+    let log_counters = Arc::clone(&counters);
+    std::thread::Builder::new()
+        .name("consensus-log".into())
+        .spawn(move || write_log(log_file, batches, persisted_tx, log_counters))?;
+    let node = NodeTask {
+        raft,
+        started,
+        options,
+        transport,
+        state_machine,
+        batches: batches_tx,
+        persists_in_flight: 0,
+        waiting: HashMap::new(),
+        counters: Arc::clone(&counters),
+        failed: false,
+    };
+    tokio::spawn(node.run(commands, persisted));
+    Ok(RaftHandle {
+        me,
+        commands: commands_tx,
+        counters,
+    })
+}
+
+/// The log thread: every batch waiting is written with one sync.
+fn write_log(
+    mut file: EpochLogFile,
+    mut batches: mpsc::Receiver<PersistBatch>,
+    persisted: mpsc::Sender<Result<Epoch, String>>,
+    counters: Arc<Counters>,
+) {
+    while let Some(first) = batches.blocking_recv() {
+        let mut group = vec![first];
+        while let Ok(next) = batches.try_recv() {
+            group.push(next);
+        }
+        let last = group.last().map_or(Epoch(0), |batch| batch.epoch);
+        let result = if group.iter().all(PersistBatch::is_empty) {
+            Ok(())
+        } else {
+            let before = file.bytes_written;
+            let result = file.append(&group);
+            counters.log_syncs.fetch_add(1, Ordering::Relaxed);
+            counters
+                .log_bytes
+                .fetch_add(file.bytes_written - before, Ordering::Relaxed);
+            result
+        };
+        let report = result.map(|()| last).map_err(|error| error.to_string());
+        let failed = report.is_err();
+        if persisted.blocking_send(report).is_err() || failed {
+            // A failed sync may have lost writes it cannot name: nothing after it is
+            // reported durable (the node stops acknowledging).
+            return;
+        }
+    }
+}
+
+/// A proposal's term and whom to tell once its index is applied.
+type Waiting = (Term, oneshot::Sender<Result<(), ProposeError>>);
+
+struct NodeTask {
+    raft: MultiRaft,
+    started: Instant,
+    options: NodeOptions,
+    transport: Arc<dyn Transport>,
+    state_machine: Box<dyn StateMachine>,
+    batches: mpsc::Sender<PersistBatch>,
+    persists_in_flight: usize,
+    /// Proposals waiting for their index to be applied.
+    waiting: HashMap<(GroupId, LogIndex), Waiting>,
+    counters: Arc<Counters>,
+    /// The log failed: the node no longer seals (nothing more becomes durable).
+    failed: bool,
+}
+
+impl NodeTask {
+    async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<Command>,
+        mut persisted: mpsc::Receiver<Result<Epoch, String>>,
+    ) {
+        let mut ticker = tokio::time::interval(self.options.tick_interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                command = commands.recv() => {
+                    let Some(command) = command else { break };
+                    self.handle(command);
+                    for _ in 1..COMMANDS_PER_TURN {
+                        match commands.try_recv() {
+                            Ok(command) => self.handle(command),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                report = persisted.recv() => {
+                    let Some(report) = report else { break };
+                    self.persists_in_flight = self.persists_in_flight.saturating_sub(1);
+                    while let Ok(more) = persisted.try_recv() {
+                        self.persists_in_flight = self.persists_in_flight.saturating_sub(1);
+                        self.persisted(more);
+                    }
+                    self.persisted(report);
+                }
+                _ = ticker.tick() => {
+                    let now = self.now();
+                    self.raft.tick(now);
+                }
+            }
+            self.perform();
+            while !self.failed
+                && self.persists_in_flight < self.options.max_persists_in_flight
+                && self.raft.wants_seal()
+            {
+                let now = self.now();
+                self.raft.tick(now);
+                self.raft.seal();
+                self.counters.epochs_sealed.fetch_add(1, Ordering::Relaxed);
+                self.perform();
+            }
+        }
+        for (_, (_, done)) in self.waiting.drain() {
+            let _ = done.send(Err(ProposeError::Stopped));
+        }
+    }
+
+    fn now(&self) -> Millis {
+        Millis(self.started.elapsed().as_millis() as u64)
+    }
+
+    fn persisted(&mut self, report: Result<Epoch, String>) {
+        match report {
+            Ok(epoch) => self.raft.persisted(epoch),
+            Err(error) => {
+                tracing::error!(%error, "the consensus log failed; this node stops acknowledging");
+                self.failed = true;
+            }
+        }
+    }
+
+    fn handle(&mut self, command: Command) {
+        match command {
+            Command::Propose {
+                group,
+                payload,
+                done,
+            } => {
+                if self.failed {
+                    let _ = done.send(Err(ProposeError::Stopped));
+                    return;
+                }
+                match self.raft.propose(group, payload) {
+                    Ok(proposal) => {
+                        self.waiting
+                            .insert((group, proposal.index), (proposal.term, done));
+                    }
+                    Err(not_leader) => {
+                        let _ = done.send(Err(ProposeError::NotLeader(not_leader.leader)));
+                    }
+                }
+            }
+            Command::Receive { from, message } => {
+                let now = self.now();
+                self.raft.tick(now);
+                self.raft.receive(from, message);
+            }
+            Command::Leader { group, answer } => {
+                let leader = self.raft.group(group).and_then(|state| {
+                    if state.is_leader() {
+                        Some(self.raft.id())
+                    } else {
+                        state.leader()
+                    }
+                });
+                let _ = answer.send(leader);
+            }
+            Command::ReadIndex { group, answer } => {
+                let _ = answer.send(self.raft.read_index(group));
+            }
+        }
+    }
+
+    /// Performs every output the protocol produced.
+    fn perform(&mut self) {
+        for output in self.raft.take_outputs() {
+            match output {
+                Output::Persist(batch) => {
+                    self.persists_in_flight += 1;
+                    if self.batches.try_send(batch).is_err() {
+                        // Cannot happen while persists_in_flight is respected; treat it as
+                        // a failed log rather than lose a write silently.
+                        tracing::error!("the consensus log queue overflowed");
+                        self.failed = true;
+                    }
+                }
+                Output::Send { to, message } => {
+                    if !self.transport.send(to, &message) {
+                        if let Message::Epoch(batch) = &message {
+                            self.raft.lost(to, batch.epoch);
+                        }
+                    }
+                }
+                Output::Apply {
+                    group,
+                    index,
+                    entry,
+                } => {
+                    if !entry.payload.is_empty() {
+                        self.state_machine.apply(group, index, &entry.payload);
+                    }
+                    self.counters
+                        .entries_committed
+                        .fetch_add(1, Ordering::Relaxed);
+                    if let Some((term, done)) = self.waiting.remove(&(group, index)) {
+                        let result = if term == entry.term {
+                            Ok(())
+                        } else {
+                            Err(ProposeError::Superseded)
+                        };
+                        let _ = done.send(result);
+                    }
+                }
+                Output::LeaderChanged { .. } => {}
+            }
+        }
+    }
+}
