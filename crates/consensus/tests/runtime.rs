@@ -1,12 +1,16 @@
-//! Three real nodes in one process: epoch logs in files, messages over loopback TCP.
+//! Real nodes in one process: epoch logs in files, messages over loopback TCP.
 
 use bytes::Bytes;
-use shoal_consensus::runtime::{self, tcp, GroupSpec, NodeOptions, StateMachine};
+use shoal_consensus::runtime::{self, tcp, GroupSpec, NodeOptions, RaftHandle, StateMachine};
 use shoal_consensus::{Config, GroupId, LogIndex, NodeId};
 use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::task::JoinHandle;
 
+/// What one node applied, per group, in order.
 type Applied = Arc<Mutex<HashMap<GroupId, Vec<(LogIndex, Bytes)>>>>;
 
 struct Recorder(Applied);
@@ -21,110 +25,193 @@ impl StateMachine for Recorder {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_nodes_commit_every_proposal_and_apply_the_same_log() {
-    let directory = tempfile::tempdir().expect("a temporary directory");
-    let ids: Vec<NodeId> = (1..=3).map(|n| shoal_model::HostId([n; 16])).collect();
-    let mut listeners = Vec::new();
-    let mut addresses = HashMap::new();
-    for id in &ids {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("binds");
-        addresses.insert(*id, listener.local_addr().expect("an address"));
-        listeners.push(listener);
+struct Node {
+    handle: RaftHandle,
+    serving: JoinHandle<()>,
+    applied: Applied,
+}
+
+/// Three nodes, each a member of every group.
+struct Cluster {
+    _directory: tempfile::TempDir,
+    directories: Vec<PathBuf>,
+    ids: Vec<NodeId>,
+    addresses: HashMap<NodeId, SocketAddr>,
+    groups: Vec<GroupId>,
+    nodes: Vec<Node>,
+}
+
+impl Cluster {
+    async fn start(groups: u64) -> Cluster {
+        let directory = tempfile::tempdir().expect("a temporary directory");
+        let ids: Vec<NodeId> = (1..=3).map(|n| shoal_model::HostId([n; 16])).collect();
+        let mut listeners = Vec::new();
+        let mut addresses = HashMap::new();
+        for id in &ids {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("binds");
+            addresses.insert(*id, listener.local_addr().expect("an address"));
+            listeners.push(listener);
+        }
+        let mut cluster = Cluster {
+            directories: (0..3)
+                .map(|n| directory.path().join(format!("node{n}")))
+                .collect(),
+            _directory: directory,
+            ids,
+            addresses,
+            groups: (0..groups).map(GroupId).collect(),
+            nodes: Vec::new(),
+        };
+        for (n, listener) in listeners.into_iter().enumerate() {
+            let node = cluster.start_node(n, listener);
+            cluster.nodes.push(node);
+        }
+        cluster
     }
-    let groups: Vec<GroupId> = (0..6).map(GroupId).collect();
-    let options = NodeOptions {
-        raft: Config {
-            election_timeout_ms: 300,
-            heartbeat_interval_ms: 50,
-            ..Config::default()
-        },
-        ..NodeOptions::default()
-    };
-    let mut handles = Vec::new();
-    let mut applied = Vec::new();
-    for (n, (id, listener)) in ids.iter().zip(listeners).enumerate() {
+
+    fn start_node(&self, n: usize, listener: tokio::net::TcpListener) -> Node {
+        let id = self.ids[n];
         let transport = tcp::TcpTransport::start(
-            *id,
+            id,
             "127.0.0.1".parse().expect("an address"),
-            addresses.clone(),
+            self.addresses.clone(),
         );
-        let record: Applied = Arc::default();
-        let handle = runtime::start(
-            *id,
-            NodeOptions {
-                seed: n as u64,
-                ..options.clone()
+        let applied: Applied = Arc::default();
+        let options = NodeOptions {
+            raft: Config {
+                election_timeout_ms: 300,
+                heartbeat_interval_ms: 50,
+                ..Config::default()
             },
-            directory.path().join(format!("node{n}")),
-            groups
+            seed: n as u64,
+            ..NodeOptions::default()
+        };
+        let handle = runtime::start(
+            id,
+            options,
+            self.directories[n].clone(),
+            self.groups
                 .iter()
                 .map(|group| GroupSpec {
                     group: *group,
-                    members: ids.clone(),
+                    members: self.ids.clone(),
                 })
                 .collect(),
             Arc::new(transport),
-            Box::new(Recorder(Arc::clone(&record))),
+            Box::new(Recorder(Arc::clone(&applied))),
         )
         .expect("starts");
-        tokio::spawn(tcp::serve(listener, handle.clone()));
-        handles.push(handle);
-        applied.push(record);
+        let serving = tokio::spawn(tcp::serve(listener, handle.clone()));
+        Node {
+            handle,
+            serving,
+            applied,
+        }
     }
 
-    // Every proposal goes to its group's leader (found by asking), 100 per group.
-    let mut committed = 0;
-    for round in 0..100u32 {
-        for group in &groups {
-            let payload = Bytes::from(format!("{}-{round}", group.0));
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-            loop {
-                assert!(tokio::time::Instant::now() < deadline, "no leader took it");
-                let mut leader = None;
-                for handle in &handles {
-                    if let Some(known) = handle.leader(*group).await {
-                        leader = handles.iter().find(|h| h.id() == known).cloned();
-                        break;
+    async fn stop(&mut self, n: usize) {
+        self.nodes[n].handle.stop().await;
+        self.nodes[n].serving.abort();
+    }
+
+    async fn restart(&mut self, n: usize) {
+        let listener = tokio::net::TcpListener::bind(self.addresses[&self.ids[n]])
+            .await
+            .expect("binds the node's address again");
+        self.nodes[n] = self.start_node(n, listener);
+    }
+
+    /// Proposes `rounds` entries to every group, each through its current leader.
+    async fn propose(&self, label: &str, rounds: u32) {
+        for round in 0..rounds {
+            for group in &self.groups {
+                let payload = Bytes::from(format!("{label}-{}-{round}", group.0));
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+                loop {
+                    assert!(tokio::time::Instant::now() < deadline, "no leader took it");
+                    if let Some(leader) = self.leader(*group).await {
+                        if leader.propose(*group, payload.clone()).await.is_ok() {
+                            break;
+                        }
                     }
-                }
-                let Some(leader) = leader else {
                     tokio::time::sleep(Duration::from_millis(20)).await;
-                    continue;
-                };
-                if leader.propose(*group, payload.clone()).await.is_ok() {
-                    committed += 1;
-                    break;
                 }
-                tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
     }
-    assert_eq!(committed, 600);
 
-    // Every node applies the same entries in the same order (followers learn the last
-    // commits with the next heartbeat).
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let logs: Vec<HashMap<GroupId, Vec<(LogIndex, Bytes)>>> = applied
-            .iter()
-            .map(|record| record.lock().expect("not poisoned").clone())
-            .collect();
-        let complete = logs.iter().all(|log| {
-            groups
-                .iter()
-                .all(|group| log.get(group).map_or(0, Vec::len) == 100)
-        });
-        if complete {
-            assert!(logs.iter().all(|log| *log == logs[0]));
-            break;
+    async fn leader(&self, group: GroupId) -> Option<RaftHandle> {
+        for node in &self.nodes {
+            if let Some(known) = node.handle.leader(group).await {
+                return self
+                    .nodes
+                    .iter()
+                    .find(|node| node.handle.id() == known)
+                    .map(|node| node.handle.clone());
+            }
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "followers did not catch up"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        None
     }
+
+    /// Waits until every node applied `entries` entries of every group, then checks they
+    /// applied the same ones in the same order.
+    async fn wait_applied_everywhere(&self, entries: usize) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let logs: Vec<HashMap<GroupId, Vec<(LogIndex, Bytes)>>> = self
+                .nodes
+                .iter()
+                .map(|node| node.applied.lock().expect("not poisoned").clone())
+                .collect();
+            let complete = logs.iter().all(|log| {
+                self.groups
+                    .iter()
+                    .all(|group| log.get(group).map_or(0, Vec::len) >= entries)
+            });
+            if complete {
+                for log in &logs {
+                    assert_eq!(*log, logs[0], "two nodes applied different logs");
+                }
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "not every node applied {entries} entries of every group: {:?}",
+                logs.iter()
+                    .map(|log| self
+                        .groups
+                        .iter()
+                        .map(|group| log.get(group).map_or(0, Vec::len))
+                        .collect::<Vec<_>>())
+                    .collect::<Vec<_>>()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_commit_every_proposal_and_apply_the_same_log() {
+    let cluster = Cluster::start(6).await;
+    cluster.propose("a", 100).await;
+    cluster.wait_applied_everywhere(100).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_node_restarts_from_its_log_and_catches_up() {
+    let mut cluster = Cluster::start(4).await;
+    cluster.propose("before", 30).await;
+    cluster.wait_applied_everywhere(30).await;
+
+    // Two of three keep committing while the third is down.
+    cluster.stop(2).await;
+    cluster.propose("while-down", 30).await;
+
+    // Restarted, it reads its log back (its applies start again from the first entry)
+    // and learns the rest from the leaders.
+    cluster.restart(2).await;
+    cluster.propose("after", 10).await;
+    cluster.wait_applied_everywhere(70).await;
 }

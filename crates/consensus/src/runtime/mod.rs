@@ -104,6 +104,9 @@ enum Command {
         group: GroupId,
         answer: oneshot::Sender<Result<LogIndex, NotLeader>>,
     },
+    Stop {
+        done: oneshot::Sender<()>,
+    },
 }
 
 /// Talks to a running node's task.
@@ -133,9 +136,13 @@ impl RaftHandle {
         result.await.unwrap_or(Err(ProposeError::Stopped))
     }
 
-    /// Hands in a message from `from` (the transport calls this, in arrival order).
-    pub async fn receive(&self, from: NodeId, message: Message) {
-        let _ = self.commands.send(Command::Receive { from, message }).await;
+    /// Hands in a message from `from` (the transport calls this, in arrival order);
+    /// `false` once the node has stopped (the transport then closes the connection).
+    pub async fn receive(&self, from: NodeId, message: Message) -> bool {
+        self.commands
+            .send(Command::Receive { from, message })
+            .await
+            .is_ok()
     }
 
     /// Which node leads `group`, as this node knows.
@@ -146,6 +153,15 @@ impl RaftHandle {
             .await
             .ok()?;
         result.await.ok().flatten()
+    }
+
+    /// Stops the node: its task ends and its log thread finishes the write under way and
+    /// closes the file; proposals still waiting fail with [`ProposeError::Stopped`].
+    pub async fn stop(&self) {
+        let (done, stopped) = oneshot::channel();
+        if self.commands.send(Command::Stop { done }).await.is_ok() {
+            let _ = stopped.await;
+        }
     }
 
     /// The index a linearizable read must see applied, if this node may serve one now.
@@ -207,7 +223,7 @@ pub fn start(
     let (persisted_tx, persisted) =
         mpsc::channel::<Result<Epoch, String>>(options.max_persists_in_flight + 1);
     let log_counters = Arc::clone(&counters);
-    std::thread::Builder::new()
+    let log_thread = std::thread::Builder::new()
         .name("consensus-log".into())
         .spawn(move || write_log(log_file, batches, persisted_tx, log_counters))?;
     let node = NodeTask {
@@ -221,6 +237,7 @@ pub fn start(
         waiting: HashMap::new(),
         counters: Arc::clone(&counters),
         failed: false,
+        log_thread,
     };
     tokio::spawn(node.run(commands, persisted));
     Ok(RaftHandle {
@@ -280,6 +297,7 @@ struct NodeTask {
     counters: Arc<Counters>,
     /// The log failed: the node no longer seals (nothing more becomes durable).
     failed: bool,
+    log_thread: std::thread::JoinHandle<()>,
 }
 
 impl NodeTask {
@@ -290,14 +308,18 @@ impl NodeTask {
     ) {
         let mut ticker = tokio::time::interval(self.options.tick_interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
+        let mut stopped_by = None;
+        while stopped_by.is_none() {
             tokio::select! {
                 command = commands.recv() => {
                     let Some(command) = command else { break };
-                    self.handle(command);
+                    stopped_by = self.handle(command);
                     for _ in 1..COMMANDS_PER_TURN {
+                        if stopped_by.is_some() {
+                            break;
+                        }
                         match commands.try_recv() {
-                            Ok(command) => self.handle(command),
+                            Ok(command) => stopped_by = self.handle(command),
                             Err(_) => break,
                         }
                     }
@@ -316,6 +338,9 @@ impl NodeTask {
                     self.raft.tick(now);
                 }
             }
+            if stopped_by.is_some() {
+                break;
+            }
             self.perform();
             while !self.failed
                 && self.persists_in_flight < self.options.max_persists_in_flight
@@ -328,8 +353,21 @@ impl NodeTask {
                 self.perform();
             }
         }
-        for (_, (_, done)) in self.waiting.drain() {
+        let NodeTask {
+            waiting,
+            batches,
+            log_thread,
+            ..
+        } = self;
+        for (_, (_, done)) in waiting {
             let _ = done.send(Err(ProposeError::Stopped));
+        }
+        // The log thread ends once its queue is closed and drained.
+        drop(batches);
+        drop(persisted);
+        let _ = tokio::task::spawn_blocking(move || log_thread.join()).await;
+        if let Some(done) = stopped_by {
+            let _ = done.send(());
         }
     }
 
@@ -347,7 +385,8 @@ impl NodeTask {
         }
     }
 
-    fn handle(&mut self, command: Command) {
+    /// Handles one command; a stop request is handed back to end the task.
+    fn handle(&mut self, command: Command) -> Option<oneshot::Sender<()>> {
         match command {
             Command::Propose {
                 group,
@@ -356,7 +395,7 @@ impl NodeTask {
             } => {
                 if self.failed {
                     let _ = done.send(Err(ProposeError::Stopped));
-                    return;
+                    return None;
                 }
                 match self.raft.propose(group, payload) {
                     Ok(proposal) => {
@@ -386,7 +425,9 @@ impl NodeTask {
             Command::ReadIndex { group, answer } => {
                 let _ = answer.send(self.raft.read_index(group));
             }
+            Command::Stop { done } => return Some(done),
         }
+        None
     }
 
     /// Performs every output the protocol produced.

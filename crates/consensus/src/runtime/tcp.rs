@@ -159,6 +159,9 @@ async fn read_from_peer(stream: TcpStream, handle: RaftHandle) -> std::io::Resul
         from.copy_from_slice(&frame[..16]);
         let message = decode_message(frame.slice(16..))
             .map_err(|error| std::io::Error::new(std::io::ErrorKind::InvalidData, error))?;
-        handle.receive(shoal_model::HostId(from), message).await;
+        if !handle.receive(shoal_model::HostId(from), message).await {
+            // The node stopped: closing the connection tells the peer.
+            return Ok(());
+        }
     }
 }
