@@ -693,6 +693,16 @@ pub(crate) fn cas_timeout(serial: Consistency, received: usize, block_for: usize
     write_timeout(serial, received, block_for, WriteType::Cas)
 }
 
+/// The acknowledgements a round on `key`'s partition needs at `serial`, for the errors of
+/// a round that never got as far as asking (1 if the replicas cannot be named).
+pub(crate) fn serial_block_for(
+    network: &dyn PaxosNetwork,
+    key: &PaxosKey,
+    serial: Consistency,
+) -> usize {
+    Participants::of(network, key, serial).map_or(1, |participants| participants.block_for())
+}
+
 /// The ballots this node makes: each higher than the last and than every ballot seen.
 #[derive(Default)]
 pub struct BallotClock {

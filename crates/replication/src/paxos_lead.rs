@@ -241,12 +241,6 @@ impl Leases {
     }
 }
 
-/// The contention timeout a transaction gets when its turn or lease is gone (the quorum
-/// it would have needed is not known here: one is reported).
-fn contention_timeout(serial: Consistency) -> CqlError {
-    paxos::cas_timeout(serial, 0, 1)
-}
-
 /// True when a prepare shows the partition is contended: it met another coordinator's
 /// ballot, or failed.
 fn shows_contention(round: &Result<PreparedRound, CqlError>) -> bool {
@@ -254,6 +248,12 @@ fn shows_contention(round: &Result<PreparedRound, CqlError>) -> bool {
 }
 
 impl StorageProxy {
+    /// The contention timeout a transaction gets when its turn or lease is gone: nothing
+    /// was received of the quorum its round needs.
+    fn contention_timeout(&self, key: &PaxosKey, serial: Consistency) -> CqlError {
+        paxos::cas_timeout(serial, 0, paxos::serial_block_for(self, key, serial))
+    }
+
     /// The turn a conditional statement on `key`'s partition runs under: a lease on the
     /// partition's leader when that is another live node and the partition is busy, else
     /// this node's turn.
@@ -348,7 +348,7 @@ impl StorageProxy {
             return outcome;
         };
         let Some(held) = *lease else {
-            return Err(contention_timeout(serial));
+            return Err(self.contention_timeout(key, serial));
         };
         let request = ReplicaRequest::PaxosLead(LeadRequest::Propose {
             key: key.clone(),
@@ -371,7 +371,7 @@ impl StorageProxy {
             other => {
                 tracing::debug!(?other, leader = %leader.address, "a Paxos leader did not answer a proposal");
                 // It may have been decided: the outcome is unknown.
-                Err(contention_timeout(serial))
+                Err(self.contention_timeout(key, serial))
             }
         }
     }
@@ -399,7 +399,7 @@ impl StorageProxy {
                 };
                 let refused = LeadResponse::Prepared {
                     lease: 0,
-                    round: Err(contention_timeout(serial)),
+                    round: Err(self.contention_timeout(&key, serial)),
                     busy: true,
                 };
                 let (lease, waited) = match lease {
@@ -438,7 +438,7 @@ impl StorageProxy {
                     (Ok(serial), Ok(consistency)) if self.paxos_leases.holds(lease, &key) => {
                         paxos::propose(self, &key, ballot, update, serial, consistency).await
                     }
-                    (Ok(serial), Ok(_)) => Err(contention_timeout(serial)),
+                    (Ok(serial), Ok(_)) => Err(self.contention_timeout(&key, serial)),
                     (Err(error), _) | (_, Err(error)) => Err(error),
                 };
                 if !matches!(outcome, Ok(ProposalOutcome::Preempted)) {

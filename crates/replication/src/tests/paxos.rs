@@ -8,7 +8,7 @@ use crate::paxos::{self, Ballot, PaxosKey, PreparedRound, Proposal, ProposalOutc
 use crate::proxy::StorageProxy;
 use crate::replica::read_visible;
 use shoal_cql::request::Consistency;
-use shoal_cql::CqlError;
+use shoal_cql::{CqlError, ErrorCode};
 use shoal_model::token::murmur3_token;
 use shoal_model::{keys, Cell, WriteTimestamp};
 use std::time::Duration;
@@ -625,10 +625,20 @@ async fn a_lease_answers_only_for_the_partition_it_was_granted_on() {
         serial: Consistency::Serial.code(),
         consistency: Consistency::Quorum.code(),
     };
-    assert!(matches!(
-        leader.lead(propose).await,
-        LeadResponse::Proposed(Err(_))
-    ));
+    // Refused as a contention timeout that names the quorum a SERIAL round of three
+    // replicas needs (two), not a made-up one.
+    let LeadResponse::Proposed(Err(refused)) = leader.lead(propose).await else {
+        panic!("a proposal under another partition's lease went through");
+    };
+    assert_eq!(
+        refused.code,
+        ErrorCode::WriteTimeout {
+            consistency: Consistency::Serial.code(),
+            received: 0,
+            block_for: 2,
+            write_type: "CAS".into(),
+        }
+    );
     assert_eq!(leader.paxos_leases.count(), 1);
     // Its own partition's proposal goes through and ends it.
     let propose = LeadRequest::Propose {
