@@ -295,6 +295,12 @@ impl MultiRaft {
         Ok(state.commit)
     }
 
+    /// Moves the clock to `now` without running timers (cheap: for every message; timers
+    /// run on [`MultiRaft::tick`]).
+    pub fn advance_clock(&mut self, now: Millis) {
+        self.now = self.now.max(now);
+    }
+
     /// Moves the clock to `now`: runs elections that are due, steps down leaders cut off
     /// from a majority, and takes epochs unacknowledged for too long as lost.
     pub fn tick(&mut self, now: Millis) {

@@ -347,7 +347,7 @@ impl NodeTask {
                 && self.raft.wants_seal()
             {
                 let now = self.now();
-                self.raft.tick(now);
+                self.raft.advance_clock(now);
                 self.raft.seal();
                 self.counters.epochs_sealed.fetch_add(1, Ordering::Relaxed);
                 self.perform();
@@ -409,7 +409,7 @@ impl NodeTask {
             }
             Command::Receive { from, message } => {
                 let now = self.now();
-                self.raft.tick(now);
+                self.raft.advance_clock(now);
                 self.raft.receive(from, message);
             }
             Command::Leader { group, answer } => {

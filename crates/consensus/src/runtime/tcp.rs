@@ -1,6 +1,6 @@
 //! One TCP stream per peer node and direction, carrying every group's messages: a frame is
 //! `u32 length | sender host id (16) | message` ([`crate::codec`]). A writer task per peer
-//! coalesces whatever frames are queued into one socket write, so epoch batches stream
+//! writes whatever frames are queued with one vectored write, so epoch batches stream
 //! back to back without waiting for their acknowledgements. Outgoing connections leave
 //! from the node's own address (so a firewall rule can cut one node off by address).
 //!
@@ -14,6 +14,7 @@ use crate::message::Message;
 use crate::NodeId;
 use bytes::BytesMut;
 use std::collections::HashMap;
+use std::io::IoSlice;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -24,8 +25,9 @@ use tokio::sync::mpsc;
 pub const PEER_QUEUE_FRAMES: usize = 4096;
 /// The largest frame accepted.
 pub const MAX_FRAME_BYTES: usize = 64 << 20;
-/// Bytes gathered into one socket write at most.
+/// Bytes and frames gathered into one (vectored) socket write at most.
 const WRITE_COALESCE_BYTES: usize = 1 << 20;
+const WRITE_COALESCE_FRAMES: usize = 64;
 const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
 
 /// The sending side: a queue and a writer task per peer.
@@ -81,7 +83,7 @@ async fn connect(source: IpAddr, address: SocketAddr) -> std::io::Result<TcpStre
 /// Keeps a connection to one peer and writes its frames; frames queued while it is down
 /// are dropped (the protocol resends what matters).
 async fn write_to_peer(source: IpAddr, address: SocketAddr, mut queue: mpsc::Receiver<Vec<u8>>) {
-    let mut buffer = Vec::with_capacity(WRITE_COALESCE_BYTES);
+    let mut frames: Vec<Vec<u8>> = Vec::with_capacity(WRITE_COALESCE_FRAMES);
     'connect: loop {
         let mut stream = match connect(source, address).await {
             Ok(stream) => stream,
@@ -101,19 +103,37 @@ async fn write_to_peer(source: IpAddr, address: SocketAddr, mut queue: mpsc::Rec
             let Some(frame) = queue.recv().await else {
                 return;
             };
-            buffer.clear();
-            buffer.extend_from_slice(&frame);
-            while buffer.len() < WRITE_COALESCE_BYTES {
+            frames.clear();
+            let mut bytes = frame.len();
+            frames.push(frame);
+            while bytes < WRITE_COALESCE_BYTES && frames.len() < WRITE_COALESCE_FRAMES {
                 match queue.try_recv() {
-                    Ok(frame) => buffer.extend_from_slice(&frame),
+                    Ok(frame) => {
+                        bytes += frame.len();
+                        frames.push(frame);
+                    }
                     Err(_) => break,
                 }
             }
-            if stream.write_all(&buffer).await.is_err() {
+            if write_frames(&mut stream, &frames).await.is_err() {
                 continue 'connect;
             }
         }
     }
+}
+
+/// Writes `frames` back to back with vectored writes (no copy into one buffer).
+async fn write_frames(stream: &mut TcpStream, frames: &[Vec<u8>]) -> std::io::Result<()> {
+    let mut slices: Vec<IoSlice<'_>> = frames.iter().map(|frame| IoSlice::new(frame)).collect();
+    let mut remaining = &mut slices[..];
+    while !remaining.is_empty() {
+        let written = stream.write_vectored(remaining).await?;
+        if written == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        IoSlice::advance_slices(&mut remaining, written);
+    }
+    Ok(())
 }
 
 /// Accepts peers' connections and hands every message to `handle`, in arrival order.
