@@ -4,8 +4,9 @@
 //!
 //! - [`MultiRaft::propose`] appends a write to a group this node leads;
 //! - [`MultiRaft::receive`] takes a message from another node;
-//! - [`MultiRaft::tick`] moves the clock (elections, lost epochs, stepping down when cut
-//!   off);
+//! - [`MultiRaft::tick`] moves the clock and runs the timers (elections, lost epochs,
+//!   stepping down when cut off); [`MultiRaft::advance_clock`] only moves the clock (cheap
+//!   enough for every message);
 //! - [`MultiRaft::seal`] closes an epoch when [`MultiRaft::wants_seal`]: one
 //!   [`PersistBatch`] for everything that must become durable and one [`EpochBatch`] per
 //!   follower node;
