@@ -28,8 +28,8 @@ pub enum Role {
 #[derive(Clone, Debug, Default)]
 pub struct Leadership {
     pub progress: BTreeMap<NodeId, Progress>,
-    /// Until when no other member can have been elected (see [`crate::node`]'s lease).
-    pub lease_until: Millis,
+    /// When this member took office (the last sign of a majority until one answers).
+    pub since: Millis,
     /// The first index of this term (the leader's no-op): reads are served only once it
     /// is committed, when the leader knows every earlier committed entry.
     pub term_start: LogIndex,
@@ -133,6 +133,15 @@ impl Group {
     /// entries up to it sent again.
     pub fn everyone_holds(&self, me: NodeId) -> Option<LogIndex> {
         self.matched_by_member(me)?.into_iter().min()
+    }
+
+    /// Until when no other member can have been elected, if this member leads and a
+    /// majority has acknowledged one of its epochs (see [`crate::node`]'s lease).
+    pub fn lease_until(&self, me: NodeId, now: Millis, lease_length_ms: u64) -> Option<Millis> {
+        Some(
+            self.majority_acknowledged_at(me, now)?
+                .plus(lease_length_ms),
+        )
     }
 
     /// The latest send time a majority (this leader counting as now) has acknowledged:

@@ -57,6 +57,14 @@ pub struct Config {
     pub resend_after_ms: u64,
 }
 
+impl Config {
+    /// How long a majority's acknowledgement lets a leader serve reads alone.
+    pub fn lease_length_ms(&self) -> u64 {
+        self.election_timeout_ms
+            .saturating_sub(self.lease_margin_ms)
+    }
+}
+
 impl Default for Config {
     fn default() -> Config {
         Config {
@@ -281,16 +289,9 @@ impl MultiRaft {
                 leader: state.leader(),
             });
         };
-        let lease_length = self
-            .config
-            .election_timeout_ms
-            .saturating_sub(self.config.lease_margin_ms);
-        let lease_until = state
-            .majority_acknowledged_at(self.me, self.now)
-            .map_or(leadership.lease_until, |at| {
-                leadership.lease_until.max(at.plus(lease_length))
-            });
-        if lease_until <= self.now || state.commit < leadership.term_start {
+        let lease_until = state.lease_until(self.me, self.now, self.config.lease_length_ms());
+        if lease_until.is_none_or(|until| until <= self.now) || state.commit < leadership.term_start
+        {
             return Err(NotLeader { leader: None });
         }
         Ok(state.commit)
@@ -331,24 +332,16 @@ impl MultiRaft {
         let now = self.now;
         let me = self.me;
         let cut_off_after = 2 * self.config.election_timeout_ms;
-        let lease_length = self
-            .config
-            .election_timeout_ms
-            .saturating_sub(self.config.lease_margin_ms);
-        let Some(group) = self.groups.get_mut(&id) else {
+        let lease_length = self.config.lease_length_ms();
+        let Some(group) = self.groups.get(&id) else {
             return;
         };
         match &group.role {
-            Role::Leader(_) => {
-                let acknowledged = group.majority_acknowledged_at(me, now);
-                let Role::Leader(leadership) = &mut group.role else {
-                    unreachable!("matched above");
-                };
-                if let Some(at) = acknowledged {
-                    leadership.lease_until = leadership.lease_until.max(at.plus(lease_length));
-                }
-                let since = leadership.lease_until.max(group.election_deadline);
-                if since.plus(cut_off_after) <= now {
+            Role::Leader(leadership) => {
+                let heard = group
+                    .lease_until(me, now, lease_length)
+                    .map_or(leadership.since, |until| until.max(leadership.since));
+                if heard.plus(cut_off_after) <= now {
                     // No majority has answered for two election timeouts: others have
                     // probably elected a leader; stop taking writes that cannot commit.
                     self.step_down(id, None);
@@ -982,11 +975,9 @@ impl MultiRaft {
             .collect();
         group.role = Role::Leader(Leadership {
             progress,
-            lease_until: Millis(0),
+            since: now,
             term_start: next,
         });
-        // Counts as the last sign of a majority until one answers (see tick_group).
-        group.election_deadline = now;
         let index = group.log.push(noop.clone());
         self.pending.record_append(id, index, noop);
         self.outputs.push(Output::LeaderChanged {
