@@ -13,12 +13,13 @@ venv=${SHOAL_VENV:-$HOME/.cache/shoal/venv}
 # One target directory serves every clone; drop the builds no clone uses any more.
 python3 scripts/prune-target.py "$CARGO_TARGET_DIR"
 scripts/build-deps.sh
-# The nemesis test cuts nodes off with nftables rules on loopback.
-if ! command -v nft >/dev/null 2>&1; then
+# The nemesis test cuts nodes off with nftables rules on loopback; a test cluster that
+# does not come up has its nodes' thread stacks written next to their logs with gdb.
+if ! command -v nft >/dev/null 2>&1 || ! command -v gdb >/dev/null 2>&1; then
   sudo_cmd=""
   [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
   $sudo_cmd apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq nftables >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq nftables gdb >/dev/null
 fi
 # The metrics test scrapes a cluster with a real Prometheus server (Debian's package).
 if ! command -v prometheus >/dev/null 2>&1; then

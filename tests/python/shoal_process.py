@@ -6,6 +6,7 @@ cleans up.
 """
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -103,6 +104,20 @@ class ShoalNode:
             return self.log_path.read_text(errors="replace")[-4000:]
         except OSError:
             return ""
+
+    def dump_stacks(self) -> str:
+        """Every thread's stack, written next to the node's log (`gdb`, when installed):
+        what a node that stopped making progress was doing. Returns where it went."""
+        if self.process is None or self.process.poll() is not None or shutil.which("gdb") is None:
+            return "no stacks (the node is not running, or gdb is not installed)"
+        path = self.data_dir.parent / f"{self.data_dir.name}.stacks.txt"
+        try:
+            result = subprocess.run(["gdb", "-batch", "-p", str(self.process.pid), "-ex", "thread apply all bt"],
+                                    capture_output=True, text=True, timeout=60)
+            path.write_text(result.stdout + result.stderr)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            return f"no stacks: {error}"
+        return str(path)
 
     def stop(self, timeout=30) -> int:
         """SIGTERM and wait: a clean shutdown. Returns the exit code."""

@@ -383,7 +383,12 @@ impl ClusterMetadata {
     pub async fn propose(&self, command: Command) -> Result<CommandOutcome, ClusterError> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
-            let (outcome, index) = match self.raft.client_write(command.clone()).await {
+            let written = bounded(
+                "a metadata proposal",
+                self.raft.client_write(command.clone()),
+            )
+            .await?;
+            let (outcome, index) = match written {
                 Ok(response) => (response.data, response.log_id.index),
                 Err(error) => {
                     let leader = error
@@ -465,10 +470,15 @@ impl ClusterMetadata {
                 }
             }
             ClusterRequest::Membership => ClusterResponse::Membership(self.is_member()),
-            ClusterRequest::Propose(command) => match self.raft.client_write(command).await {
-                Ok(response) => ClusterResponse::Proposed(response.data, response.log_id.index),
-                Err(e) => error(&e),
-            },
+            ClusterRequest::Propose(command) => {
+                match bounded("a forwarded proposal", self.raft.client_write(command)).await {
+                    Ok(Ok(response)) => {
+                        ClusterResponse::Proposed(response.data, response.log_id.index)
+                    }
+                    Ok(Err(e)) => error(&e),
+                    Err(e) => error(&e),
+                }
+            }
             ClusterRequest::Join { member, replacing } => match self.admit(member, replacing).await
             {
                 Ok(()) => ClusterResponse::Joined,
@@ -485,8 +495,8 @@ impl ClusterMetadata {
         mut member: Member,
         replacing: Option<std::net::IpAddr>,
     ) -> Result<(), ClusterError> {
-        if !self.is_leader().await {
-            let leader = self.leader_address().await.ok_or(ClusterError::NoLeader)?;
+        if !self.is_leader() {
+            let leader = self.leader_address().ok_or(ClusterError::NoLeader)?;
             if leader == self.me.internode_address {
                 return Err(ClusterError::NoLeader);
             }
@@ -541,15 +551,14 @@ impl ClusterMetadata {
         }
         let id = member.node_id();
         let node = BasicNode::new(member.internode_address.to_string());
-        self.raft
-            .add_learner(id, node, true)
-            .await
+        bounded("adding a learner", self.raft.add_learner(id, node, true))
+            .await?
             .map_err(|e| ClusterError::Raft(e.to_string()))?;
         let voters = self.voters();
         if voters.len() < MAX_VOTERS && !voters.contains(&id) {
-            self.raft
-                .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), true)
-                .await
+            let change = ChangeMembers::AddVoterIds(BTreeSet::from([id]));
+            bounded("adding a voter", self.raft.change_membership(change, true))
+                .await?
                 .map_err(|e| ClusterError::Raft(e.to_string()))?;
         }
         let mut joining = member;
@@ -565,9 +574,11 @@ impl ClusterMetadata {
         }
     }
 
-    /// True when this node leads the metadata Raft group.
-    pub async fn is_leader(&self) -> bool {
-        self.raft.current_leader().await == Some(self.me.node_id())
+    /// True when this node leads the metadata Raft group, as the Raft core last published
+    /// it: no round trip to the core, so a caller polling it never waits behind a busy
+    /// core.
+    pub fn is_leader(&self) -> bool {
+        self.raft.metrics().borrow().current_leader == Some(self.me.node_id())
     }
 
     /// Takes `node` out of the Raft group (as a voter and as a learner). Leader only.
@@ -575,15 +586,21 @@ impl ClusterMetadata {
         let membership = self.raft.metrics().borrow().membership_config.clone();
         let membership = membership.membership();
         if membership.voter_ids().any(|v| v == node) {
-            self.raft
-                .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([node])), false)
-                .await
-                .map_err(|e| ClusterError::Raft(e.to_string()))?;
+            let change = ChangeMembers::RemoveVoters(BTreeSet::from([node]));
+            bounded(
+                "removing a voter",
+                self.raft.change_membership(change, false),
+            )
+            .await?
+            .map_err(|e| ClusterError::Raft(e.to_string()))?;
         } else if membership.get_node(&node).is_some() {
-            self.raft
-                .change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([node])), false)
-                .await
-                .map_err(|e| ClusterError::Raft(e.to_string()))?;
+            let change = ChangeMembers::RemoveNodes(BTreeSet::from([node]));
+            bounded(
+                "removing a learner",
+                self.raft.change_membership(change, false),
+            )
+            .await?
+            .map_err(|e| ClusterError::Raft(e.to_string()))?;
         }
         Ok(())
     }
@@ -612,13 +629,13 @@ impl ClusterMetadata {
                 node = format!("{candidate:016x}"),
                 "promoting a learner to metadata voter"
             );
-            self.raft
-                .change_membership(
-                    ChangeMembers::AddVoterIds(BTreeSet::from([*candidate])),
-                    true,
-                )
-                .await
-                .map_err(|e| ClusterError::Raft(e.to_string()))?;
+            let change = ChangeMembers::AddVoterIds(BTreeSet::from([*candidate]));
+            bounded(
+                "promoting a learner",
+                self.raft.change_membership(change, true),
+            )
+            .await?
+            .map_err(|e| ClusterError::Raft(e.to_string()))?;
         }
         Ok(())
     }
@@ -630,10 +647,13 @@ impl ClusterMetadata {
         if self.voters().contains(&node) {
             return Ok(());
         }
-        self.raft
-            .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([node])), true)
-            .await
-            .map_err(|e| ClusterError::Raft(e.to_string()))?;
+        let change = ChangeMembers::AddVoterIds(BTreeSet::from([node]));
+        bounded(
+            "promoting a learner",
+            self.raft.change_membership(change, true),
+        )
+        .await?
+        .map_err(|e| ClusterError::Raft(e.to_string()))?;
         Ok(())
     }
 
@@ -670,9 +690,9 @@ impl ClusterMetadata {
         Ok(outcome)
     }
 
-    async fn leader_address(&self) -> Option<SocketAddr> {
-        let leader = self.raft.current_leader().await?;
+    fn leader_address(&self) -> Option<SocketAddr> {
         let metrics = self.raft.metrics().borrow().clone();
+        let leader = metrics.current_leader?;
         let node = metrics.membership_config.membership().get_node(&leader)?;
         node.addr.parse().ok()
     }
@@ -691,6 +711,27 @@ impl ClusterMetadata {
     pub async fn shutdown(&self) {
         let _ = self.raft.shutdown().await;
     }
+}
+
+/// How long a call into the metadata Raft core may take before it counts as failed: a
+/// proposal commits within milliseconds while a majority is up, and a membership change
+/// waits for a learner to catch up on a log of metadata only. A core that does not answer
+/// then is reported (and the caller retries) instead of holding its caller forever.
+const RAFT_CALL_BOUND: Duration = Duration::from_secs(20);
+
+/// Runs `call` into the Raft core, at most [`RAFT_CALL_BOUND`]. Giving up on a proposal
+/// does not withdraw it: it may still commit, as when a forwarded one's answer is lost;
+/// every command states its precondition, so a caller's retry is harmless.
+async fn bounded<T>(
+    what: &str,
+    call: impl std::future::Future<Output = T>,
+) -> Result<T, ClusterError> {
+    tokio::time::timeout(RAFT_CALL_BOUND, call)
+        .await
+        .map_err(|_| {
+            tracing::warn!(what, bound = ?RAFT_CALL_BOUND, "the metadata Raft core did not answer in time");
+            ClusterError::Raft(format!("{what} did not finish within {RAFT_CALL_BOUND:?}"))
+        })
 }
 
 /// openraft's view of the network: each call is one request/response over the transport.

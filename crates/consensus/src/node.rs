@@ -238,6 +238,12 @@ impl MultiRaft {
         );
     }
 
+    /// Drops this node's replica of `group` (its tablet left this node, or its table was
+    /// dropped): messages for it are refused from now on as for a group never added.
+    pub fn remove_group(&mut self, group: GroupId) -> Option<Group> {
+        self.groups.remove(&group)
+    }
+
     pub fn group(&self, group: GroupId) -> Option<&Group> {
         self.groups.get(&group)
     }

@@ -215,3 +215,185 @@ async fn a_stopped_node_restarts_from_its_log_and_catches_up() {
     cluster.propose("after", 10).await;
     cluster.wait_applied_everywhere(70).await;
 }
+
+/// A listener that serves another protocol too, as a server's internode port does: a
+/// connection opening with the consensus preface is handed to the node, any other is
+/// answered and closed.
+async fn serve_shared(listener: tokio::net::TcpListener, handle: RaftHandle) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let handle = handle.clone();
+        tokio::spawn(async move {
+            let mut preface = [0u8; 4];
+            if stream.read_exact(&mut preface).await.is_err() {
+                return;
+            }
+            if preface == tcp::STREAM_PREFACE {
+                tcp::serve_stream(stream, handle).await;
+            } else {
+                let _ = stream.write_all(b"other protocol").await;
+            }
+        });
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_added_at_run_time_commit_over_a_shared_listener_and_serve_linearizable_reads() {
+    let directory = tempfile::tempdir().expect("a temporary directory");
+    let ids: Vec<NodeId> = (1..=3).map(|n| shoal_model::HostId([n + 10; 16])).collect();
+    // Where each node listens is learned after every node started (as members are).
+    let book: Arc<Mutex<HashMap<NodeId, SocketAddr>>> = Arc::default();
+    let mut nodes = Vec::new();
+    for (n, id) in ids.iter().enumerate() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binds");
+        let address = listener.local_addr().expect("an address");
+        let lookup = Arc::clone(&book);
+        let transport = tcp::TcpTransport::resolving(
+            *id,
+            "127.0.0.1".parse().expect("an address"),
+            Arc::new(move |peer| lookup.lock().expect("not poisoned").get(&peer).copied()),
+        );
+        let applied: Applied = Arc::default();
+        let options = NodeOptions {
+            raft: Config {
+                election_timeout_ms: 300,
+                heartbeat_interval_ms: 50,
+                ..Config::default()
+            },
+            seed: n as u64 + 7,
+            ..NodeOptions::default()
+        };
+        let handle = runtime::start(
+            *id,
+            options,
+            directory.path().join(format!("node{n}")),
+            Vec::new(),
+            Arc::new(transport),
+            Box::new(Recorder(Arc::clone(&applied))),
+        )
+        .expect("starts");
+        tokio::spawn(serve_shared(listener, handle.clone()));
+        book.lock().expect("not poisoned").insert(*id, address);
+        nodes.push((handle, applied, address));
+    }
+
+    // The shared listener still answers its other protocol.
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut other = tokio::net::TcpStream::connect(nodes[0].2)
+            .await
+            .expect("connects");
+        other.write_all(&[0, 0, 0, 9]).await.expect("writes");
+        let mut answer = Vec::new();
+        other.read_to_end(&mut answer).await.expect("reads");
+        assert_eq!(answer, b"other protocol");
+    }
+
+    let groups = [GroupId(10), GroupId(11)];
+    for (handle, _, _) in &nodes {
+        for group in groups {
+            assert!(
+                handle
+                    .add_group(GroupSpec {
+                        group,
+                        members: ids.clone(),
+                    })
+                    .await
+            );
+        }
+    }
+    let leader_of = |group: GroupId| {
+        let nodes = &nodes;
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+            loop {
+                for (handle, _, _) in nodes {
+                    if handle.leader(group).await == Some(handle.id()) {
+                        return handle.clone();
+                    }
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "no leader for {group:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    for group in groups {
+        let leader = leader_of(group).await;
+        for n in 0..20 {
+            leader
+                .propose(group, Bytes::from(format!("{}-{n}", group.0)))
+                .await
+                .expect("commits");
+        }
+        // A read index from the leader covers every committed entry, and the leader has
+        // applied them when it answers; a follower refuses and names the leader.
+        let index = leader
+            .read_index(group)
+            .await
+            .expect("the leader serves reads");
+        let applied_here = nodes
+            .iter()
+            .find(|(handle, _, _)| handle.id() == leader.id())
+            .map(|(_, applied, _)| applied.lock().expect("not poisoned")[&group].len())
+            .expect("the leader is a node");
+        assert!(
+            index.0 >= 20 && applied_here >= 20,
+            "{index:?}, {applied_here}"
+        );
+        for (handle, _, _) in nodes
+            .iter()
+            .filter(|(handle, _, _)| handle.id() != leader.id())
+        {
+            let refused = handle
+                .read_index(group)
+                .await
+                .expect_err("a follower refuses");
+            assert!(refused.leader.is_none() || refused.leader == Some(leader.id()));
+        }
+    }
+
+    // A node that drops a group stops applying it; the other two keep committing.
+    let (dropping, dropped_applied, _) = &nodes[2];
+    assert!(dropping.remove_group(GroupId(11)).await);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut committed = 0;
+    while committed < 10 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "two of three stopped committing"
+        );
+        let leader = leader_of(GroupId(11)).await;
+        if leader
+            .propose(GroupId(11), Bytes::from(format!("after-{committed}")))
+            .await
+            .is_ok()
+        {
+            committed += 1;
+        }
+    }
+    assert!(dropping
+        .propose(GroupId(11), Bytes::from("x"))
+        .await
+        .is_err());
+    // The removal was queued before any of the later entries could reach the node.
+    let applied_late: Vec<Bytes> = dropped_applied.lock().expect("not poisoned")[&GroupId(11)]
+        .iter()
+        .map(|(_, payload)| payload.clone())
+        .filter(|payload| payload.starts_with(b"after-"))
+        .collect();
+    assert!(
+        applied_late.is_empty(),
+        "a dropped group kept applying: {applied_late:?}"
+    );
+    for (handle, _, _) in &nodes {
+        handle.stop().await;
+    }
+}

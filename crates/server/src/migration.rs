@@ -47,6 +47,9 @@ use std::time::Duration;
 /// How often the driver looks at the cluster when the metadata does not change (a node
 /// seen up by the failure detector is one such change).
 const ROUND: Duration = Duration::from_millis(100);
+/// How long one round may take (each of its steps is bounded well below this; a round
+/// that still overruns is abandoned, logged, and the next one starts afresh).
+const ROUND_BOUND: Duration = Duration::from_secs(60);
 /// How long a barrier may take on one node.
 const BARRIER_BOUND: Duration = Duration::from_secs(15);
 /// Pause before a failed step is tried again.
@@ -101,11 +104,16 @@ impl MigrationDriver {
         let mut states = self.metadata.subscribe();
         loop {
             let _ = tokio::time::timeout(ROUND, states.changed()).await;
-            if !self.metadata.is_leader().await {
+            if !self.metadata.is_leader() {
                 continue;
             }
-            if let Err(error) = self.round().await {
-                tracing::info!(%error, "tablet balancing round stopped early");
+            match tokio::time::timeout(ROUND_BOUND, self.round()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => tracing::info!(%error, "tablet balancing round stopped early"),
+                Err(_) => tracing::warn!(
+                    bound = ?ROUND_BOUND,
+                    "a tablet balancing round did not finish in time: starting the next"
+                ),
             }
         }
     }
@@ -297,7 +305,7 @@ impl MigrationDriver {
     /// Drives one migration until it ends (or another leader takes over).
     async fn drive(&self, table: TableId, tablet: TabletId, migration: MigrationId) {
         loop {
-            if !self.metadata.is_leader().await {
+            if !self.metadata.is_leader() {
                 return;
             }
             match self.step(table, tablet, migration).await {
@@ -454,7 +462,7 @@ impl MigrationDriver {
                     return Ok(());
                 }
                 StreamReply::Received { done: false, .. } => {
-                    if !self.alive(&pending.host_id) || !self.metadata.is_leader().await {
+                    if !self.alive(&pending.host_id) || !self.metadata.is_leader() {
                         return Err(Step::Retry(
                             "the stream's destination or leader changed".into(),
                         ));

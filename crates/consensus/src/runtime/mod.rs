@@ -19,7 +19,7 @@ use crate::message::Message;
 use crate::node::{Config, MultiRaft, NotLeader, Output, PersistBatch};
 use crate::{Epoch, GroupId, LogIndex, Millis, NodeId, Term};
 use bytes::Bytes;
-use log_file::EpochLogFile;
+use log_file::{EpochLogFile, Recovered};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -104,6 +104,12 @@ enum Command {
         group: GroupId,
         answer: oneshot::Sender<Result<LogIndex, NotLeader>>,
     },
+    AddGroup {
+        spec: GroupSpec,
+    },
+    RemoveGroup {
+        group: GroupId,
+    },
     Stop {
         done: oneshot::Sender<()>,
     },
@@ -164,7 +170,24 @@ impl RaftHandle {
         }
     }
 
+    /// Adds this node's replica of a group (a no-op for one it holds already), with what
+    /// the log file kept of it from before a restart.
+    pub async fn add_group(&self, spec: GroupSpec) -> bool {
+        self.commands.send(Command::AddGroup { spec }).await.is_ok()
+    }
+
+    /// Drops this node's replica of `group`; proposals waiting on it fail with
+    /// [`ProposeError::Stopped`].
+    pub async fn remove_group(&self, group: GroupId) -> bool {
+        self.commands
+            .send(Command::RemoveGroup { group })
+            .await
+            .is_ok()
+    }
+
     /// The index a linearizable read must see applied, if this node may serve one now.
+    /// When it answers, the state machine has applied every entry up to that index: a read
+    /// of it from here on is linearizable.
     pub async fn read_index(&self, group: GroupId) -> Result<LogIndex, NotLeader> {
         let (answer, result) = oneshot::channel();
         let stopped = NotLeader { leader: None };
@@ -177,6 +200,7 @@ impl RaftHandle {
 }
 
 /// One group this node holds a replica of, and its members.
+#[derive(Clone, Debug)]
 pub struct GroupSpec {
     pub group: GroupId,
     pub members: Vec<NodeId>,
@@ -204,18 +228,9 @@ pub fn start(
         options.seed,
         Millis(0),
     );
+    let mut recovered = recovered;
     for spec in groups {
-        let hard_state = recovered
-            .hard_states
-            .get(&spec.group)
-            .copied()
-            .unwrap_or_default();
-        raft.add_group(
-            spec.group,
-            spec.members,
-            hard_state,
-            recovered.log(spec.group),
-        );
+        restore_group(&mut raft, &mut recovered, spec);
     }
     let counters = Arc::new(Counters::default());
     let (commands_tx, commands) = mpsc::channel(COMMAND_QUEUE);
@@ -227,6 +242,8 @@ pub fn start(
         .name("consensus-log".into())
         .spawn(move || write_log(log_file, batches, persisted_tx, log_counters))?;
     let node = NodeTask {
+        recovered,
+        read_answers: Vec::new(),
         raft,
         started,
         options,
@@ -245,6 +262,21 @@ pub fn start(
         commands: commands_tx,
         counters,
     })
+}
+
+/// Adds `spec`'s group to `raft` with what the log file kept of it (taken from
+/// `recovered`: a group dropped and added again later starts from its last state here).
+fn restore_group(raft: &mut MultiRaft, recovered: &mut Recovered, spec: GroupSpec) {
+    if raft.group(spec.group).is_some() {
+        return;
+    }
+    let hard_state = recovered
+        .hard_states
+        .remove(&spec.group)
+        .unwrap_or_default();
+    let log = recovered.log(spec.group);
+    recovered.logs.remove(&spec.group);
+    raft.add_group(spec.group, spec.members, hard_state, log);
 }
 
 /// The log thread: every batch waiting is written with one sync.
@@ -284,8 +316,18 @@ fn write_log(
 /// A proposal's term and whom to tell once its index is applied.
 type Waiting = (Term, oneshot::Sender<Result<(), ProposeError>>);
 
+/// A read-index request answered once the outputs of the commands handled with it are
+/// performed (so the state machine has applied what the index covers).
+type ReadAnswer = (
+    oneshot::Sender<Result<LogIndex, NotLeader>>,
+    Result<LogIndex, NotLeader>,
+);
+
 struct NodeTask {
     raft: MultiRaft,
+    /// What the log file held of groups not added yet.
+    recovered: Recovered,
+    read_answers: Vec<ReadAnswer>,
     started: Instant,
     options: NodeOptions,
     transport: Arc<dyn Transport>,
@@ -423,7 +465,25 @@ impl NodeTask {
                 let _ = answer.send(leader);
             }
             Command::ReadIndex { group, answer } => {
-                let _ = answer.send(self.raft.read_index(group));
+                let index = self.raft.read_index(group);
+                self.read_answers.push((answer, index));
+            }
+            Command::AddGroup { spec } => {
+                restore_group(&mut self.raft, &mut self.recovered, spec);
+            }
+            Command::RemoveGroup { group } => {
+                self.raft.remove_group(group);
+                let doomed: Vec<(GroupId, LogIndex)> = self
+                    .waiting
+                    .keys()
+                    .filter(|(waiting_group, _)| *waiting_group == group)
+                    .copied()
+                    .collect();
+                for key in doomed {
+                    if let Some((_, done)) = self.waiting.remove(&key) {
+                        let _ = done.send(Err(ProposeError::Stopped));
+                    }
+                }
             }
             Command::Stop { done } => return Some(done),
         }
@@ -472,6 +532,9 @@ impl NodeTask {
                 }
                 Output::LeaderChanged { .. } => {}
             }
+        }
+        for (answer, index) in self.read_answers.drain(..) {
+            let _ = answer.send(index);
         }
     }
 }

@@ -4,6 +4,11 @@
 //! back to back without waiting for their acknowledgements. Outgoing connections leave
 //! from the node's own address (so a firewall rule can cut one node off by address).
 //!
+//! A stream opens with [`STREAM_PREFACE`], so a listener that serves another protocol too
+//! (a server's internode port) can tell a consensus stream by its first four bytes and hand
+//! it to [`serve_stream`]. Peers are found through a resolver each time a connection is
+//! made, so nodes that join later, or move, are reached without restarting anything.
+//!
 //! Bounded: [`PEER_QUEUE_FRAMES`] frames wait per peer (past that [`Transport::send`]
 //! refuses and the protocol resends later), and a frame over [`MAX_FRAME_BYTES`] closes
 //! the connection.
@@ -16,8 +21,9 @@ use bytes::BytesMut;
 use std::collections::HashMap;
 use std::io::IoSlice;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::mpsc;
 
@@ -30,34 +36,65 @@ const WRITE_COALESCE_BYTES: usize = 1 << 20;
 const WRITE_COALESCE_FRAMES: usize = 64;
 const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
 
-/// The sending side: a queue and a writer task per peer.
+/// The first bytes of every consensus stream. Read as the big-endian length an internode
+/// frame starts with, it is beyond any frame's limit, so the two cannot be confused.
+pub const STREAM_PREFACE: [u8; 4] = *b"SRFT";
+
+/// Where a peer node listens now (`None`: not known, the messages for it are dropped).
+pub type Resolver = Arc<dyn Fn(NodeId) -> Option<SocketAddr> + Send + Sync>;
+
+/// The sending side: a queue and a writer task per peer, started on the first message.
 pub struct TcpTransport {
     me: NodeId,
-    queues: HashMap<NodeId, mpsc::Sender<Vec<u8>>>,
+    source: IpAddr,
+    resolve: Resolver,
+    queues: Mutex<HashMap<NodeId, mpsc::Sender<Vec<u8>>>>,
 }
 
 impl TcpTransport {
-    /// Starts a writer task for each peer in `peers` (host id → address), connecting from
-    /// `source`.
+    /// A transport to the fixed `peers` (host id → address), connecting from `source`.
     pub fn start(me: NodeId, source: IpAddr, peers: HashMap<NodeId, SocketAddr>) -> TcpTransport {
-        let mut queues = HashMap::new();
-        for (peer, address) in peers {
-            if peer == me {
-                continue;
-            }
-            let (frames, queue) = mpsc::channel(PEER_QUEUE_FRAMES);
-            tokio::spawn(write_to_peer(source, address, queue));
-            queues.insert(peer, frames);
+        TcpTransport::resolving(
+            me,
+            source,
+            Arc::new(move |peer: NodeId| peers.get(&peer).copied()),
+        )
+    }
+
+    /// A transport that asks `resolve` where a peer is each time it connects to it.
+    pub fn resolving(me: NodeId, source: IpAddr, resolve: Resolver) -> TcpTransport {
+        TcpTransport {
+            me,
+            source,
+            resolve,
+            queues: Mutex::new(HashMap::new()),
         }
-        TcpTransport { me, queues }
+    }
+
+    /// The queue to `peer`, and its writer task the first time (on the caller's runtime).
+    fn queue_to(&self, peer: NodeId) -> mpsc::Sender<Vec<u8>> {
+        let mut queues = self
+            .queues
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        queues
+            .entry(peer)
+            .or_insert_with(|| {
+                let (frames, queue) = mpsc::channel(PEER_QUEUE_FRAMES);
+                let resolve = Arc::clone(&self.resolve);
+                tokio::spawn(write_to_peer(self.source, peer, resolve, queue));
+                frames
+            })
+            .clone()
     }
 }
 
 impl Transport for TcpTransport {
     fn send(&self, to: NodeId, message: &Message) -> bool {
-        let Some(queue) = self.queues.get(&to) else {
+        if to == self.me {
             return false;
-        };
+        }
+        let queue = self.queue_to(to);
         let mut frame = Vec::with_capacity(20 + encoded_message_len(message));
         frame.extend_from_slice(&[0; 4]);
         frame.extend_from_slice(&self.me.0);
@@ -68,24 +105,31 @@ impl Transport for TcpTransport {
     }
 }
 
-async fn connect(source: IpAddr, address: SocketAddr) -> std::io::Result<TcpStream> {
+async fn connect(source: IpAddr, peer: NodeId, resolve: &Resolver) -> std::io::Result<TcpStream> {
+    let address = resolve(peer).ok_or(std::io::ErrorKind::NotFound)?;
     let socket = if address.is_ipv4() {
         TcpSocket::new_v4()?
     } else {
         TcpSocket::new_v6()?
     };
     socket.bind(SocketAddr::new(source, 0))?;
-    let stream = socket.connect(address).await?;
+    let mut stream = socket.connect(address).await?;
     stream.set_nodelay(true)?;
+    stream.write_all(&STREAM_PREFACE).await?;
     Ok(stream)
 }
 
 /// Keeps a connection to one peer and writes its frames; frames queued while it is down
 /// are dropped (the protocol resends what matters).
-async fn write_to_peer(source: IpAddr, address: SocketAddr, mut queue: mpsc::Receiver<Vec<u8>>) {
+async fn write_to_peer(
+    source: IpAddr,
+    peer: NodeId,
+    resolve: Resolver,
+    mut queue: mpsc::Receiver<Vec<u8>>,
+) {
     let mut frames: Vec<Vec<u8>> = Vec::with_capacity(WRITE_COALESCE_FRAMES);
     'connect: loop {
-        let mut stream = match connect(source, address).await {
+        let mut stream = match connect(source, peer, &resolve).await {
             Ok(stream) => stream,
             Err(_) => {
                 tokio::time::sleep(RECONNECT_PAUSE).await;
@@ -136,23 +180,36 @@ async fn write_frames(stream: &mut TcpStream, frames: &[Vec<u8>]) -> std::io::Re
     Ok(())
 }
 
-/// Accepts peers' connections and hands every message to `handle`, in arrival order.
+/// Accepts peers' connections on a listener of its own and hands every message to
+/// `handle`, in arrival order.
 pub async fn serve(listener: TcpListener, handle: RaftHandle) {
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
+        let Ok((mut stream, _)) = listener.accept().await else {
             continue;
         };
         let _ = stream.set_nodelay(true);
         let handle = handle.clone();
         tokio::spawn(async move {
-            if let Err(error) = read_from_peer(stream, handle).await {
-                tracing::debug!(%error, "a consensus connection closed");
+            let mut preface = [0u8; 4];
+            let read = stream.read_exact(&mut preface).await;
+            if read.is_err() || preface != STREAM_PREFACE {
+                tracing::debug!("a connection that is not a consensus stream was closed");
+                return;
             }
+            serve_stream(stream, handle).await;
         });
     }
 }
 
-async fn read_from_peer(stream: TcpStream, handle: RaftHandle) -> std::io::Result<()> {
+/// Reads a peer's stream whose [`STREAM_PREFACE`] was already read (by a listener that
+/// serves other protocols too) until it closes or the node stops.
+pub async fn serve_stream(stream: impl AsyncRead + Unpin, handle: RaftHandle) {
+    if let Err(error) = read_from_peer(stream, handle).await {
+        tracing::debug!(%error, "a consensus connection closed");
+    }
+}
+
+async fn read_from_peer(stream: impl AsyncRead + Unpin, handle: RaftHandle) -> std::io::Result<()> {
     let mut reader = tokio::io::BufReader::with_capacity(1 << 20, stream);
     // Frames are read into one growing buffer and split off without copying; entries'
     // payloads keep sharing it until the log forgets them.
