@@ -539,6 +539,11 @@ impl MultiRaft {
         let deadline = self.election_deadline();
         let term = {
             let group = self.groups.get(&id).ok_or(RefusalReason::UnknownGroup)?;
+            // A node outside the group (one it was moved off, which may not know yet)
+            // never leads it, whatever term it claims.
+            if !group.members.contains(&from) {
+                return Err(RefusalReason::UnknownGroup);
+            }
             group.hard_state.term
         };
         if append.term < term {
@@ -790,6 +795,10 @@ impl MultiRaft {
         let Some(group) = self.groups.get(&id) else {
             return;
         };
+        // Only members elect (a node moved off the group may still campaign in it).
+        if !group.members.contains(&from) {
+            return;
+        }
         let term = group.hard_state.term;
         // Leader stickiness: while a leader is known to be alive, nobody else is elected
         // (this is what makes leases safe, and it keeps a returning node from disrupting).
@@ -858,7 +867,11 @@ impl MultiRaft {
 
     fn receive_vote_reply(&mut self, from: NodeId, reply: VoteReply) {
         let id = reply.group;
-        let Some(group) = self.groups.get_mut(&id) else {
+        let Some(group) = self
+            .groups
+            .get_mut(&id)
+            .filter(|g| g.members.contains(&from))
+        else {
             return;
         };
         let term = group.hard_state.term;

@@ -9,7 +9,7 @@ use shoal_cql::ast::{DescribeTarget, QualifiedName};
 use shoal_cql::response::{ColumnSpec, ResultBody, Rows, RowsBuffer};
 use shoal_model::types::{quote_if_needed, UserType};
 use shoal_model::{CqlType, Value};
-use shoal_schema::{ColumnKind, KeyspaceMetadata, TableMetadata};
+use shoal_schema::{ColumnKind, KeyspaceConsistency, KeyspaceMetadata, TableMetadata};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -30,8 +30,12 @@ pub fn keyspace_statement(keyspace: &KeyspaceMetadata) -> String {
             *class = short.to_string();
         }
     }
+    let consistency = match keyspace.consistency {
+        KeyspaceConsistency::Eventual => String::new(),
+        strong => format!("  AND consistency = '{}'", strong.name()),
+    };
     format!(
-        "CREATE KEYSPACE {} WITH replication = {}  AND durable_writes = {};",
+        "CREATE KEYSPACE {} WITH replication = {}  AND durable_writes = {}{consistency};",
         quote_if_needed(&keyspace.name),
         text_map_literal(&replication),
         keyspace.durable_writes

@@ -21,6 +21,39 @@ pub struct KeyspaceMetadata {
     /// this is the source ALTER TYPE and new tables resolve names from.
     #[serde(default)]
     pub types: BTreeMap<String, UserType>,
+    /// How its tables are replicated: leaderless at each request's consistency level, or
+    /// through each tablet's Raft group (`AND consistency = 'strong'`).
+    #[serde(default)]
+    pub consistency: KeyspaceConsistency,
+}
+
+/// A keyspace's replication discipline (`CREATE KEYSPACE … AND consistency = '…'`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum KeyspaceConsistency {
+    /// Cassandra's: every request chooses its consistency level.
+    #[default]
+    Eventual,
+    /// Every write and read of its tables goes through the Raft group of the tablet it
+    /// touches: linearizable whatever consistency level a request names.
+    Strong,
+}
+
+impl KeyspaceConsistency {
+    /// The option's value as CQL spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            KeyspaceConsistency::Eventual => "eventual",
+            KeyspaceConsistency::Strong => "strong",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<KeyspaceConsistency> {
+        match text.to_ascii_lowercase().as_str() {
+            "eventual" => Some(KeyspaceConsistency::Eventual),
+            "strong" => Some(KeyspaceConsistency::Strong),
+            _ => None,
+        }
+    }
 }
 
 impl KeyspaceMetadata {

@@ -22,7 +22,7 @@ pub mod store;
 pub mod system;
 pub mod table;
 
-pub use keyspace::{replication_strategy, KeyspaceMetadata};
+pub use keyspace::{replication_strategy, KeyspaceConsistency, KeyspaceMetadata};
 pub use store::{schema_diff, validate_name, Schema, SchemaStore, Truncation, DROPPED};
 pub use table::{
     ColumnKind, ColumnMetadata, DroppedColumn, IndexMetadata, IndexTarget, TableMetadata,

@@ -91,6 +91,7 @@ fn keyspace(
         durable_writes: true,
         tables: tables.into_iter().map(|t| (t.name.clone(), t)).collect(),
         is_system: true,
+        consistency: crate::KeyspaceConsistency::Eventual,
     }
 }
 
@@ -143,6 +144,7 @@ fn traces_keyspace() -> KeyspaceMetadata {
             .map(|t| (t.name.clone(), t))
             .collect(),
         is_system: true,
+        consistency: crate::KeyspaceConsistency::Eventual,
     }
 }
 

@@ -82,6 +82,9 @@ pub enum Message {
     },
     /// Streaming and the steps of a tablet migration (`crate::streaming`).
     Stream(crate::streaming::StreamRequest),
+    /// A strongly consistent tablet's write or read, sent to its Raft leader
+    /// (`crate::strong`).
+    Strong(crate::strong::StrongRequest),
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -101,6 +104,7 @@ pub enum Reply {
     /// Done (a barrier passed).
     Done,
     Stream(crate::streaming::StreamReply),
+    Strong(crate::strong::StrongReply),
 }
 
 /// One line of `shoal admin status`.
@@ -121,6 +125,12 @@ pub struct MemberStatus {
 /// Answers messages from peers.
 pub trait Handler: Send + Sync + 'static {
     fn handle(&self, message: Message) -> Pin<Box<dyn Future<Output = Reply> + Send + '_>>;
+
+    /// The node's consensus runtime, which takes the consensus streams that arrive on this
+    /// port (`None`: such streams are closed).
+    fn consensus(&self) -> Option<shoal_consensus::runtime::RaftHandle> {
+        None
+    }
 }
 
 /// Encodes a frame; a message too large for a peer to accept is an error here, before it
@@ -463,7 +473,21 @@ async fn serve_socket(
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
     let Some(acceptor) = tls else {
+        // A consensus stream opens with its preface, an internode connection with a
+        // frame's length (which is never the preface's value).
+        let mut socket = socket;
+        let mut first = [0u8; 4];
+        if socket.read_exact(&mut first).await.is_err() {
+            return;
+        }
+        if first == shoal_consensus::runtime::tcp::STREAM_PREFACE {
+            if let Some(consensus) = handler.consensus() {
+                shoal_consensus::runtime::tcp::serve_stream(socket, consensus).await;
+            }
+            return;
+        }
         let (reader, writer) = socket.into_split();
+        let reader = std::io::Cursor::new(first).chain(reader);
         return serve_connection(reader, writer, handler).await;
     };
     match tokio::time::timeout(CONNECT_TIMEOUT * 10, acceptor.accept(socket)).await {

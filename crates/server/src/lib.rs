@@ -32,6 +32,7 @@ pub mod metrics;
 pub mod migration;
 pub mod operations;
 pub mod streaming;
+pub mod strong;
 pub mod tls;
 
 use anyhow::Context;
@@ -94,6 +95,7 @@ impl Node {
         // Internode messaging first: joining a cluster needs it.
         let detector = Arc::new(membership::FailureDetector::new(host_id));
         let internode_tls = config.internode_tls()?.map(Arc::new);
+        let internode_tls_on = internode_tls.is_some();
         let mut peers = internode::Peers::from_address(config.listen_address);
         if let Some(tls) = &internode_tls {
             peers = peers.with_tls(Arc::clone(tls));
@@ -131,6 +133,7 @@ impl Node {
             proxy: Default::default(),
             operations: Default::default(),
             streaming: Default::default(),
+            strong: Default::default(),
         });
         let _ = handler.streaming.set(Arc::clone(&streaming));
         let internode_address = SocketAddr::new(config.listen_address, config.internode_port);
@@ -209,10 +212,26 @@ impl Node {
             ),
             settings: config.auth_settings(),
         };
+        let strong = strong::StrongTables::start(
+            &config.data_dir.join("consensus"),
+            config.listen_address,
+            Arc::clone(&metadata),
+            Arc::clone(&schema),
+            Arc::clone(&peers),
+            Arc::clone(&engine),
+            internode_tls_on,
+        )
+        .context("cannot start the consensus log of strongly consistent keyspaces")?;
+        let _ = handler.strong.set(Arc::clone(&strong));
+        background.push(tokio::spawn(Arc::clone(&strong).follow()));
+        let replication = Arc::new(strong::replication::NodeReplication {
+            proxy: Arc::clone(&proxy),
+            strong: Arc::clone(&strong),
+        });
         let coordinator = Arc::new(Coordinator::new(
             schema,
             auth,
-            Arc::clone(&proxy) as Arc<dyn shoal_replication::Replication>,
+            replication as Arc<dyn shoal_replication::Replication>,
             info,
             Some(ClusterView {
                 metadata: Arc::clone(&metadata),
@@ -293,6 +312,7 @@ impl Node {
                 Arc::clone(&streaming),
                 Arc::clone(&detector),
                 config.migrations_per_node,
+                Arc::clone(&strong),
             )
             .run(),
         ));

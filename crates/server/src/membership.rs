@@ -215,6 +215,8 @@ pub struct NodeHandler {
     pub operations: OnceLock<Arc<crate::operations::NodeOperations>>,
     /// Streaming and the migration steps peers ask for.
     pub streaming: OnceLock<Arc<crate::streaming::Streaming>>,
+    /// Strongly consistent tablets: their Raft streams and their leaders' requests.
+    pub strong: OnceLock<Arc<crate::strong::StrongTables>>,
 }
 
 impl NodeHandler {
@@ -370,8 +372,16 @@ impl Handler for NodeHandler {
                     },
                     None => Reply::Error("this node is still starting".into()),
                 },
+                Message::Strong(request) => match self.strong.get() {
+                    Some(strong) => Reply::Strong(strong.serve(request).await),
+                    None => Reply::Error("this node is still starting".into()),
+                },
             }
         })
+    }
+
+    fn consensus(&self) -> Option<shoal_consensus::runtime::RaftHandle> {
+        self.strong.get().map(|strong| strong.raft().clone())
     }
 }
 

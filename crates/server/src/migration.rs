@@ -50,6 +50,8 @@ const ROUND: Duration = Duration::from_millis(100);
 /// How long one round may take (each of its steps is bounded well below this; a round
 /// that still overruns is abandoned, logged, and the next one starts afresh).
 const ROUND_BOUND: Duration = Duration::from_secs(60);
+/// How often a tablet stream that has not finished is reported.
+const STALLED_STREAM_REPORT: Duration = Duration::from_secs(20);
 /// How long a barrier may take on one node.
 const BARRIER_BOUND: Duration = Duration::from_secs(15);
 /// Pause before a failed step is tried again.
@@ -66,6 +68,9 @@ pub struct MigrationDriver {
     pub detector: Arc<FailureDetector>,
     /// Migrations one node takes part in at once.
     pub migrations_per_node: usize,
+    /// Tablets of strongly consistent tables stay where they are (their Raft groups do
+    /// not change members yet).
+    pub strong: Arc<crate::strong::StrongTables>,
     /// Migrations with a task driving them.
     running: Mutex<HashSet<MigrationId>>,
 }
@@ -87,6 +92,7 @@ impl MigrationDriver {
         streaming: Arc<Streaming>,
         detector: Arc<FailureDetector>,
         migrations_per_node: usize,
+        strong: Arc<crate::strong::StrongTables>,
     ) -> Arc<MigrationDriver> {
         Arc::new(MigrationDriver {
             metadata,
@@ -95,6 +101,7 @@ impl MigrationDriver {
             streaming,
             detector,
             migrations_per_node,
+            strong,
             running: Mutex::new(HashSet::new()),
         })
     }
@@ -178,7 +185,11 @@ impl MigrationDriver {
     async fn start_moves(&self, state: &ClusterState) -> Result<(), String> {
         let nodes = self.balancer_nodes(state);
         let mut budget = self.budget(state);
-        for (table, placement) in &state.tables {
+        for (table, placement) in state
+            .tables
+            .iter()
+            .filter(|(table, _)| !self.strong.is_strong(table))
+        {
             let moves = plan_moves(&placement.tablets, &placement.strategy, &nodes, &mut budget);
             let settled = moves.is_empty() && placement.tablets.transitions().next().is_none();
             for planned in moves {
@@ -221,7 +232,12 @@ impl MigrationDriver {
         // nothing more coming is normal.
         let mut unlimited = Budget::new(usize::MAX);
         let mut incoming: HashSet<HostId> = HashSet::new();
-        for placement in state.tables.values() {
+        for placement in state
+            .tables
+            .iter()
+            .filter(|(table, _)| !self.strong.is_strong(table))
+            .map(|(_, placement)| placement)
+        {
             for planned in plan_moves(
                 &placement.tablets,
                 &placement.strategy,
@@ -449,7 +465,13 @@ impl MigrationDriver {
         sources: Vec<SocketAddr>,
     ) -> Result<(), Step> {
         let table = keys.table;
+        let started = tokio::time::Instant::now();
+        let mut reported = started;
         loop {
+            if reported.elapsed() >= STALLED_STREAM_REPORT {
+                reported = tokio::time::Instant::now();
+                tracing::warn!(%table, tablet = tablet.0, %migration, node = %pending.internode_address, seconds = started.elapsed().as_secs(), "a tablet stream is still not done (see `shoal admin streams` on that node)");
+            }
             let request = StreamRequest::Receive {
                 migration,
                 tablet,

@@ -322,3 +322,63 @@ fn an_earlier_terms_entry_is_not_committed_by_counting_replicas() {
     );
     assert_eq!(s.applied_at(a, 2), None, "a never applied its x");
 }
+
+#[test]
+fn a_node_outside_the_group_can_neither_lead_it_nor_be_elected() {
+    // A node moved off a group may not know yet and keep acting as its member: its
+    // appends and its campaigns, whatever term they claim, change nothing here.
+    let config = Config::default();
+    let members: Vec<NodeId> = (0..3).map(node_id).collect();
+    let outsider = node_id(9);
+    let mut raft = MultiRaft::new(members[0], config, Epoch(1 << 32), 1, Millis(0));
+    raft.add_group(
+        GROUP,
+        members.clone(),
+        crate::HardState::default(),
+        Log::restore(LogIndex(1), Term(0), Vec::new()),
+    );
+    let term_before = raft.group(GROUP).expect("the group").hard_state.term;
+    raft.receive(
+        outsider,
+        Message::Epoch(crate::message::EpochBatch {
+            epoch: Epoch(5),
+            appends: vec![crate::message::Append {
+                group: GROUP,
+                term: Term(50),
+                previous_index: LogIndex(0),
+                previous_term: Term(0),
+                entries: vec![Entry::new(Term(50), Bytes::from("from outside"))],
+                commit: LogIndex(1),
+                compact_through: LogIndex(0),
+            }],
+        }),
+    );
+    // Long after any lease, the outsider asks for a vote in a later term.
+    raft.advance_clock(Millis(60_000));
+    raft.receive(
+        outsider,
+        Message::Vote(crate::message::VoteRequest {
+            group: GROUP,
+            term: Term(60),
+            last_index: LogIndex(10),
+            last_term: Term(59),
+            pre_vote: false,
+        }),
+    );
+    let group = raft.group(GROUP).expect("the group");
+    assert_eq!(group.hard_state.term, term_before);
+    assert_eq!(group.hard_state.voted_for, None);
+    assert_eq!(group.log.last_index(), LogIndex(0));
+    assert_eq!(group.leader(), None);
+    // The append is refused as for a group this node does not hold (no vote is granted).
+    raft.seal();
+    let outputs = raft.take_outputs();
+    assert!(!outputs.iter().any(|output| matches!(
+        output,
+        Output::Apply { .. }
+            | Output::Send {
+                message: Message::VoteReply(_),
+                ..
+            }
+    )));
+}

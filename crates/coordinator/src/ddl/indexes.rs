@@ -205,6 +205,14 @@ pub(crate) async fn create(
         .schema
         .change(|schema| {
             let keyspace_metadata = user_keyspace_mut(schema, keyspace)?;
+            ensure(
+                keyspace_metadata.consistency != shoal_schema::KeyspaceConsistency::Strong,
+                || {
+                    CqlError::invalid(
+                        "Secondary indexes on tables of a strongly consistent keyspace are not supported yet",
+                    )
+                },
+            )?;
             let table = keyspace_metadata.tables.get(table_name).ok_or_else(|| {
                 CqlError::invalid(format!("Table '{keyspace}.{table_name}' doesn't exist"))
             })?;

@@ -7,8 +7,8 @@ use shoal_cql::ast::{
 use shoal_cql::response::{ResultBody, SchemaChange};
 use shoal_model::CqlType;
 use shoal_schema::{
-    validate_name, ColumnKind, ColumnMetadata, KeyspaceMetadata, Schema, TableMetadata,
-    TableOptions,
+    validate_name, ColumnKind, ColumnMetadata, KeyspaceConsistency, KeyspaceMetadata, Schema,
+    TableMetadata, TableOptions,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -99,7 +99,7 @@ async fn create_keyspace(
     properties: &Properties,
 ) -> Result<ResultBody, CqlError> {
     validate_name("Keyspace", name)?;
-    let (replication, durable_writes) = keyspace_properties(properties, None)?;
+    let (replication, durable_writes, consistency) = keyspace_properties(properties, None)?;
     let created = coordinator
         .schema
         .change(|schema| {
@@ -124,6 +124,7 @@ async fn create_keyspace(
                     durable_writes,
                     tables: BTreeMap::new(),
                     is_system: false,
+                    consistency,
                 },
             );
             Ok(true)
@@ -145,7 +146,14 @@ async fn alter_keyspace(
         .schema
         .change(|schema| {
             let keyspace = user_keyspace_mut(schema, name)?;
-            let (replication, durable_writes) = keyspace_properties(properties, Some(keyspace))?;
+            let (replication, durable_writes, consistency) =
+                keyspace_properties(properties, Some(keyspace))?;
+            if consistency != keyspace.consistency {
+                return Err(CqlError::config(format!(
+                    "A keyspace's consistency cannot be changed (it is '{}'): create a new keyspace and copy the data",
+                    keyspace.consistency.name()
+                )));
+            }
             keyspace.replication = replication;
             keyspace.durable_writes = durable_writes;
             Ok(true)
@@ -356,12 +364,15 @@ fn property_map(term: &Term, property: &str) -> Result<BTreeMap<String, String>,
     }
 }
 
+/// A keyspace's replication, `durable_writes` and `consistency`, from its properties (and,
+/// for ALTER, what it had).
 fn keyspace_properties(
     properties: &Properties,
     current: Option<&KeyspaceMetadata>,
-) -> Result<(BTreeMap<String, String>, bool), CqlError> {
+) -> Result<(BTreeMap<String, String>, bool, KeyspaceConsistency), CqlError> {
     let mut replication = current.map(|k| k.replication.clone());
     let mut durable_writes = current.is_none_or(|k| k.durable_writes);
+    let mut consistency = current.map_or(KeyspaceConsistency::Eventual, |k| k.consistency);
     for (name, value) in properties {
         match name.as_str() {
             "replication" => replication = Some(validate_replication(property_map(value, name)?)?),
@@ -370,12 +381,20 @@ fn keyspace_properties(
                     .parse()
                     .map_err(|_| CqlError::syntax("Invalid boolean value for durable_writes"))?;
             }
+            "consistency" => {
+                let text = property_text(value, name)?;
+                consistency = KeyspaceConsistency::parse(&text).ok_or_else(|| {
+                    CqlError::config(format!(
+                        "Invalid consistency '{text}': expected 'eventual' (each request's consistency level) or 'strong' (every request through its tablet's Raft group)"
+                    ))
+                })?;
+            }
             other => return Err(CqlError::syntax(format!("Unknown property '{other}'"))),
         }
     }
     let replication =
         replication.ok_or_else(|| CqlError::config("Missing mandatory option 'replication'"))?;
-    Ok((replication, durable_writes))
+    Ok((replication, durable_writes, consistency))
 }
 
 fn validate_replication(

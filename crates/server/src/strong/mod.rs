@@ -1,0 +1,462 @@
+//! Strongly consistent keyspaces (`CREATE KEYSPACE … AND consistency = 'strong'`): every
+//! tablet of their tables is a Raft group of the tablet's replicas ([`shoal_consensus`]),
+//! and every group on this node shares its epoch log and one stream per peer node.
+//!
+//! - **Writes** are proposed to the tablet's group at its leader — on this node, or
+//!   forwarded to the leader over the internode connection — and answered once committed
+//!   and applied there. A write whose outcome is unknown when its time is up (no leader
+//!   elected in time, the leader lost) is a `WriteTimeout`, as Cassandra's CAS writes are.
+//! - **Reads** are served by the leader once the log up to its read index is applied
+//!   there (the leader's lease makes that a local decision: no round trip).
+//! - **Applying** ([`machine`]): members write committed entries to their engine in log
+//!   order; the log is the durable record, replayed in full after a restart.
+//! - **Groups follow the schema and the tablet map** ([`StrongTables::follow`]): each tablet
+//!   of a strong table with a replica here is a group here, with the tablet's replicas as
+//!   its members; a tablet that leaves (its table dropped) leaves the node's groups.
+//! - Consensus streams arrive on the internode port, told apart by their first bytes
+//!   ([`shoal_consensus::runtime::tcp::STREAM_PREFACE`]).
+//!
+//! The consistency level a request names is accepted and does not change anything: every
+//! write and read is linearizable. Not yet: the tablets of strong tables stay where they
+//! were placed (the balancer does not move them, so their groups keep their members);
+//! conditional statements, counters and secondary indexes are refused on them; scans read
+//! the replicas at the request's consistency level, like an eventual table's; internode
+//! TLS does not cover the consensus streams, so a TLS cluster refuses strong writes.
+
+pub mod machine;
+pub mod replication;
+
+use crate::internode::{Message, Peers, Reply};
+use serde::{Deserialize, Serialize};
+use shoal_cluster::{ClusterMetadata, ClusterState};
+use shoal_consensus::runtime::{self, tcp, GroupSpec, NodeOptions, ProposeError, RaftHandle};
+use shoal_consensus::GroupId;
+use shoal_cql::request::Consistency;
+use shoal_cql::CqlError;
+use shoal_model::{HostId, TableId, TabletId, Token};
+use shoal_replication::consistency::{read_timeout, write_timeout, WriteType};
+use shoal_replication::{Cells, READ_TIMEOUT};
+use shoal_schema::{KeyspaceConsistency, Schema, SchemaStore};
+use shoal_storage::{Engine, WriteBatch};
+use std::collections::{BTreeMap, HashSet};
+use std::net::IpAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a strong write waits for its entry to commit (an election included).
+pub const STRONG_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Pause before asking again who leads a group that has no leader yet.
+const NO_LEADER_PAUSE: Duration = Duration::from_millis(20);
+/// How often the groups are checked against the schema even when nothing signals a change
+/// (the schema is installed by another task, shortly after the metadata changes).
+const FOLLOW_INTERVAL: Duration = Duration::from_millis(250);
+
+/// A request one node makes of the leader of a strong tablet's group.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum StrongRequest {
+    /// Propose this entry ([`machine::encode_entry`]) and answer once it is applied.
+    Propose {
+        group: u64,
+        #[serde(with = "serde_bytes")]
+        entry: Vec<u8>,
+    },
+    /// Read `[lower, upper)` (at most `limit` cells) once the read index is applied.
+    Read {
+        group: u64,
+        #[serde(with = "serde_bytes")]
+        lower: Vec<u8>,
+        #[serde(with = "serde_bytes")]
+        upper: Vec<u8>,
+        limit: u32,
+    },
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum StrongReply {
+    Applied,
+    Cells {
+        cells: Cells,
+        complete: bool,
+    },
+    /// This node does not lead the group (`leader`: the one it knows of); nothing was
+    /// proposed, so asking again is safe.
+    NotLeader {
+        leader: Option<[u8; 16]>,
+    },
+    /// The entry was appended but the leader lost office before it committed: it may
+    /// still commit under the next leader, or not.
+    Unknown,
+}
+
+/// The Raft group of `tablet` of `table`: the same number on every node.
+pub fn group_of(table: &TableId, tablet: TabletId) -> GroupId {
+    let high = u64::from_le_bytes(table.0[..8].try_into().unwrap_or_default());
+    let low = u64::from_le_bytes(table.0[8..].try_into().unwrap_or_default());
+    GroupId(high ^ low.rotate_left(29) ^ tablet.0.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+}
+
+/// This node's share of the strongly consistent tablets.
+pub struct StrongTables {
+    me: HostId,
+    raft: RaftHandle,
+    metadata: Arc<ClusterMetadata>,
+    schema: Arc<SchemaStore>,
+    peers: Arc<Peers>,
+    engine: Arc<dyn Engine>,
+    /// Strong writes are refused: the consensus streams would bypass internode TLS.
+    tls: bool,
+    /// The strong tables of the schema last looked at.
+    strong: parking_lot::RwLock<StrongCache>,
+}
+
+/// A schema and the tables of its strong keyspaces.
+struct StrongCache {
+    schema: Option<Arc<Schema>>,
+    tables: HashSet<TableId>,
+}
+
+/// The tables of strong keyspaces in `schema`.
+fn strong_tables(schema: &Schema) -> HashSet<TableId> {
+    schema
+        .keyspaces
+        .values()
+        .filter(|keyspace| keyspace.consistency == KeyspaceConsistency::Strong)
+        .flat_map(|keyspace| keyspace.tables.values().map(|table| table.id))
+        .collect()
+}
+
+impl StrongTables {
+    /// Starts this node's consensus runtime (its log in `directory`); groups are added by
+    /// [`StrongTables::follow`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn start(
+        directory: &Path,
+        source: IpAddr,
+        metadata: Arc<ClusterMetadata>,
+        schema: Arc<SchemaStore>,
+        peers: Arc<Peers>,
+        engine: Arc<dyn Engine>,
+        tls: bool,
+    ) -> std::io::Result<Arc<StrongTables>> {
+        let me = metadata.me().host_id;
+        let lookup = Arc::clone(&metadata);
+        let transport = tcp::TcpTransport::resolving(
+            me,
+            source,
+            Arc::new(move |peer: HostId| {
+                lookup
+                    .state()
+                    .member_by_host(&peer)
+                    .map(|member| member.internode_address)
+            }),
+        );
+        let raft = runtime::start(
+            me,
+            NodeOptions::default(),
+            directory.to_path_buf(),
+            Vec::new(),
+            Arc::new(transport),
+            Box::new(machine::EngineMachine::new(Arc::clone(&engine))),
+        )?;
+        Ok(Arc::new(StrongTables {
+            me,
+            raft,
+            metadata,
+            schema,
+            peers,
+            engine,
+            tls,
+            strong: parking_lot::RwLock::new(StrongCache {
+                schema: None,
+                tables: HashSet::new(),
+            }),
+        }))
+    }
+
+    /// The node's consensus runtime (streams from peers are handed to it).
+    pub fn raft(&self) -> &RaftHandle {
+        &self.raft
+    }
+
+    /// True when `table` belongs to a strongly consistent keyspace.
+    pub fn is_strong(&self, table: &TableId) -> bool {
+        let schema = self.schema.current();
+        {
+            let cached = self.strong.read();
+            if cached
+                .schema
+                .as_ref()
+                .is_some_and(|s| Arc::ptr_eq(s, &schema))
+            {
+                return cached.tables.contains(table);
+            }
+        }
+        let tables = strong_tables(&schema);
+        let strong = tables.contains(table);
+        *self.strong.write() = StrongCache {
+            schema: Some(schema),
+            tables,
+        };
+        strong
+    }
+
+    /// The groups this node should hold now: every tablet of a strong table placed here.
+    fn wanted_groups(&self, state: &ClusterState) -> BTreeMap<GroupId, Vec<HostId>> {
+        let schema = self.schema.current();
+        let mut wanted = BTreeMap::new();
+        for table in strong_tables(&schema) {
+            let Some(placement) = state.tables.get(&table) else {
+                continue;
+            };
+            for tablet in placement.tablets.tablets() {
+                if tablet.replicas.contains(&self.me) {
+                    wanted.insert(group_of(&table, tablet.id), tablet.replicas.clone());
+                }
+            }
+        }
+        wanted
+    }
+
+    /// Keeps this node's groups in step with the schema and the tablet map, for as long as
+    /// the node runs.
+    pub async fn follow(self: Arc<Self>) {
+        let mut states = self.metadata.subscribe();
+        let mut held: BTreeMap<GroupId, Vec<HostId>> = BTreeMap::new();
+        loop {
+            let wanted = self.wanted_groups(&self.metadata.state());
+            for (group, members) in &wanted {
+                if held.get(group) != Some(members) {
+                    if held.contains_key(group) {
+                        // Members changed (not done by the balancer yet): start afresh.
+                        self.raft.remove_group(*group).await;
+                    }
+                    let spec = GroupSpec {
+                        group: *group,
+                        members: members.clone(),
+                    };
+                    if !self.raft.add_group(spec).await {
+                        return;
+                    }
+                }
+            }
+            for group in held.keys().filter(|group| !wanted.contains_key(group)) {
+                self.raft.remove_group(*group).await;
+            }
+            held = wanted;
+            let _ = tokio::time::timeout(FOLLOW_INTERVAL, states.changed()).await;
+        }
+    }
+
+    /// The group of the tablet holding `token` of `table`, and how many of its members
+    /// make a majority.
+    fn group_for(&self, table: &TableId, token: Token) -> Result<(GroupId, usize), CqlError> {
+        let state = self.metadata.state();
+        let placement = state.tables.get(table).ok_or_else(|| {
+            CqlError::server("the table has no tablets yet; try again in a moment")
+        })?;
+        let tablet = placement.tablets.tablet_for(token);
+        Ok((group_of(table, tablet.id), tablet.replicas.len() / 2 + 1))
+    }
+
+    fn refuse_under_tls(&self) -> Result<(), CqlError> {
+        if self.tls {
+            return Err(CqlError::invalid(
+                "Strongly consistent keyspaces are not available with internode TLS yet (their consensus streams are not encrypted)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Commits `batch` (one partition's cells) through its tablet's group.
+    pub async fn write(
+        &self,
+        batch: WriteBatch,
+        consistency: Consistency,
+        write_type: WriteType,
+    ) -> Result<(), CqlError> {
+        self.refuse_under_tls()?;
+        let (group, majority) = self.group_of_batch(&batch)?;
+        let entry = machine::encode_entry(&batch);
+        let deadline = tokio::time::Instant::now() + STRONG_WRITE_TIMEOUT;
+        // Asked again only while nothing was appended: an entry that may still commit is
+        // never proposed twice (a reader could otherwise see it, a later write, then it
+        // again), its writer gets a WriteTimeout instead, as for a CAS write.
+        let unknown = || write_timeout(consistency, 0, majority, write_type);
+        loop {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(unknown());
+            }
+            let outcome = match self.raft.leader(group).await {
+                Some(leader) if leader == self.me => {
+                    self.propose_here(group, entry.clone(), deadline).await
+                }
+                Some(leader) => {
+                    let request = StrongRequest::Propose {
+                        group: group.0,
+                        entry: entry.to_vec(),
+                    };
+                    self.ask(leader, request, deadline)
+                        .await
+                        .unwrap_or(StrongReply::Unknown)
+                }
+                None => StrongReply::NotLeader { leader: None },
+            };
+            match outcome {
+                StrongReply::Applied => return Ok(()),
+                StrongReply::Unknown | StrongReply::Cells { .. } => return Err(unknown()),
+                StrongReply::NotLeader { .. } => tokio::time::sleep(NO_LEADER_PAUSE).await,
+            }
+        }
+    }
+
+    /// Proposes `entry` to `group` on this node and waits until `deadline` for it to be
+    /// applied.
+    async fn propose_here(
+        &self,
+        group: GroupId,
+        entry: bytes::Bytes,
+        deadline: tokio::time::Instant,
+    ) -> StrongReply {
+        match tokio::time::timeout_at(deadline, self.raft.propose(group, entry)).await {
+            Ok(Ok(())) => StrongReply::Applied,
+            Ok(Err(ProposeError::NotLeader(leader))) => StrongReply::NotLeader {
+                leader: leader.map(|h| h.0),
+            },
+            // Another leader's entry took its index: this one was not applied.
+            Ok(Err(ProposeError::Superseded)) => StrongReply::NotLeader { leader: None },
+            Ok(Err(ProposeError::Stopped)) | Err(_) => StrongReply::Unknown,
+        }
+    }
+
+    /// The one group every cell of `batch` belongs to, and its majority.
+    fn group_of_batch(&self, batch: &WriteBatch) -> Result<(GroupId, usize), CqlError> {
+        let mut group = None;
+        for (key, _) in batch.entries() {
+            let table =
+                TableId::of_key(key).ok_or_else(|| CqlError::server("a write without a table"))?;
+            let (token, _, _) = shoal_model::keys::split_partition(key)
+                .ok_or_else(|| CqlError::server("a write without a partition"))?;
+            let this = self.group_for(&table, token)?;
+            if group.is_some_and(|(g, _)| g != this.0) {
+                return Err(CqlError::invalid(
+                    "A batch on a strongly consistent keyspace must stay within one partition's tablet",
+                ));
+            }
+            group = Some(this);
+        }
+        group.ok_or_else(|| CqlError::server("an empty write"))
+    }
+
+    /// Reads `[lower, upper)` of the tablet holding `token` of `table`, linearizably.
+    pub async fn read(
+        &self,
+        table: &TableId,
+        token: Token,
+        lower: &[u8],
+        upper: &[u8],
+        limit: u32,
+        consistency: Consistency,
+    ) -> Result<(Cells, bool), CqlError> {
+        self.refuse_under_tls()?;
+        let (group, majority) = self.group_for(table, token)?;
+        let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+        loop {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(read_timeout(consistency, 0, majority, false));
+            }
+            let answer = match self.raft.leader(group).await {
+                Some(leader) if leader == self.me => {
+                    self.read_here(group, lower, upper, limit).await
+                }
+                Some(leader) => {
+                    let request = StrongRequest::Read {
+                        group: group.0,
+                        lower: lower.to_vec(),
+                        upper: upper.to_vec(),
+                        limit,
+                    };
+                    self.ask(leader, request, deadline).await
+                }
+                None => None,
+            };
+            match answer {
+                Some(StrongReply::Cells { cells, complete }) => return Ok((cells, complete)),
+                _ => tokio::time::sleep(NO_LEADER_PAUSE).await,
+            }
+        }
+    }
+
+    /// The leader's side of a read: once its read index is applied, its engine answers.
+    async fn read_here(
+        &self,
+        group: GroupId,
+        lower: &[u8],
+        upper: &[u8],
+        limit: u32,
+    ) -> Option<StrongReply> {
+        match self.raft.read_index(group).await {
+            Ok(_) => {
+                let (cells, complete) = shoal_replication::replica::read_visible(
+                    self.engine.as_ref(),
+                    lower,
+                    upper,
+                    limit,
+                )
+                .ok()?;
+                Some(StrongReply::Cells { cells, complete })
+            }
+            Err(not_leader) => Some(StrongReply::NotLeader {
+                leader: not_leader.leader.map(|h| h.0),
+            }),
+        }
+    }
+
+    /// Sends `request` to `leader` and returns its answer (`None`: no answer in time).
+    async fn ask(
+        &self,
+        leader: HostId,
+        request: StrongRequest,
+        deadline: tokio::time::Instant,
+    ) -> Option<StrongReply> {
+        let address = self
+            .metadata
+            .state()
+            .member_by_host(&leader)?
+            .internode_address;
+        let timeout = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match self
+            .peers
+            .call(address, &Message::Strong(request), timeout)
+            .await
+        {
+            Ok(Reply::Strong(reply)) => Some(reply),
+            _ => None,
+        }
+    }
+
+    /// Answers another node's request, as the group's leader.
+    pub async fn serve(&self, request: StrongRequest) -> StrongReply {
+        match request {
+            StrongRequest::Propose { group, entry } => {
+                let deadline = tokio::time::Instant::now() + STRONG_WRITE_TIMEOUT;
+                self.propose_here(GroupId(group), entry.into(), deadline)
+                    .await
+            }
+            StrongRequest::Read {
+                group,
+                lower,
+                upper,
+                limit,
+            } => self
+                .read_here(GroupId(group), &lower, &upper, limit)
+                .await
+                .unwrap_or(StrongReply::NotLeader { leader: None }),
+        }
+    }
+
+    /// Stops the consensus runtime (its log is closed after the write under way).
+    pub async fn stop(&self) {
+        self.raft.stop().await;
+    }
+}
