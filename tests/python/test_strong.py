@@ -237,3 +237,22 @@ def test_without_a_majority_writes_and_reads_time_out_instead_of_answering(clust
     finally:
         for driver, _ in connections:
             driver.shutdown()
+
+
+def test_a_node_outside_a_tablets_group_reaches_it_through_its_members(cluster):
+    # Replication factor 1: each tablet's group is one node, so most requests arrive at a
+    # node that holds no replica and must find the leader through the members.
+    connections = sessions_per_node(cluster)
+    try:
+        name = f"s_{uuid.uuid4().hex[:8]}"
+        sessions = [session for _, session in connections]
+        sessions[0].execute(f"CREATE KEYSPACE {name} WITH replication = {{'class': 'SimpleStrategy', "
+                            f"'replication_factor': 1}} AND consistency = 'strong'")
+        sessions[0].execute(f"CREATE TABLE {name}.t (k int PRIMARY KEY, v int)")
+        for k in range(30):
+            sessions[k % 3].execute(f"INSERT INTO {name}.t (k, v) VALUES ({k}, {k * 10})")
+            for reader in sessions:
+                assert reader.execute(f"SELECT v FROM {name}.t WHERE k = {k}").one().v == k * 10
+    finally:
+        for driver, _ in connections:
+            driver.shutdown()

@@ -96,6 +96,20 @@ pub fn group_of(table: &TableId, tablet: TabletId) -> GroupId {
     GroupId(high ^ low.rotate_left(29) ^ tablet.0.wrapping_mul(0x9e37_79b9_7f4a_7c15))
 }
 
+/// A strongly consistent tablet's group and its members (the tablet's replicas).
+#[derive(Clone)]
+struct TabletGroup {
+    group: GroupId,
+    members: Vec<HostId>,
+}
+
+impl TabletGroup {
+    /// How many members make a majority.
+    fn majority(&self) -> usize {
+        self.members.len() / 2 + 1
+    }
+}
+
 /// This node's share of the strongly consistent tablets.
 pub struct StrongTables {
     me: HostId,
@@ -223,13 +237,19 @@ impl StrongTables {
     pub async fn follow(self: Arc<Self>) {
         let mut states = self.metadata.subscribe();
         let mut held: BTreeMap<GroupId, Vec<HostId>> = BTreeMap::new();
+        let mut warned: HashSet<GroupId> = HashSet::new();
         loop {
             let wanted = self.wanted_groups(&self.metadata.state());
             for (group, members) in &wanted {
                 if held.get(group) != Some(members) {
                     if held.contains_key(group) {
-                        // Members changed (not done by the balancer yet): start afresh.
-                        self.raft.remove_group(*group).await;
+                        // A group's members change only through a membership change of
+                        // its own (not built yet; the balancer leaves these tablets in
+                        // place). Taking it down and up again would forget its votes.
+                        if warned.insert(*group) {
+                            tracing::warn!(?group, "a strongly consistent tablet's replicas changed; its group keeps its members");
+                        }
+                        continue;
                     }
                     let spec = GroupSpec {
                         group: *group,
@@ -243,20 +263,51 @@ impl StrongTables {
             for group in held.keys().filter(|group| !wanted.contains_key(group)) {
                 self.raft.remove_group(*group).await;
             }
-            held = wanted;
+            // A group whose members changed stays as it was held.
+            let mut next = wanted;
+            for (group, members) in &mut next {
+                if let Some(kept) = held.get(group) {
+                    members.clone_from(kept);
+                }
+            }
+            held = next;
             let _ = tokio::time::timeout(FOLLOW_INTERVAL, states.changed()).await;
         }
     }
 
-    /// The group of the tablet holding `token` of `table`, and how many of its members
-    /// make a majority.
-    fn group_for(&self, table: &TableId, token: Token) -> Result<(GroupId, usize), CqlError> {
+    /// The group of the tablet holding `token` of `table`.
+    fn group_for(&self, table: &TableId, token: Token) -> Result<TabletGroup, CqlError> {
         let state = self.metadata.state();
         let placement = state.tables.get(table).ok_or_else(|| {
             CqlError::server("the table has no tablets yet; try again in a moment")
         })?;
         let tablet = placement.tablets.tablet_for(token);
-        Ok((group_of(table, tablet.id), tablet.replicas.len() / 2 + 1))
+        Ok(TabletGroup {
+            group: group_of(table, tablet.id),
+            members: tablet.replicas.clone(),
+        })
+    }
+
+    /// Whom to send the next attempt to: the leader this node knows of (it holds a replica
+    /// of the group), else the one the last answer named, else — on a node outside the
+    /// group — the members in turn, who answer or name their leader. `None`: wait for an
+    /// election.
+    async fn whom_to_ask(
+        &self,
+        target: &TabletGroup,
+        named: Option<HostId>,
+        attempt: usize,
+    ) -> Option<HostId> {
+        if let Some(leader) = self.raft.leader(target.group).await {
+            return Some(leader);
+        }
+        if named.is_some() {
+            return named;
+        }
+        if target.members.contains(&self.me) || target.members.is_empty() {
+            return None;
+        }
+        Some(target.members[attempt % target.members.len()])
     }
 
     fn refuse_under_tls(&self) -> Result<(), CqlError> {
@@ -276,18 +327,20 @@ impl StrongTables {
         write_type: WriteType,
     ) -> Result<(), CqlError> {
         self.refuse_under_tls()?;
-        let (group, majority) = self.group_of_batch(&batch)?;
+        let target = self.group_of_batch(&batch)?;
+        let group = target.group;
         let entry = machine::encode_entry(&batch);
         let deadline = tokio::time::Instant::now() + STRONG_WRITE_TIMEOUT;
         // Asked again only while nothing was appended: an entry that may still commit is
         // never proposed twice (a reader could otherwise see it, a later write, then it
         // again), its writer gets a WriteTimeout instead, as for a CAS write.
-        let unknown = || write_timeout(consistency, 0, majority, write_type);
-        loop {
+        let unknown = || write_timeout(consistency, 0, target.majority(), write_type);
+        let mut named = None;
+        for attempt in 0.. {
             if tokio::time::Instant::now() >= deadline {
-                return Err(unknown());
+                break;
             }
-            let outcome = match self.raft.leader(group).await {
+            let outcome = match self.whom_to_ask(&target, named.take(), attempt).await {
                 Some(leader) if leader == self.me => {
                     self.propose_here(group, entry.clone(), deadline).await
                 }
@@ -305,9 +358,15 @@ impl StrongTables {
             match outcome {
                 StrongReply::Applied => return Ok(()),
                 StrongReply::Unknown | StrongReply::Cells { .. } => return Err(unknown()),
-                StrongReply::NotLeader { .. } => tokio::time::sleep(NO_LEADER_PAUSE).await,
+                StrongReply::NotLeader { leader } => {
+                    named = leader.map(HostId).filter(|l| target.members.contains(l));
+                    if named.is_none() {
+                        tokio::time::sleep(NO_LEADER_PAUSE).await;
+                    }
+                }
             }
         }
+        Err(unknown())
     }
 
     /// Proposes `entry` to `group` on this node and waits until `deadline` for it to be
@@ -329,8 +388,8 @@ impl StrongTables {
         }
     }
 
-    /// The one group every cell of `batch` belongs to, and its majority.
-    fn group_of_batch(&self, batch: &WriteBatch) -> Result<(GroupId, usize), CqlError> {
+    /// The one group every cell of `batch` belongs to.
+    fn group_of_batch(&self, batch: &WriteBatch) -> Result<TabletGroup, CqlError> {
         let mut group = None;
         for (key, _) in batch.entries() {
             let table =
@@ -338,7 +397,10 @@ impl StrongTables {
             let (token, _, _) = shoal_model::keys::split_partition(key)
                 .ok_or_else(|| CqlError::server("a write without a partition"))?;
             let this = self.group_for(&table, token)?;
-            if group.is_some_and(|(g, _)| g != this.0) {
+            if group
+                .as_ref()
+                .is_some_and(|g: &TabletGroup| g.group != this.group)
+            {
                 return Err(CqlError::invalid(
                     "A batch on a strongly consistent keyspace must stay within one partition's tablet",
                 ));
@@ -359,13 +421,15 @@ impl StrongTables {
         consistency: Consistency,
     ) -> Result<(Cells, bool), CqlError> {
         self.refuse_under_tls()?;
-        let (group, majority) = self.group_for(table, token)?;
+        let target = self.group_for(table, token)?;
+        let group = target.group;
         let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
-        loop {
+        let mut named = None;
+        for attempt in 0.. {
             if tokio::time::Instant::now() >= deadline {
-                return Err(read_timeout(consistency, 0, majority, false));
+                break;
             }
-            let answer = match self.raft.leader(group).await {
+            let answer = match self.whom_to_ask(&target, named.take(), attempt).await {
                 Some(leader) if leader == self.me => {
                     self.read_here(group, lower, upper, limit).await
                 }
@@ -382,9 +446,16 @@ impl StrongTables {
             };
             match answer {
                 Some(StrongReply::Cells { cells, complete }) => return Ok((cells, complete)),
+                Some(StrongReply::NotLeader { leader }) => {
+                    named = leader.map(HostId).filter(|l| target.members.contains(l));
+                    if named.is_none() {
+                        tokio::time::sleep(NO_LEADER_PAUSE).await;
+                    }
+                }
                 _ => tokio::time::sleep(NO_LEADER_PAUSE).await,
             }
         }
+        Err(read_timeout(consistency, 0, target.majority(), false))
     }
 
     /// The leader's side of a read: once its read index is applied, its engine answers.
@@ -431,7 +502,14 @@ impl StrongTables {
             .await
         {
             Ok(Reply::Strong(reply)) => Some(reply),
-            _ => None,
+            Ok(other) => {
+                tracing::debug!(%address, ?other, "a strongly consistent request was answered otherwise");
+                None
+            }
+            Err(error) => {
+                tracing::debug!(%address, %error, "a strongly consistent request got no answer");
+                None
+            }
         }
     }
 
