@@ -556,10 +556,12 @@ impl ClusterMetadata {
             .map_err(|e| ClusterError::Raft(e.to_string()))?;
         let voters = self.voters();
         if voters.len() < MAX_VOTERS && !voters.contains(&id) {
-            let change = ChangeMembers::AddVoterIds(BTreeSet::from([id]));
-            bounded("adding a voter", self.raft.change_membership(change, true))
-                .await?
-                .map_err(|e| ClusterError::Raft(e.to_string()))?;
+            self.change_members(
+                "adding a voter",
+                ChangeMembers::AddVoterIds(BTreeSet::from([id])),
+                true,
+            )
+            .await?;
         }
         let mut joining = member;
         if !state.members.contains_key(&id) {
@@ -581,26 +583,38 @@ impl ClusterMetadata {
         self.raft.metrics().borrow().current_leader == Some(self.me.node_id())
     }
 
+    /// Changes the Raft group's members (`what` names it in a timeout's message);
+    /// `retain`: a removed voter stays as a learner.
+    async fn change_members(
+        &self,
+        what: &str,
+        change: ChangeMembers<NodeId, BasicNode>,
+        retain: bool,
+    ) -> Result<(), ClusterError> {
+        bounded(what, self.raft.change_membership(change, retain))
+            .await?
+            .map_err(|e| ClusterError::Raft(e.to_string()))?;
+        Ok(())
+    }
+
     /// Takes `node` out of the Raft group (as a voter and as a learner). Leader only.
     async fn remove_from_raft(&self, node: NodeId) -> Result<(), ClusterError> {
         let membership = self.raft.metrics().borrow().membership_config.clone();
         let membership = membership.membership();
         if membership.voter_ids().any(|v| v == node) {
-            let change = ChangeMembers::RemoveVoters(BTreeSet::from([node]));
-            bounded(
+            self.change_members(
                 "removing a voter",
-                self.raft.change_membership(change, false),
+                ChangeMembers::RemoveVoters(BTreeSet::from([node])),
+                false,
             )
-            .await?
-            .map_err(|e| ClusterError::Raft(e.to_string()))?;
+            .await?;
         } else if membership.get_node(&node).is_some() {
-            let change = ChangeMembers::RemoveNodes(BTreeSet::from([node]));
-            bounded(
+            self.change_members(
                 "removing a learner",
-                self.raft.change_membership(change, false),
+                ChangeMembers::RemoveNodes(BTreeSet::from([node])),
+                false,
             )
-            .await?
-            .map_err(|e| ClusterError::Raft(e.to_string()))?;
+            .await?;
         }
         Ok(())
     }
@@ -629,13 +643,12 @@ impl ClusterMetadata {
                 node = format!("{candidate:016x}"),
                 "promoting a learner to metadata voter"
             );
-            let change = ChangeMembers::AddVoterIds(BTreeSet::from([*candidate]));
-            bounded(
+            self.change_members(
                 "promoting a learner",
-                self.raft.change_membership(change, true),
+                ChangeMembers::AddVoterIds(BTreeSet::from([*candidate])),
+                true,
             )
-            .await?
-            .map_err(|e| ClusterError::Raft(e.to_string()))?;
+            .await?;
         }
         Ok(())
     }
@@ -647,13 +660,12 @@ impl ClusterMetadata {
         if self.voters().contains(&node) {
             return Ok(());
         }
-        let change = ChangeMembers::AddVoterIds(BTreeSet::from([node]));
-        bounded(
+        self.change_members(
             "promoting a learner",
-            self.raft.change_membership(change, true),
+            ChangeMembers::AddVoterIds(BTreeSet::from([node])),
+            true,
         )
-        .await?
-        .map_err(|e| ClusterError::Raft(e.to_string()))?;
+        .await?;
         Ok(())
     }
 

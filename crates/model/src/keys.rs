@@ -94,6 +94,13 @@ pub fn partition_prefix(table_id: &TableId, token: Token, partition_key: &[u8]) 
     key
 }
 
+/// The table and token a storage key belongs to.
+pub fn table_and_token(key: &[u8]) -> Option<(TableId, Token)> {
+    let table = TableId::of_key(key)?;
+    let (token, _, _) = split_partition(key)?;
+    Some((table, token))
+}
+
 /// Splits a storage key into `(token, partition key, rest after the partition key)`.
 pub fn split_partition(key: &[u8]) -> Option<(Token, &[u8], &[u8])> {
     let token_bytes: [u8; 8] = key

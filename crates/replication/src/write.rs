@@ -26,7 +26,7 @@ use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use shoal_cql::request::Consistency;
 use shoal_cql::CqlError;
-use shoal_model::{keys, HostId, TableId, Token};
+use shoal_model::{keys, HostId};
 use shoal_storage::WriteBatch;
 use std::sync::Arc;
 
@@ -36,12 +36,6 @@ enum Delivery {
     Hinted,
     NotHinted,
     Failed(HostId, Cells),
-}
-
-fn table_and_token(key: &[u8]) -> Option<(TableId, Token)> {
-    let table = TableId::of_key(key)?;
-    let (token, _, _) = keys::split_partition(key)?;
-    Some((table, token))
 }
 
 impl StorageProxy {
@@ -68,7 +62,7 @@ impl StorageProxy {
                 })
             });
             if !same_partition {
-                let replicas = match table_and_token(&key) {
+                let replicas = match keys::table_and_token(&key) {
                     Some((table, token)) => self.write_replicas_of(&state, &table, token),
                     None => TabletReplicas {
                         replicas: Vec::new(),

@@ -182,14 +182,22 @@ impl MigrationDriver {
         budget
     }
 
-    async fn start_moves(&self, state: &ClusterState) -> Result<(), String> {
-        let nodes = self.balancer_nodes(state);
-        let mut budget = self.budget(state);
-        for (table, placement) in state
+    /// The tables whose tablets the balancer may move: all but those of strongly
+    /// consistent keyspaces (their Raft groups do not change members yet).
+    fn movable_tables<'s>(
+        &'s self,
+        state: &'s ClusterState,
+    ) -> impl Iterator<Item = (&'s TableId, &'s shoal_cluster::TablePlacement)> + 's {
+        state
             .tables
             .iter()
             .filter(|(table, _)| !self.strong.is_strong(table))
-        {
+    }
+
+    async fn start_moves(&self, state: &ClusterState) -> Result<(), String> {
+        let nodes = self.balancer_nodes(state);
+        let mut budget = self.budget(state);
+        for (table, placement) in self.movable_tables(state) {
             let moves = plan_moves(&placement.tablets, &placement.strategy, &nodes, &mut budget);
             let settled = moves.is_empty() && placement.tablets.transitions().next().is_none();
             for planned in moves {
@@ -232,12 +240,7 @@ impl MigrationDriver {
         // nothing more coming is normal.
         let mut unlimited = Budget::new(usize::MAX);
         let mut incoming: HashSet<HostId> = HashSet::new();
-        for placement in state
-            .tables
-            .iter()
-            .filter(|(table, _)| !self.strong.is_strong(table))
-            .map(|(_, placement)| placement)
-        {
+        for (_, placement) in self.movable_tables(state) {
             for planned in plan_moves(
                 &placement.tablets,
                 &placement.strategy,

@@ -54,9 +54,10 @@ pub struct Recovered {
 }
 
 impl Recovered {
-    /// The log of `group` as [`crate::MultiRaft::add_group`] takes it.
-    pub fn log(&self, group: GroupId) -> Log {
-        let entries = self.logs.get(&group).cloned().unwrap_or_default();
+    /// The log of `group` as [`crate::MultiRaft::add_group`] takes it, moved out of what
+    /// was recovered (a group is restored once).
+    pub fn take_log(&mut self, group: GroupId) -> Log {
+        let entries = self.logs.remove(&group).unwrap_or_default();
         Log::restore(LogIndex(1), Term(0), entries)
     }
 }

@@ -274,8 +274,7 @@ fn restore_group(raft: &mut MultiRaft, recovered: &mut Recovered, spec: GroupSpe
         .hard_states
         .remove(&spec.group)
         .unwrap_or_default();
-    let log = recovered.log(spec.group);
-    recovered.logs.remove(&spec.group);
+    let log = recovered.take_log(spec.group);
     raft.add_group(spec.group, spec.members, hard_state, log);
 }
 

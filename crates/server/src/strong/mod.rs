@@ -53,7 +53,7 @@ const NO_LEADER_PAUSE: Duration = Duration::from_millis(20);
 const FOLLOW_INTERVAL: Duration = Duration::from_millis(250);
 
 /// A request one node makes of the leader of a strong tablet's group.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum StrongRequest {
     /// Propose this entry ([`machine::encode_entry`]) and answer once it is applied.
     Propose {
@@ -275,9 +275,12 @@ impl StrongTables {
         }
     }
 
-    /// The group of the tablet holding `token` of `table`.
-    fn group_for(&self, table: &TableId, token: Token) -> Result<TabletGroup, CqlError> {
-        let state = self.metadata.state();
+    /// The group of the tablet holding `token` of `table` in `state`.
+    fn group_for(
+        state: &ClusterState,
+        table: &TableId,
+        token: Token,
+    ) -> Result<TabletGroup, CqlError> {
         let placement = state.tables.get(table).ok_or_else(|| {
             CqlError::server("the table has no tablets yet; try again in a moment")
         })?;
@@ -319,7 +322,10 @@ impl StrongTables {
         Ok(())
     }
 
-    /// Commits `batch` (one partition's cells) through its tablet's group.
+    /// Commits `batch` (one partition's cells) through its tablet's group. Asked again
+    /// only while nothing was appended: an entry that may still commit is never proposed
+    /// twice (a reader could otherwise see it, a later write, then it again), its writer
+    /// gets a WriteTimeout instead, as for a CAS write.
     pub async fn write(
         &self,
         batch: WriteBatch,
@@ -328,45 +334,52 @@ impl StrongTables {
     ) -> Result<(), CqlError> {
         self.refuse_under_tls()?;
         let target = self.group_of_batch(&batch)?;
-        let group = target.group;
-        let entry = machine::encode_entry(&batch);
+        let request = StrongRequest::Propose {
+            group: target.group.0,
+            entry: machine::encode_entry(&batch).to_vec(),
+        };
         let deadline = tokio::time::Instant::now() + STRONG_WRITE_TIMEOUT;
-        // Asked again only while nothing was appended: an entry that may still commit is
-        // never proposed twice (a reader could otherwise see it, a later write, then it
-        // again), its writer gets a WriteTimeout instead, as for a CAS write.
-        let unknown = || write_timeout(consistency, 0, target.majority(), write_type);
+        match self.at_leader(&target, &request, deadline).await {
+            Some(StrongReply::Applied) => Ok(()),
+            _ => Err(write_timeout(consistency, 0, target.majority(), write_type)),
+        }
+    }
+
+    /// Runs `request` at the leader of `target`'s group — here, or sent to it — until
+    /// `deadline`, and returns its answer (`None`: none in time). An answer of "not the
+    /// leader" is followed to the leader it names; a read is asked again whatever kept it
+    /// from an answer, a proposal only when nothing was appended.
+    async fn at_leader(
+        &self,
+        target: &TabletGroup,
+        request: &StrongRequest,
+        deadline: tokio::time::Instant,
+    ) -> Option<StrongReply> {
+        let may_repeat = matches!(request, StrongRequest::Read { .. });
         let mut named = None;
         for attempt in 0.. {
             if tokio::time::Instant::now() >= deadline {
                 break;
             }
-            let outcome = match self.whom_to_ask(&target, named.take(), attempt).await {
+            let answer = match self.whom_to_ask(target, named.take(), attempt).await {
                 Some(leader) if leader == self.me => {
-                    self.propose_here(group, entry.clone(), deadline).await
+                    Some(self.serve_until(request, deadline).await)
                 }
-                Some(leader) => {
-                    let request = StrongRequest::Propose {
-                        group: group.0,
-                        entry: entry.to_vec(),
-                    };
-                    self.ask(leader, request, deadline)
-                        .await
-                        .unwrap_or(StrongReply::Unknown)
-                }
-                None => StrongReply::NotLeader { leader: None },
+                Some(leader) => self.ask(leader, request.clone(), deadline).await,
+                None => Some(StrongReply::NotLeader { leader: None }),
             };
-            match outcome {
-                StrongReply::Applied => return Ok(()),
-                StrongReply::Unknown | StrongReply::Cells { .. } => return Err(unknown()),
-                StrongReply::NotLeader { leader } => {
+            match answer {
+                Some(StrongReply::NotLeader { leader }) => {
                     named = leader.map(HostId).filter(|l| target.members.contains(l));
-                    if named.is_none() {
-                        tokio::time::sleep(NO_LEADER_PAUSE).await;
-                    }
                 }
+                None if may_repeat => {}
+                other => return other,
+            }
+            if named.is_none() {
+                tokio::time::sleep(NO_LEADER_PAUSE).await;
             }
         }
-        Err(unknown())
+        None
     }
 
     /// Proposes `entry` to `group` on this node and waits until `deadline` for it to be
@@ -388,19 +401,21 @@ impl StrongTables {
         }
     }
 
-    /// The one group every cell of `batch` belongs to.
+    /// The one group every cell of `batch` belongs to (looked up once per run of cells of
+    /// one partition).
     fn group_of_batch(&self, batch: &WriteBatch) -> Result<TabletGroup, CqlError> {
-        let mut group = None;
+        let state = self.metadata.state();
+        let mut group: Option<TabletGroup> = None;
+        let mut last = None;
         for (key, _) in batch.entries() {
-            let table =
-                TableId::of_key(key).ok_or_else(|| CqlError::server("a write without a table"))?;
-            let (token, _, _) = shoal_model::keys::split_partition(key)
-                .ok_or_else(|| CqlError::server("a write without a partition"))?;
-            let this = self.group_for(&table, token)?;
-            if group
-                .as_ref()
-                .is_some_and(|g: &TabletGroup| g.group != this.group)
-            {
+            let partition = shoal_model::keys::table_and_token(key)
+                .ok_or_else(|| CqlError::server("a write without a table and partition"))?;
+            if last == Some(partition) {
+                continue;
+            }
+            last = Some(partition);
+            let this = Self::group_for(&state, &partition.0, partition.1)?;
+            if group.as_ref().is_some_and(|g| g.group != this.group) {
                 return Err(CqlError::invalid(
                     "A batch on a strongly consistent keyspace must stay within one partition's tablet",
                 ));
@@ -421,41 +436,18 @@ impl StrongTables {
         consistency: Consistency,
     ) -> Result<(Cells, bool), CqlError> {
         self.refuse_under_tls()?;
-        let target = self.group_for(table, token)?;
-        let group = target.group;
+        let target = Self::group_for(&self.metadata.state(), table, token)?;
+        let request = StrongRequest::Read {
+            group: target.group.0,
+            lower: lower.to_vec(),
+            upper: upper.to_vec(),
+            limit,
+        };
         let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
-        let mut named = None;
-        for attempt in 0.. {
-            if tokio::time::Instant::now() >= deadline {
-                break;
-            }
-            let answer = match self.whom_to_ask(&target, named.take(), attempt).await {
-                Some(leader) if leader == self.me => {
-                    self.read_here(group, lower, upper, limit).await
-                }
-                Some(leader) => {
-                    let request = StrongRequest::Read {
-                        group: group.0,
-                        lower: lower.to_vec(),
-                        upper: upper.to_vec(),
-                        limit,
-                    };
-                    self.ask(leader, request, deadline).await
-                }
-                None => None,
-            };
-            match answer {
-                Some(StrongReply::Cells { cells, complete }) => return Ok((cells, complete)),
-                Some(StrongReply::NotLeader { leader }) => {
-                    named = leader.map(HostId).filter(|l| target.members.contains(l));
-                    if named.is_none() {
-                        tokio::time::sleep(NO_LEADER_PAUSE).await;
-                    }
-                }
-                _ => tokio::time::sleep(NO_LEADER_PAUSE).await,
-            }
+        match self.at_leader(&target, &request, deadline).await {
+            Some(StrongReply::Cells { cells, complete }) => Ok((cells, complete)),
+            _ => Err(read_timeout(consistency, 0, target.majority(), false)),
         }
-        Err(read_timeout(consistency, 0, target.majority(), false))
     }
 
     /// The leader's side of a read: once its read index is applied, its engine answers.
@@ -515,11 +507,20 @@ impl StrongTables {
 
     /// Answers another node's request, as the group's leader.
     pub async fn serve(&self, request: StrongRequest) -> StrongReply {
+        let deadline = tokio::time::Instant::now() + STRONG_WRITE_TIMEOUT;
+        self.serve_until(&request, deadline).await
+    }
+
+    /// Runs `request` here, as the group's leader, a proposal waiting until `deadline`.
+    async fn serve_until(
+        &self,
+        request: &StrongRequest,
+        deadline: tokio::time::Instant,
+    ) -> StrongReply {
         match request {
             StrongRequest::Propose { group, entry } => {
-                let deadline = tokio::time::Instant::now() + STRONG_WRITE_TIMEOUT;
-                self.propose_here(GroupId(group), entry.into(), deadline)
-                    .await
+                let entry = bytes::Bytes::copy_from_slice(entry);
+                self.propose_here(GroupId(*group), entry, deadline).await
             }
             StrongRequest::Read {
                 group,
@@ -527,7 +528,7 @@ impl StrongTables {
                 upper,
                 limit,
             } => self
-                .read_here(GroupId(group), &lower, &upper, limit)
+                .read_here(GroupId(*group), lower, upper, *limit)
                 .await
                 .unwrap_or(StrongReply::NotLeader { leader: None }),
         }
