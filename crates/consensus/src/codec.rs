@@ -4,7 +4,7 @@
 //! record is an error, never a panic or a huge allocation. Payloads decoded from a
 //! [`Bytes`] share its memory.
 
-use crate::log::Entry;
+use crate::log::{decode_members, Entry, EntryKind};
 use crate::message::{
     Append, EpochAck, EpochBatch, Message, Refusal, RefusalReason, VoteReply, VoteRequest,
 };
@@ -33,6 +33,7 @@ const REFUSAL_GAP: u8 = 2;
 const REFUSAL_UNKNOWN_GROUP: u8 = 3;
 const WRITE_TRUNCATE: u8 = 1;
 const WRITE_APPEND: u8 = 2;
+const WRITE_SNAPSHOT: u8 = 3;
 
 /// An upper bound of what [`encode_message`] writes (to allocate a frame once).
 pub fn encoded_message_len(message: &Message) -> usize {
@@ -58,6 +59,9 @@ pub fn encoded_persist_batch_len(batch: &PersistBatch) -> usize {
             .map(|write| match write {
                 LogWrite::Truncate { .. } => 17,
                 LogWrite::Append { entries, .. } => 17 + entries_len(entries),
+                LogWrite::Snapshot { members, state, .. } => {
+                    33 + 16 * members.len() + 4 + state.len()
+                }
             })
             .sum::<usize>()
 }
@@ -211,6 +215,24 @@ pub fn encode_persist_batch(batch: &PersistBatch, out: &mut Vec<u8>) {
                 out.put_u64_le(first.0);
                 encode_entries(entries, out);
             }
+            LogWrite::Snapshot {
+                group,
+                index,
+                term,
+                members,
+                state,
+            } => {
+                out.put_u8(WRITE_SNAPSHOT);
+                out.put_u64_le(group.0);
+                out.put_u64_le(index.0);
+                out.put_u64_le(term.0);
+                out.put_u32_le(members.len() as u32);
+                for member in members {
+                    out.put_slice(&member.0);
+                }
+                out.put_u32_le(state.len() as u32);
+                out.put_slice(state);
+            }
         }
     }
 }
@@ -243,6 +265,26 @@ pub fn decode_persist_batch(bytes: Bytes) -> Result<PersistBatch, DecodeError> {
                 first: LogIndex(reader.u64()?),
                 entries: reader.entries()?,
             },
+            WRITE_SNAPSHOT => {
+                let group = GroupId(reader.u64()?);
+                let index = LogIndex(reader.u64()?);
+                let term = Term(reader.u64()?);
+                let count = reader.count(16)?;
+                let mut members = Vec::with_capacity(count);
+                for _ in 0..count {
+                    members.push(shoal_model::HostId(reader.array16()?));
+                }
+                let length = reader.u32()? as usize;
+                let start = reader.position;
+                reader.take(length)?;
+                LogWrite::Snapshot {
+                    group,
+                    index,
+                    term,
+                    members,
+                    state: reader.bytes.slice(start..start + length),
+                }
+            }
             _ => return Err(DecodeError("unknown log write")),
         };
         writes.push(write);
@@ -255,10 +297,17 @@ pub fn decode_persist_batch(bytes: Bytes) -> Result<PersistBatch, DecodeError> {
     })
 }
 
+/// An entry's term field carries its kind in the top bit (terms never come near 2^63).
+const MEMBERS_ENTRY_BIT: u64 = 1 << 63;
+
 fn encode_entries(entries: &[Entry], out: &mut Vec<u8>) {
     out.put_u32_le(entries.len() as u32);
     for entry in entries {
-        out.put_u64_le(entry.term.0);
+        let kind = match entry.kind {
+            EntryKind::Data => 0,
+            EntryKind::Members => MEMBERS_ENTRY_BIT,
+        };
+        out.put_u64_le(entry.term.0 | kind);
         out.put_u32_le(entry.payload.len() as u32);
         out.put_slice(&entry.payload);
     }
@@ -334,13 +383,24 @@ impl Reader {
         let count = self.count(12)?;
         let mut entries = Vec::with_capacity(count);
         for _ in 0..count {
-            let term = Term(self.u64()?);
+            let term_and_kind = self.u64()?;
+            let kind = if term_and_kind & MEMBERS_ENTRY_BIT == 0 {
+                EntryKind::Data
+            } else {
+                EntryKind::Members
+            };
+            let term = Term(term_and_kind & !MEMBERS_ENTRY_BIT);
             let length = self.u32()? as usize;
             let start = self.position;
             self.take(length)?;
+            let payload = self.bytes.slice(start..start + length);
+            if kind == EntryKind::Members && decode_members(&payload).is_none() {
+                return Err(DecodeError("a membership entry that names no members"));
+            }
             entries.push(Entry {
                 term,
-                payload: self.bytes.slice(start..start + length),
+                kind,
+                payload,
             });
         }
         Ok(entries)
@@ -373,7 +433,11 @@ mod tests {
                     term: Term(2),
                     previous_index: LogIndex(4),
                     previous_term: Term(1),
-                    entries: vec![entry(2, b"cells"), entry(2, b"")],
+                    entries: vec![
+                        entry(2, b"cells"),
+                        entry(2, b""),
+                        Entry::members(Term(2), &[shoal_model::HostId([1; 16])]),
+                    ],
                     commit: LogIndex(4),
                     compact_through: LogIndex(3),
                 }],
@@ -437,6 +501,13 @@ mod tests {
                     group: GroupId(1),
                     first: LogIndex(5),
                     entries: vec![entry(4, b"x")],
+                },
+                LogWrite::Snapshot {
+                    group: GroupId(2),
+                    index: LogIndex(40),
+                    term: Term(3),
+                    members: vec![shoal_model::HostId([5; 16]), shoal_model::HostId([6; 16])],
+                    state: Bytes::from_static(b"clock"),
                 },
             ],
         };

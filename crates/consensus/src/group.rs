@@ -5,8 +5,8 @@
 //! what is here is the group's own arithmetic: the majority, the commit rule, the role
 //! changes and the election timer.
 
-use crate::log::Log;
-use crate::{Epoch, GroupId, HardState, LogIndex, Millis, NodeId};
+use crate::log::{Entry, Log};
+use crate::{Epoch, GroupId, HardState, LogIndex, Millis, NodeId, Term};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What one member is to its group right now.
@@ -45,6 +45,10 @@ pub struct Progress {
     /// When the follower last acknowledged an epoch, as the send time of that epoch
     /// (what the lease is computed from).
     pub acknowledged_sent_at: Option<Millis>,
+    /// The follower lacks entries this leader no longer holds (a member just added, or
+    /// one far behind): until the state machine installs a snapshot there, it only gets
+    /// heartbeats.
+    pub awaiting_snapshot: bool,
     /// Refusals of epochs before this one are stale: the leader already went back for
     /// this follower after an earlier refusal.
     pub resent_from_epoch: Epoch,
@@ -54,10 +58,31 @@ pub struct Progress {
     pub last_sent_at: Millis,
 }
 
+impl Progress {
+    /// A follower the leader knows nothing of yet: entries are sent from `next` on.
+    pub fn new(next: LogIndex) -> Progress {
+        Progress {
+            next,
+            matched: LogIndex(0),
+            acknowledged_sent_at: None,
+            awaiting_snapshot: false,
+            resent_from_epoch: Epoch(0),
+            commit_sent: LogIndex(0),
+            last_sent_at: Millis(0),
+        }
+    }
+}
+
 pub struct Group {
     pub id: GroupId,
-    /// Every voting member, this node included.
+    /// Every voting member (this node included while it is one): the members the last
+    /// membership entry in the log names, else [`Group::base_members`].
     pub members: Vec<NodeId>,
+    /// The members before the first membership entry the log holds (the tablet's
+    /// replicas when the group was created, or the members at a snapshot's index).
+    pub base_members: Vec<NodeId>,
+    /// Each membership entry of the log: its index and the members it names.
+    pub member_changes: Vec<(LogIndex, Vec<NodeId>)>,
     pub hard_state: HardState,
     pub log: Log,
     pub commit: LogIndex,
@@ -73,6 +98,111 @@ pub struct Group {
 }
 
 impl Group {
+    /// A member's replica of group `id`, restored from its durable log: the members are
+    /// `base_members` as changed by the membership entries the log holds.
+    pub fn restore(
+        id: GroupId,
+        base_members: Vec<NodeId>,
+        hard_state: HardState,
+        log: Log,
+        now: Millis,
+        election_deadline: Millis,
+    ) -> Group {
+        let durable = log.last_index();
+        let mut member_changes = Vec::new();
+        let mut index = log.first_index();
+        while let Some(entry) = log.get(index) {
+            if let Some(members) = entry.member_list() {
+                member_changes.push((index, members));
+            }
+            index = index.next();
+        }
+        let mut group = Group {
+            id,
+            members: Vec::new(),
+            base_members,
+            member_changes,
+            hard_state,
+            log,
+            commit: LogIndex(0),
+            applied: LogIndex(0),
+            durable,
+            role: Role::Follower { leader: None },
+            election_deadline,
+            heard_from_leader_at: Some(now),
+        };
+        group.refresh_members();
+        group
+    }
+
+    /// Appends `entry` to the log; a membership entry takes effect at once.
+    pub fn push(&mut self, entry: Entry) -> LogIndex {
+        let members = entry.member_list();
+        let index = self.log.push(entry);
+        if let Some(members) = members {
+            self.member_changes.push((index, members));
+            self.refresh_members();
+        }
+        index
+    }
+
+    /// Removes the log's entries from `index` on, and the membership changes they made.
+    pub fn truncate_from(&mut self, index: LogIndex) {
+        self.log.truncate_from(index);
+        self.member_changes.retain(|(at, _)| *at < index);
+        self.refresh_members();
+    }
+
+    /// Restarts the log after `index` (see [`Log::restart_after`]), whose members were
+    /// `members`.
+    pub fn restart_after(&mut self, index: LogIndex, term: Term, members: Vec<NodeId>) {
+        self.log.restart_after(index, term);
+        self.base_members = members;
+        let last = self.log.last_index();
+        self.member_changes
+            .retain(|(at, _)| *at > index && *at <= last);
+        self.refresh_members();
+    }
+
+    /// The members in force once the log holds entry `index`.
+    pub fn members_at(&self, index: LogIndex) -> Vec<NodeId> {
+        self.member_changes
+            .iter()
+            .rev()
+            .find(|(at, _)| *at <= index)
+            .map_or_else(|| self.base_members.clone(), |(_, members)| members.clone())
+    }
+
+    /// The index of the last membership entry, if the log holds one.
+    pub fn last_member_change(&self) -> Option<LogIndex> {
+        self.member_changes.last().map(|(at, _)| *at)
+    }
+
+    fn refresh_members(&mut self) {
+        self.members = self.members_at(self.log.last_index());
+        let me_and_members = &self.members;
+        if let Role::Leader(leadership) = &mut self.role {
+            leadership
+                .progress
+                .retain(|peer, _| me_and_members.contains(peer));
+        }
+    }
+
+    /// A leader's progress records, one per other member: a member just added is sent
+    /// entries from the log's end (a gap it reports takes the leader back).
+    pub fn track_members(&mut self, me: NodeId) {
+        let next = self.log.last_index().next();
+        let members = self.members.clone();
+        if let Role::Leader(leadership) = &mut self.role {
+            for member in members.into_iter().filter(|m| *m != me) {
+                leadership
+                    .progress
+                    .entry(member)
+                    .or_insert_with(|| Progress::new(next));
+            }
+        }
+    }
+
     pub fn leader(&self) -> Option<NodeId> {
         match &self.role {
             Role::Follower { leader } => *leader,

@@ -39,6 +39,12 @@
 //!   they are sent, pre-vote so a node coming back from a partition does not depose a
 //!   healthy leader, the log matching check on every append, a no-op entry when a leader
 //!   takes office, leader leases for reads.
+//! - **Members change one at a time** ([`MultiRaft::change_members`]): a membership entry
+//!   ([`EntryKind::Members`]) is in force on a member once it is in its log, and the next
+//!   change waits until it commits (the single-server change of Ongaro's thesis, §4.1). A
+//!   new member that lacks entries every old member has dropped from memory starts from a
+//!   snapshot of the state machine ([`MultiRaft::install_snapshot`]; the data itself is the
+//!   caller's to move), recorded durably as the point its log restarts after.
 //!
 //! # Types
 //!
@@ -75,11 +81,13 @@ pub mod node;
 pub mod runtime;
 
 pub use group::Role;
-pub use log::{Entry, Log};
+pub use log::{Entry, EntryKind, Log};
 pub use message::{
     Append, EpochAck, EpochBatch, Message, Refusal, RefusalReason, VoteReply, VoteRequest,
 };
-pub use node::{Config, LogWrite, MultiRaft, NotLeader, Output, PersistBatch, Proposal};
+pub use node::{
+    Config, LogWrite, MembershipRefused, MultiRaft, NotLeader, Output, PersistBatch, Proposal,
+};
 
 /// Which host a message comes from or goes to: cluster metadata's host id.
 pub type NodeId = shoal_model::HostId;

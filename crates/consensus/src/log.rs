@@ -2,25 +2,74 @@
 //! point, each with the term of the leader that created it. The durable copy is written
 //! through [`crate::PersistBatch`]es; this is the copy the protocol reads.
 
-use crate::{LogIndex, Term};
+use crate::{LogIndex, NodeId, Term};
 use bytes::Bytes;
 use std::collections::VecDeque;
 
 /// One log entry: the term it was created in and what it carries (for a table, the
-/// encoded cells of one write; empty for the no-op a new leader appends).
+/// encoded cells of one write; empty for the no-op a new leader appends; for a
+/// membership change, the group's members from then on).
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Entry {
     pub term: Term,
+    pub kind: EntryKind,
     pub payload: Bytes,
+}
+
+/// What an entry is to the protocol.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum EntryKind {
+    /// The state machine's: applied by it, opaque to the protocol.
+    #[default]
+    Data,
+    /// The group's members from this entry on (one member added or removed at a time):
+    /// in force on a member as soon as the entry is in its log, committed or not (Raft's
+    /// single-server change, §4.1 of Ongaro's thesis).
+    Members,
 }
 
 impl Entry {
     pub fn new(term: Term, payload: impl Into<Bytes>) -> Entry {
         Entry {
             term,
+            kind: EntryKind::Data,
             payload: payload.into(),
         }
     }
+
+    /// An entry that makes `members` the group's members.
+    pub fn members(term: Term, members: &[NodeId]) -> Entry {
+        let mut payload = Vec::with_capacity(members.len() * 16);
+        for member in members {
+            payload.extend_from_slice(&member.0);
+        }
+        Entry {
+            term,
+            kind: EntryKind::Members,
+            payload: payload.into(),
+        }
+    }
+
+    /// The members a membership entry names (`None` for any other entry).
+    pub fn member_list(&self) -> Option<Vec<NodeId>> {
+        if self.kind != EntryKind::Members {
+            return None;
+        }
+        decode_members(&self.payload)
+    }
+}
+
+/// A member list as [`Entry::members`] encodes it (16 bytes per member).
+pub fn decode_members(bytes: &[u8]) -> Option<Vec<NodeId>> {
+    if !bytes.len().is_multiple_of(16) {
+        return None;
+    }
+    Some(
+        bytes
+            .chunks_exact(16)
+            .map(|chunk| shoal_model::HostId(chunk.try_into().unwrap_or_default()))
+            .collect(),
+    )
 }
 
 /// Entries `first..=last` of a group's log.
@@ -108,6 +157,19 @@ impl Log {
             self.before = self.before.next();
             self.before_term = entry.term;
         }
+    }
+
+    /// Makes the log start after `index` (whose entry had `term`): what a snapshot
+    /// replaces. Entries after `index` are kept if the log holds `index` with that term
+    /// (they agree with the leader's up to there), otherwise the log is emptied.
+    pub fn restart_after(&mut self, index: LogIndex, term: Term) {
+        if index >= self.before && self.term_at(index) == Some(term) {
+            self.compact_through(index);
+            return;
+        }
+        self.entries.clear();
+        self.before = index;
+        self.before_term = term;
     }
 
     /// Whether a log ending at `(last_index, last_term)` is at least as up to date as this

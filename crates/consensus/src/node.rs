@@ -93,6 +93,17 @@ pub struct NotLeader {
     pub leader: Option<NodeId>,
 }
 
+/// Why a membership change was not proposed.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum MembershipRefused {
+    NotLeader(NotLeader),
+    /// An earlier change has not committed yet, or the leader has not committed an entry
+    /// of its own term: ask again shortly.
+    ChangeUnderWay,
+    /// A change adds or removes exactly one member, and leaves at least one.
+    NotOneMember,
+}
+
 /// What the caller must do.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Output {
@@ -133,13 +144,25 @@ impl PersistBatch {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LogWrite {
-    /// Remove the group's entries from `from` on.
+    /// Remove the group's entries from `from` on; from 0: forget its log and the snapshot
+    /// it starts after (the replica left this node).
     Truncate { group: GroupId, from: LogIndex },
     /// Store entries `first, first + 1, …`.
     Append {
         group: GroupId,
         first: LogIndex,
         entries: Vec<Entry>,
+    },
+    /// The group's log restarts after `index` (whose entry had `term`): the state machine
+    /// holds a snapshot of everything up to it ([`MultiRaft::install_snapshot`]).
+    /// `members` were the group's members at `index`; `state` is the state machine's own
+    /// record of the snapshot, handed back to it after a restart.
+    Snapshot {
+        group: GroupId,
+        index: LogIndex,
+        term: Term,
+        members: Vec<NodeId>,
+        state: Bytes,
     },
 }
 
@@ -219,29 +242,27 @@ impl MultiRaft {
         hard_state: HardState,
         log: Log,
     ) {
-        let durable = log.last_index();
         let deadline = self.election_deadline();
-        self.groups.insert(
-            group,
-            Group {
-                id: group,
-                members,
-                hard_state,
-                log,
-                commit: LogIndex(0),
-                applied: LogIndex(0),
-                durable,
-                role: Role::Follower { leader: None },
-                election_deadline: deadline,
-                heard_from_leader_at: Some(self.now),
-            },
-        );
+        let mut state = Group::restore(group, members, hard_state, log, self.now, deadline);
+        // A log that starts after a snapshot: everything up to it is applied already.
+        let snapshot = state.log.first_index().previous();
+        state.commit = snapshot;
+        state.applied = snapshot;
+        self.groups.insert(group, state);
     }
 
     /// Drops this node's replica of `group` (its tablet left this node, or its table was
-    /// dropped): messages for it are refused from now on as for a group never added.
+    /// dropped): messages for it are refused from now on as for a group never added. Its
+    /// log (and any snapshot it starts after) is forgotten durably — the state machine's
+    /// data goes with the tablet, so a replica added again later starts empty — while
+    /// its term and vote stay.
     pub fn remove_group(&mut self, group: GroupId) -> Option<Group> {
-        self.groups.remove(&group)
+        let removed = self.groups.remove(&group)?;
+        self.pending.writes.push(LogWrite::Truncate {
+            group,
+            from: LogIndex(0),
+        });
+        Some(removed)
     }
 
     pub fn group(&self, group: GroupId) -> Option<&Group> {
@@ -267,10 +288,93 @@ impl MultiRaft {
             });
         }
         let term = state.hard_state.term;
-        let entry = Entry { term, payload };
-        let index = state.log.push(entry.clone());
+        let entry = Entry::new(term, payload);
+        let index = state.push(entry.clone());
         self.pending.record_append(group, index, entry);
         Ok(Proposal { term, index })
+    }
+
+    /// Proposes that `members` become the members of a group this node leads: one member
+    /// added or removed (Raft's single-server change), once the leader has committed an
+    /// entry of its term and no earlier change is still uncommitted. The new members are
+    /// in force from the entry's append on; a leader that removed itself steps down once
+    /// the entry commits.
+    pub fn change_members(
+        &mut self,
+        group: GroupId,
+        members: Vec<NodeId>,
+    ) -> Result<Proposal, MembershipRefused> {
+        let me = self.me;
+        let state = self
+            .groups
+            .get_mut(&group)
+            .ok_or(MembershipRefused::NotLeader(NotLeader { leader: None }))?;
+        let Role::Leader(leadership) = &state.role else {
+            return Err(MembershipRefused::NotLeader(NotLeader {
+                leader: state.leader(),
+            }));
+        };
+        if state.commit < leadership.term_start
+            || state
+                .last_member_change()
+                .is_some_and(|at| at > state.commit)
+        {
+            return Err(MembershipRefused::ChangeUnderWay);
+        }
+        let added = members
+            .iter()
+            .filter(|m| !state.members.contains(m))
+            .count();
+        let removed = state
+            .members
+            .iter()
+            .filter(|m| !members.contains(m))
+            .count();
+        if added + removed != 1 || members.is_empty() {
+            return Err(MembershipRefused::NotOneMember);
+        }
+        let term = state.hard_state.term;
+        let entry = Entry::members(term, &members);
+        let index = state.push(entry.clone());
+        state.track_members(me);
+        self.pending.record_append(group, index, entry);
+        // A group that lost a member may have a majority already.
+        self.advance_commit(group);
+        Ok(Proposal { term, index })
+    }
+
+    /// Installs a snapshot of the state machine at `index` (whose entry had `term`, when
+    /// the members were `members`): the log restarts after it, everything up to it counts
+    /// as committed and applied. The caller has put the state machine's data in place
+    /// first and made it durable; `state` is the state machine's own record of it, written
+    /// with the log. `false` when the group is not here or already has `index` applied.
+    pub fn install_snapshot(
+        &mut self,
+        group: GroupId,
+        index: LogIndex,
+        term: Term,
+        members: Vec<NodeId>,
+        state: Bytes,
+    ) -> bool {
+        let Some(replica) = self.groups.get_mut(&group) else {
+            return false;
+        };
+        if replica.applied >= index {
+            return false;
+        }
+        replica.restart_after(index, term, members.clone());
+        replica.commit = replica.commit.max(index);
+        replica.applied = index;
+        replica.durable = replica.durable.min(replica.log.last_index());
+        self.pending.touched.insert(group);
+        self.pending.writes.push(LogWrite::Snapshot {
+            group,
+            index,
+            term,
+            members,
+            state,
+        });
+        true
     }
 
     /// Starts an election for `group` now, as if its timer had run out (to hand leadership
@@ -442,11 +546,17 @@ impl MultiRaft {
                 }
                 let previous_index = progress.next.previous();
                 let Some(previous_term) = group.log.term_at(previous_index) else {
-                    // Compacted away: this follower needs the tablet's data, not the log
-                    // (the tablet streaming of a move); nothing to send from here.
+                    // Compacted away: this follower needs the state machine's snapshot,
+                    // not the log; nothing to send from here.
                     continue;
                 };
-                let entries = group.log.slice(progress.next, max_entries);
+                // A follower waiting for a snapshot gets heartbeats only: once it has
+                // installed one, it accepts the first and asks for what follows.
+                let entries = if progress.awaiting_snapshot {
+                    Vec::new()
+                } else {
+                    group.log.slice(progress.next, max_entries)
+                };
                 let last = LogIndex(previous_index.0 + entries.len() as u64);
                 progress.next = last.next();
                 progress.commit_sent = group.commit;
@@ -567,15 +677,15 @@ impl MultiRaft {
         group.heard_from_leader_at = Some(now);
         group.election_deadline = deadline;
 
-        let log = &mut group.log;
-        if append.previous_index > log.last_index() {
+        if append.previous_index > group.log.last_index() {
             return Err(RefusalReason::Gap {
-                from: log.last_index().next(),
+                from: group.log.last_index().next(),
             });
         }
-        if let Some(term_here) = log.term_at(append.previous_index) {
+        if let Some(term_here) = group.log.term_at(append.previous_index) {
             if term_here != append.previous_term {
                 // Resend from the first entry of the disagreeing term.
+                let log = &group.log;
                 let mut first = append.previous_index;
                 while first.previous() >= log.first_index()
                     && log.term_at(first.previous()) == Some(term_here)
@@ -589,11 +699,11 @@ impl MultiRaft {
         let mut index = append.previous_index;
         for entry in append.entries {
             index = index.next();
-            match log.term_at(index) {
+            match group.log.term_at(index) {
                 Some(term_here) if term_here == entry.term => continue,
-                _ if index < log.first_index() => continue,
+                _ if index < group.log.first_index() => continue,
                 Some(_) => {
-                    log.truncate_from(index);
+                    group.truncate_from(index);
                     group.durable = group.durable.min(index.previous());
                     self.pending.record_truncate(id, index);
                     for sealed in self.sealed.iter_mut() {
@@ -606,7 +716,7 @@ impl MultiRaft {
                 }
                 None => {}
             }
-            log.push(entry.clone());
+            group.push(entry.clone());
             self.pending.record_append(id, index, entry);
         }
         let commit = append.commit.min(index);
@@ -657,6 +767,8 @@ impl MultiRaft {
                                 .next()
                                 .max(resend_from.min(progress.next))
                                 .max(first_held);
+                            // It lacks entries this leader no longer holds.
+                            progress.awaiting_snapshot = resend_from < first_held;
                             progress.resent_from_epoch = next_epoch;
                         }
                     }
@@ -667,6 +779,7 @@ impl MultiRaft {
                     if let Some(progress) = self.progress_mut(id, term, from) {
                         progress.matched = progress.matched.max(last);
                         progress.next = progress.next.max(last.next());
+                        progress.awaiting_snapshot = false;
                         progress.acknowledged_sent_at =
                             progress.acknowledged_sent_at.max(Some(sent_at));
                         touched.insert(id);
@@ -766,7 +879,13 @@ impl MultiRaft {
         };
         if matched > group.commit && group.log.term_at(matched) == Some(group.hard_state.term) {
             group.commit = matched;
+            let removed = !group.members.contains(&me)
+                && group.last_member_change().is_some_and(|at| at <= matched);
             self.apply_committed(id);
+            if removed {
+                // The change that removed this leader is committed: the others go on.
+                self.step_down(id, None);
+            }
         }
     }
 
@@ -973,31 +1092,18 @@ impl MultiRaft {
             return;
         };
         let term = group.hard_state.term;
-        let noop = Entry {
-            term,
-            payload: Bytes::new(),
-        };
+        let noop = Entry::new(term, Bytes::new());
         let next = group.log.last_index().next();
         let progress = group
             .others(me)
-            .map(|peer| {
-                let progress = Progress {
-                    next,
-                    matched: LogIndex(0),
-                    acknowledged_sent_at: None,
-                    resent_from_epoch: Epoch(0),
-                    commit_sent: LogIndex(0),
-                    last_sent_at: Millis(0),
-                };
-                (peer, progress)
-            })
+            .map(|peer| (peer, Progress::new(next)))
             .collect();
         group.role = Role::Leader(Leadership {
             progress,
             since: now,
             term_start: next,
         });
-        let index = group.log.push(noop.clone());
+        let index = group.push(noop.clone());
         self.pending.record_append(id, index, noop);
         self.outputs.push(Output::LeaderChanged {
             group: id,
@@ -1057,7 +1163,7 @@ fn append_due(
     now: Millis,
     heartbeat_ms: u64,
 ) -> bool {
-    last_index >= progress.next
+    (last_index >= progress.next && !progress.awaiting_snapshot)
         || progress.commit_sent < commit
         || progress.last_sent_at.plus(heartbeat_ms) <= now
 }

@@ -32,6 +32,7 @@
 use crate::internode::{Message, Peers, Reply};
 use crate::membership::FailureDetector;
 use crate::streaming::{StreamReply, StreamRequest, Streaming, TabletKeys};
+use crate::strong::{StrongReply, StrongRequest, StrongTables, WireStatus};
 use parking_lot::Mutex;
 use shoal_cluster::{ClusterMetadata, ClusterState, Command, CommandOutcome, Member, MemberState};
 use shoal_model::{HostId, TableId, TabletId};
@@ -56,6 +57,12 @@ const STALLED_STREAM_REPORT: Duration = Duration::from_secs(20);
 const BARRIER_BOUND: Duration = Duration::from_secs(15);
 /// Pause before a failed step is tried again.
 const RETRY: Duration = Duration::from_millis(500);
+/// How long a new member of a strongly consistent tablet's group may take to catch up
+/// (and a member's removal to commit) before the step is retried.
+const CATCH_UP_BOUND: Duration = Duration::from_secs(30);
+/// Entries a new member may still lack when it counts as caught up (it keeps receiving
+/// them; the bound only keeps a busy group from holding the move forever).
+const CAUGHT_UP_SLACK: u64 = 64;
 /// A `Receive` call's timeout (the destination answers within about 10 s).
 const RECEIVE_CALL: Duration = Duration::from_secs(40);
 
@@ -68,8 +75,8 @@ pub struct MigrationDriver {
     pub detector: Arc<FailureDetector>,
     /// Migrations one node takes part in at once.
     pub migrations_per_node: usize,
-    /// Tablets of strongly consistent tables stay where they are (their Raft groups do
-    /// not change members yet).
+    /// A tablet of a strongly consistent table moves with its Raft group: the pending
+    /// replica joins the group, the leaving one leaves it.
     pub strong: Arc<crate::strong::StrongTables>,
     /// Migrations with a task driving them.
     running: Mutex<HashSet<MigrationId>>,
@@ -182,22 +189,10 @@ impl MigrationDriver {
         budget
     }
 
-    /// The tables whose tablets the balancer may move: all but those of strongly
-    /// consistent keyspaces (their Raft groups do not change members yet).
-    fn movable_tables<'s>(
-        &'s self,
-        state: &'s ClusterState,
-    ) -> impl Iterator<Item = (&'s TableId, &'s shoal_cluster::TablePlacement)> + 's {
-        state
-            .tables
-            .iter()
-            .filter(|(table, _)| !self.strong.is_strong(table))
-    }
-
     async fn start_moves(&self, state: &ClusterState) -> Result<(), String> {
         let nodes = self.balancer_nodes(state);
         let mut budget = self.budget(state);
-        for (table, placement) in self.movable_tables(state) {
+        for (table, placement) in &state.tables {
             let moves = plan_moves(&placement.tablets, &placement.strategy, &nodes, &mut budget);
             let settled = moves.is_empty() && placement.tablets.transitions().next().is_none();
             for planned in moves {
@@ -240,7 +235,7 @@ impl MigrationDriver {
         // nothing more coming is normal.
         let mut unlimited = Budget::new(usize::MAX);
         let mut incoming: HashSet<HostId> = HashSet::new();
-        for (_, placement) in self.movable_tables(state) {
+        for placement in state.tables.values() {
             for planned in plan_moves(
                 &placement.tablets,
                 &placement.strategy,
@@ -361,18 +356,37 @@ impl MigrationDriver {
         let pending_member = transition
             .pending
             .and_then(|h| state.member_by_host(&h).cloned());
+        let strong = self.strong.is_strong(&table);
         // A pending replica that died takes the migration back, as long as the replica set
         // has not switched.
         if transition.stage < MigrationStage::Cleanup {
             if let Some(pending) = &pending_member {
                 if !self.alive(&pending.host_id) {
                     tracing::info!(%table, tablet = tablet.0, %migration, node = %pending.internode_address, "the node receiving the tablet is down: aborting the migration");
+                    if strong {
+                        self.leave_group(table, current, pending.host_id).await?;
+                    }
                     self.end(table, tablet, migration, true).await?;
                     return Ok(false);
                 }
             }
         }
         match transition.stage {
+            MigrationStage::WriteBoth if strong => {
+                if let Some(pending) = &pending_member {
+                    self.join_group(&state, current, pending, migration, tablet_keys)
+                        .await?;
+                }
+                self.advance(table, tablet, migration, MigrationStage::ReadNew)
+                    .await
+            }
+            MigrationStage::ReadNew if strong => {
+                if let Some(leaving) = transition.leaving {
+                    self.leave_group(table, current, leaving).await?;
+                }
+                self.advance(table, tablet, migration, MigrationStage::Cleanup)
+                    .await
+            }
             MigrationStage::Allocated => {
                 let pending = pending_member.ok_or(Step::Gone)?;
                 self.stream_call(
@@ -419,6 +433,145 @@ impl MigrationDriver {
                 self.end(table, tablet, migration, false).await?;
                 Ok(false)
             }
+        }
+    }
+
+    /// A strongly consistent tablet's pending replica joins its Raft group: the leader
+    /// adds it as a member (a single-server change), it installs a snapshot — the tablet's
+    /// data streamed from the leader after the leader named the index that data covers —
+    /// and catches up from the log after it. Each part is skipped when already done.
+    async fn join_group(
+        &self,
+        state: &ClusterState,
+        tablet: &shoal_placement::Tablet,
+        pending: &Member,
+        migration: MigrationId,
+        keys: TabletKeys,
+    ) -> Result<(), Step> {
+        let target = StrongTables::tablet_group(&keys.table, tablet);
+        let newcomer = pending.host_id;
+        let status = self
+            .strong
+            .leader_status(&target)
+            .await
+            .map_err(Step::Retry)?;
+        if !status.members.contains(&newcomer.0) {
+            if !status.members_settled {
+                return Err(Step::Retry(
+                    "an earlier membership change of the group is still committing".into(),
+                ));
+            }
+            self.strong
+                .change_members(&target, Some(newcomer), None)
+                .await
+                .map_err(Step::Retry)?;
+        }
+        let here = self.replica_status(newcomer, &target).await?;
+        if here.applied == 0 {
+            let leader = HostId(status.replica);
+            let point = match self
+                .strong
+                .on_node(
+                    leader,
+                    StrongRequest::SnapshotPoint {
+                        group: target.group.0,
+                    },
+                )
+                .await
+            {
+                Some(StrongReply::Snapshot(point)) => point,
+                other => return Err(Step::Retry(format!("no snapshot point: {other:?}"))),
+            };
+            let source = address_of(state, &leader)
+                .ok_or_else(|| Step::Retry("the leader is not a member".into()))?;
+            self.receive(pending, tablet.id, migration, keys, vec![source])
+                .await?;
+            match self
+                .strong
+                .on_node(
+                    newcomer,
+                    StrongRequest::Install {
+                        group: target.group.0,
+                        point,
+                    },
+                )
+                .await
+            {
+                Some(StrongReply::Applied) => {}
+                other => return Err(Step::Retry(format!("snapshot not installed: {other:?}"))),
+            }
+        }
+        // Caught up: it has applied what the leader had when it was added (or later).
+        let started = tokio::time::Instant::now();
+        loop {
+            let status = self
+                .strong
+                .leader_status(&target)
+                .await
+                .map_err(Step::Retry)?;
+            let here = self.replica_status(newcomer, &target).await?;
+            if status.members.contains(&newcomer.0)
+                && status.members_settled
+                && here.applied >= status.applied.saturating_sub(CAUGHT_UP_SLACK)
+            {
+                return Ok(());
+            }
+            if started.elapsed() > CATCH_UP_BOUND {
+                return Err(Step::Retry(format!(
+                    "the new replica has applied {} of the leader's {}",
+                    here.applied, status.applied
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// `member` leaves the Raft group of a strongly consistent tablet (once no other
+    /// membership change is committing); done when the leader has committed that.
+    async fn leave_group(
+        &self,
+        table: TableId,
+        tablet: &shoal_placement::Tablet,
+        member: HostId,
+    ) -> Result<(), Step> {
+        let target = StrongTables::tablet_group(&table, tablet);
+        let started = tokio::time::Instant::now();
+        while started.elapsed() < CATCH_UP_BOUND {
+            let status = self
+                .strong
+                .leader_status(&target)
+                .await
+                .map_err(Step::Retry)?;
+            if status.members_settled {
+                if !status.members.contains(&member.0) {
+                    return Ok(());
+                }
+                self.strong
+                    .change_members(&target, None, Some(member))
+                    .await
+                    .map_err(Step::Retry)?;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(Step::Retry(
+            "the group has not committed the member's removal yet".into(),
+        ))
+    }
+
+    async fn replica_status(
+        &self,
+        node: HostId,
+        target: &crate::strong::TabletGroup,
+    ) -> Result<WireStatus, Step> {
+        let request = StrongRequest::Status {
+            group: target.group.0,
+            leader_only: false,
+        };
+        match self.strong.on_node(node, request).await {
+            Some(StrongReply::Status(status)) => Ok(status),
+            other => Err(Step::Retry(format!(
+                "the new replica's group is not ready: {other:?}"
+            ))),
         }
     }
 

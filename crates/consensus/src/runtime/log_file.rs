@@ -45,20 +45,46 @@ const MAX_RECORD_BYTES: usize = 1 << 30;
 #[derive(Default, Debug)]
 pub struct Recovered {
     pub hard_states: BTreeMap<GroupId, HardState>,
-    /// Each group's entries from index 1 on.
-    pub logs: BTreeMap<GroupId, Vec<Entry>>,
+    /// Each group's log.
+    pub logs: BTreeMap<GroupId, RecoveredLog>,
+    /// The last snapshot each group installed, if any: its members and the state
+    /// machine's record of it.
+    pub snapshots: BTreeMap<GroupId, RecoveredSnapshot>,
     /// The last epoch written (the next incarnation starts above it).
     pub last_epoch: Epoch,
     /// Replay stopped at a damaged record (a torn last write).
     pub damaged: bool,
 }
 
+/// One group's entries as the file holds them: from index 1, or after its last snapshot.
+#[derive(Default, Debug)]
+pub struct RecoveredLog {
+    /// The index before `entries[0]` (0, or the snapshot's index) and its entry's term.
+    pub before: LogIndex,
+    pub before_term: Term,
+    pub entries: Vec<Entry>,
+}
+
+impl RecoveredLog {
+    /// Keeps the entries before `index` (and after the snapshot).
+    fn truncate_from(&mut self, index: LogIndex) {
+        let keep = index.0.saturating_sub(self.before.0 + 1) as usize;
+        self.entries.truncate(keep);
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct RecoveredSnapshot {
+    pub members: Vec<crate::NodeId>,
+    pub state: Bytes,
+}
+
 impl Recovered {
     /// The log of `group` as [`crate::MultiRaft::add_group`] takes it, moved out of what
     /// was recovered (a group is restored once).
     pub fn take_log(&mut self, group: GroupId) -> Log {
-        let entries = self.logs.remove(&group).unwrap_or_default();
-        Log::restore(LogIndex(1), Term(0), entries)
+        let log = self.logs.remove(&group).unwrap_or_default();
+        Log::restore(log.before.next(), log.before_term, log.entries)
     }
 }
 
@@ -235,9 +261,15 @@ fn apply(recovered: &mut Recovered, batch: PersistBatch) {
     }
     for write in batch.writes {
         match write {
+            LogWrite::Truncate {
+                group,
+                from: LogIndex(0),
+            } => {
+                recovered.logs.remove(&group);
+                recovered.snapshots.remove(&group);
+            }
             LogWrite::Truncate { group, from } => {
-                let log = recovered.logs.entry(group).or_default();
-                log.truncate(from.0.saturating_sub(1) as usize);
+                recovered.logs.entry(group).or_default().truncate_from(from);
             }
             LogWrite::Append {
                 group,
@@ -245,9 +277,36 @@ fn apply(recovered: &mut Recovered, batch: PersistBatch) {
                 entries,
             } => {
                 let log = recovered.logs.entry(group).or_default();
-                // Appends follow the log's end (or rewrite its tail after a truncation).
-                log.truncate(first.0.saturating_sub(1) as usize);
-                log.extend(entries);
+                // Appends follow the log's end (or rewrite its tail after a truncation);
+                // entries a snapshot covers are skipped.
+                log.truncate_from(first);
+                let covered = log.before.0.saturating_sub(first.0.saturating_sub(1)) as usize;
+                log.entries.extend(entries.into_iter().skip(covered));
+            }
+            LogWrite::Snapshot {
+                group,
+                index,
+                term,
+                members,
+                state,
+            } => {
+                let log = recovered.logs.entry(group).or_default();
+                // As `Log::restart_after`: entries after the snapshot that agree stay.
+                let offset = index.0.checked_sub(log.before.0 + 1);
+                let agrees = offset
+                    .and_then(|offset| log.entries.get(offset as usize))
+                    .is_some_and(|entry| entry.term == term);
+                if agrees {
+                    let drop = (index.0 - log.before.0) as usize;
+                    log.entries.drain(..drop);
+                } else {
+                    log.entries.clear();
+                }
+                log.before = index;
+                log.before_term = term;
+                recovered
+                    .snapshots
+                    .insert(group, RecoveredSnapshot { members, state });
             }
         }
     }
@@ -378,7 +437,7 @@ mod tests {
         assert_eq!(recovered.last_epoch, Epoch(2));
         assert_eq!(recovered.hard_states[&group].term, Term(1));
         assert_eq!(
-            recovered.logs[&group],
+            recovered.logs[&group].entries,
             vec![entry(1, b"a"), entry(1, b"b"), entry(2, b"d")]
         );
         // New writes go to a new segment and are replayed after the old ones.
@@ -397,7 +456,7 @@ mod tests {
         assert!(!again.damaged, "the damage was erased");
         assert_eq!(again.last_epoch, Epoch(9));
         assert_eq!(
-            again.logs[&group],
+            again.logs[&group].entries,
             vec![
                 entry(1, b"a"),
                 entry(1, b"b"),
@@ -419,6 +478,7 @@ mod tests {
                 group: GroupId(1),
                 first: LogIndex(1),
                 entries: vec![Entry {
+                    kind: crate::EntryKind::Data,
                     term: Term(1),
                     payload: big.clone(),
                 }],
@@ -427,6 +487,56 @@ mod tests {
         file.append(&[batch]).expect("writes");
         drop(file);
         let (_, recovered) = EpochLogFile::open(directory.path()).expect("reopens");
-        assert_eq!(recovered.logs[&GroupId(1)][0].payload, big);
+        assert_eq!(recovered.logs[&GroupId(1)].entries[0].payload, big);
+    }
+
+    #[test]
+    fn a_snapshot_restarts_the_log_and_is_recovered_with_its_members_and_state() {
+        let directory = tempfile::tempdir().expect("a directory");
+        let (mut file, _) = EpochLogFile::open(directory.path()).expect("opens");
+        let group = GroupId(3);
+        let member = shoal_model::HostId([4; 16]);
+        let batches = [
+            PersistBatch {
+                epoch: Epoch(1),
+                hard_states: vec![],
+                writes: vec![LogWrite::Append {
+                    group,
+                    first: LogIndex(1),
+                    entries: vec![entry(1, b"a"), entry(1, b"b"), entry(1, b"c")],
+                }],
+            },
+            PersistBatch {
+                epoch: Epoch(2),
+                hard_states: vec![],
+                writes: vec![
+                    // The log agrees at 2: entry 3 stays after the snapshot.
+                    LogWrite::Snapshot {
+                        group,
+                        index: LogIndex(2),
+                        term: Term(1),
+                        members: vec![member],
+                        state: Bytes::from_static(b"clock"),
+                    },
+                    LogWrite::Append {
+                        group,
+                        first: LogIndex(4),
+                        entries: vec![entry(2, b"d")],
+                    },
+                ],
+            },
+        ];
+        file.append(&batches).expect("writes");
+        drop(file);
+        let (_, mut recovered) = EpochLogFile::open(directory.path()).expect("reopens");
+        let snapshot = recovered.snapshots[&group].clone();
+        assert_eq!(snapshot.members, vec![member]);
+        assert_eq!(snapshot.state, Bytes::from_static(b"clock"));
+        let log = recovered.take_log(group);
+        assert_eq!(log.first_index(), LogIndex(3));
+        assert_eq!(log.term_at(LogIndex(2)), Some(Term(1)));
+        assert_eq!(log.last_index(), LogIndex(4));
+        assert_eq!(log.get(LogIndex(3)), Some(&entry(1, b"c")));
+        assert_eq!(log.get(LogIndex(4)), Some(&entry(2, b"d")));
     }
 }

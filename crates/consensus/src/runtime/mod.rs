@@ -15,8 +15,9 @@
 pub mod log_file;
 pub mod tcp;
 
+use crate::log::EntryKind;
 use crate::message::Message;
-use crate::node::{Config, MultiRaft, NotLeader, Output, PersistBatch};
+use crate::node::{Config, MembershipRefused, MultiRaft, NotLeader, Output, PersistBatch};
 use crate::{Epoch, GroupId, LogIndex, Millis, NodeId, Term};
 use bytes::Bytes;
 use log_file::{EpochLogFile, Recovered};
@@ -35,6 +36,16 @@ const COMMANDS_PER_TURN: usize = 1024;
 /// Applies committed entries (for a table: writes their cells to the engine).
 pub trait StateMachine: Send + 'static {
     fn apply(&mut self, group: GroupId, index: LogIndex, payload: &Bytes);
+
+    /// What the state machine keeps of `group` besides its data, as of the last entry
+    /// applied (for a table: the clock that orders timestamps): carried with a snapshot.
+    fn snapshot_state(&self, _group: GroupId) -> Bytes {
+        Bytes::new()
+    }
+
+    /// Takes back [`StateMachine::snapshot_state`]'s record when a snapshot is installed
+    /// (and when a node restarts from one).
+    fn restore_state(&mut self, _group: GroupId, _state: &Bytes) {}
 }
 
 /// Delivers messages to peer nodes, in order per peer, without waiting.
@@ -75,6 +86,34 @@ pub enum ProposeError {
     Superseded,
     /// The node is shutting down or its log failed.
     Stopped,
+    /// A membership change was not proposed (see [`MembershipRefused`]).
+    Membership(MembershipRefused),
+}
+
+/// Where a group's state machine stands on one replica: what a snapshot taken from it
+/// now holds, and what a joining member installs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotPoint {
+    /// The last entry applied, and its term.
+    pub index: LogIndex,
+    pub term: Term,
+    /// The members once the log holds `index`.
+    pub members: Vec<NodeId>,
+    /// The state machine's [`StateMachine::snapshot_state`] at `index`.
+    pub state: Bytes,
+}
+
+/// One replica's view of its group (for the operations that change its members).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupStatus {
+    /// The members now (the last membership entry's, committed or not).
+    pub members: Vec<NodeId>,
+    pub is_leader: bool,
+    pub applied: LogIndex,
+    /// The last membership entry is committed (or the log holds none).
+    pub members_settled: bool,
+    /// On a leader: each other member and the last index it is known to hold.
+    pub matched: Vec<(NodeId, LogIndex)>,
 }
 
 /// What the node counts (for the benchmark and the metrics).
@@ -106,6 +145,24 @@ enum Command {
     },
     AddGroup {
         spec: GroupSpec,
+    },
+    ChangeMembers {
+        group: GroupId,
+        members: Vec<NodeId>,
+        done: oneshot::Sender<Result<(), ProposeError>>,
+    },
+    SnapshotPoint {
+        group: GroupId,
+        answer: oneshot::Sender<Option<SnapshotPoint>>,
+    },
+    InstallSnapshot {
+        group: GroupId,
+        point: SnapshotPoint,
+        done: oneshot::Sender<bool>,
+    },
+    Status {
+        group: GroupId,
+        answer: oneshot::Sender<Option<GroupStatus>>,
     },
     RemoveGroup {
         group: GroupId,
@@ -185,6 +242,63 @@ impl RaftHandle {
             .is_ok()
     }
 
+    /// Proposes that `members` become `group`'s members (this node must lead it; see
+    /// [`MultiRaft::change_members`]) and waits until the change is committed and applied
+    /// here.
+    pub async fn change_members(
+        &self,
+        group: GroupId,
+        members: Vec<NodeId>,
+    ) -> Result<(), ProposeError> {
+        let (done, result) = oneshot::channel();
+        self.commands
+            .send(Command::ChangeMembers {
+                group,
+                members,
+                done,
+            })
+            .await
+            .map_err(|_| ProposeError::Stopped)?;
+        result.await.unwrap_or(Err(ProposeError::Stopped))
+    }
+
+    /// Where `group`'s state machine stands here (`None`: no replica here). Data read
+    /// from the state machine after this answers holds everything up to its index.
+    pub async fn snapshot_point(&self, group: GroupId) -> Option<SnapshotPoint> {
+        let (answer, result) = oneshot::channel();
+        self.commands
+            .send(Command::SnapshotPoint { group, answer })
+            .await
+            .ok()?;
+        result.await.ok().flatten()
+    }
+
+    /// Installs a snapshot taken at `point` on this node's replica of `group`, whose
+    /// data the caller has made durable in the state machine already; `false` when the
+    /// group is not here or had applied that far already.
+    pub async fn install_snapshot(&self, group: GroupId, point: SnapshotPoint) -> bool {
+        let (done, result) = oneshot::channel();
+        if self
+            .commands
+            .send(Command::InstallSnapshot { group, point, done })
+            .await
+            .is_err()
+        {
+            return false;
+        }
+        result.await.unwrap_or(false)
+    }
+
+    /// This node's view of `group` (`None`: no replica here).
+    pub async fn status(&self, group: GroupId) -> Option<GroupStatus> {
+        let (answer, result) = oneshot::channel();
+        self.commands
+            .send(Command::Status { group, answer })
+            .await
+            .ok()?;
+        result.await.ok().flatten()
+    }
+
     /// The index a linearizable read must see applied, if this node may serve one now.
     /// When it answers, the state machine has applied every entry up to that index: a read
     /// of it from here on is linearizable.
@@ -229,8 +343,9 @@ pub fn start(
         Millis(0),
     );
     let mut recovered = recovered;
+    let mut state_machine = state_machine;
     for spec in groups {
-        restore_group(&mut raft, &mut recovered, spec);
+        restore_group(&mut raft, &mut recovered, state_machine.as_mut(), spec);
     }
     let counters = Arc::new(Counters::default());
     let (commands_tx, commands) = mpsc::channel(COMMAND_QUEUE);
@@ -265,8 +380,14 @@ pub fn start(
 }
 
 /// Adds `spec`'s group to `raft` with what the log file kept of it (taken from
-/// `recovered`: a group dropped and added again later starts from its last state here).
-fn restore_group(raft: &mut MultiRaft, recovered: &mut Recovered, spec: GroupSpec) {
+/// `recovered`): its term and vote, its log, and the snapshot the log starts after — its
+/// members then, and the state machine's record of it, handed back to `state_machine`.
+fn restore_group(
+    raft: &mut MultiRaft,
+    recovered: &mut Recovered,
+    state_machine: &mut dyn StateMachine,
+    spec: GroupSpec,
+) {
     if raft.group(spec.group).is_some() {
         return;
     }
@@ -275,7 +396,14 @@ fn restore_group(raft: &mut MultiRaft, recovered: &mut Recovered, spec: GroupSpe
         .remove(&spec.group)
         .unwrap_or_default();
     let log = recovered.take_log(spec.group);
-    raft.add_group(spec.group, spec.members, hard_state, log);
+    let members = match recovered.snapshots.remove(&spec.group) {
+        Some(snapshot) => {
+            state_machine.restore_state(spec.group, &snapshot.state);
+            snapshot.members
+        }
+        None => spec.members,
+    };
+    raft.add_group(spec.group, members, hard_state, log);
 }
 
 /// The log thread: every batch waiting is written with one sync.
@@ -468,10 +596,87 @@ impl NodeTask {
                 self.read_answers.push((answer, index));
             }
             Command::AddGroup { spec } => {
-                restore_group(&mut self.raft, &mut self.recovered, spec);
+                restore_group(
+                    &mut self.raft,
+                    &mut self.recovered,
+                    self.state_machine.as_mut(),
+                    spec,
+                );
+            }
+            Command::ChangeMembers {
+                group,
+                members,
+                done,
+            } => {
+                if self.failed {
+                    let _ = done.send(Err(ProposeError::Stopped));
+                    return None;
+                }
+                match self.raft.change_members(group, members) {
+                    Ok(proposal) => {
+                        self.waiting
+                            .insert((group, proposal.index), (proposal.term, done));
+                    }
+                    Err(MembershipRefused::NotLeader(not_leader)) => {
+                        let _ = done.send(Err(ProposeError::NotLeader(not_leader.leader)));
+                    }
+                    Err(refused) => {
+                        let _ = done.send(Err(ProposeError::Membership(refused)));
+                    }
+                }
+            }
+            Command::SnapshotPoint { group, answer } => {
+                let point = self.raft.group(group).and_then(|state| {
+                    Some(SnapshotPoint {
+                        index: state.applied,
+                        term: state.log.term_at(state.applied)?,
+                        members: state.members_at(state.applied),
+                        state: self.state_machine.snapshot_state(group),
+                    })
+                });
+                let _ = answer.send(point);
+            }
+            Command::InstallSnapshot { group, point, done } => {
+                let state = point.state.clone();
+                let installed = self.raft.install_snapshot(
+                    group,
+                    point.index,
+                    point.term,
+                    point.members,
+                    point.state,
+                );
+                if installed {
+                    self.state_machine.restore_state(group, &state);
+                }
+                let _ = done.send(installed);
+            }
+            Command::Status { group, answer } => {
+                let me = self.raft.id();
+                let status = self.raft.group(group).map(|state| GroupStatus {
+                    members: state.members.clone(),
+                    is_leader: state.is_leader(),
+                    applied: state.applied,
+                    members_settled: state
+                        .last_member_change()
+                        .is_none_or(|at| at <= state.commit),
+                    matched: match &state.role {
+                        crate::Role::Leader(leadership) => leadership
+                            .progress
+                            .iter()
+                            .filter(|(peer, _)| **peer != me)
+                            .map(|(peer, progress)| (*peer, progress.matched))
+                            .collect(),
+                        _ => Vec::new(),
+                    },
+                });
+                let _ = answer.send(status);
             }
             Command::RemoveGroup { group } => {
-                self.raft.remove_group(group);
+                if let Some(removed) = self.raft.remove_group(group) {
+                    // Its term and vote stay (a vote is never cast twice in a term, should
+                    // the group come back here); its log and snapshot were forgotten.
+                    self.recovered.hard_states.insert(group, removed.hard_state);
+                }
                 let doomed: Vec<(GroupId, LogIndex)> = self
                     .waiting
                     .keys()
@@ -514,7 +719,7 @@ impl NodeTask {
                     index,
                     entry,
                 } => {
-                    if !entry.payload.is_empty() {
+                    if entry.kind == EntryKind::Data && !entry.payload.is_empty() {
                         self.state_machine.apply(group, index, &entry.payload);
                     }
                     self.counters

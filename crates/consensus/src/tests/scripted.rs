@@ -382,3 +382,198 @@ fn a_node_outside_the_group_can_neither_lead_it_nor_be_elected() {
             }
     )));
 }
+
+#[test]
+fn a_member_added_by_a_membership_change_catches_up_from_a_snapshot_and_the_leader_can_remove_itself(
+) {
+    let mut scripted = Scripted::new(64);
+    let [a, b, c] = [node_id(0), node_id(1), node_id(2)];
+    let newcomer = node_id(3);
+    scripted.elect(a, b);
+    for payload in ["one", "two", "three"] {
+        scripted
+            .raft(a)
+            .propose(GROUP, Bytes::from(payload))
+            .expect("the leader takes it");
+    }
+    scripted.replicate(a, b);
+    scripted.replicate(a, c);
+    scripted.persist(a);
+    // A second round tells every member that all of them hold the entries: they are
+    // dropped from memory, so a new member can only start from a snapshot.
+    scripted.replicate(a, b);
+    scripted.replicate(a, c);
+    assert!(
+        scripted
+            .raft(a)
+            .group(GROUP)
+            .expect("the group")
+            .log
+            .first_index()
+            > LogIndex(1)
+    );
+
+    // The newcomer holds the group, with the members it will have.
+    let mut all = Scripted::members();
+    all.push(newcomer);
+    scripted.nodes.insert(
+        newcomer,
+        Node {
+            raft: None,
+            durable: Durable::default(),
+            writes: VecDeque::new(),
+            incarnation: 1,
+            now: scripted.nodes[&a].now,
+        },
+    );
+    let mut raft = MultiRaft::new(
+        newcomer,
+        scripted.config.clone(),
+        Epoch(1 << 32),
+        9,
+        Millis(0),
+    );
+    raft.add_group(
+        GROUP,
+        all.clone(),
+        crate::HardState::default(),
+        Log::default(),
+    );
+    scripted.nodes.get_mut(&newcomer).expect("a node").raft = Some(raft);
+
+    // Two members at once, or a change while another is uncommitted: refused.
+    let mut two_more = all.clone();
+    two_more.push(node_id(4));
+    assert_eq!(
+        scripted.raft(a).change_members(GROUP, two_more),
+        Err(crate::MembershipRefused::NotOneMember)
+    );
+    scripted
+        .raft(a)
+        .change_members(GROUP, all.clone())
+        .expect("one member added");
+    assert_eq!(
+        scripted.raft(a).change_members(GROUP, Scripted::members()),
+        Err(crate::MembershipRefused::ChangeUnderWay)
+    );
+    scripted.collect(a);
+    // Three of four commit the change without the newcomer.
+    scripted.replicate(a, b);
+    scripted.persist(a);
+    let change = scripted
+        .raft(a)
+        .group(GROUP)
+        .expect("the group")
+        .log
+        .last_index();
+    assert!(scripted.raft(a).group(GROUP).expect("the group").commit < change);
+    scripted.replicate(a, c);
+    assert_eq!(
+        scripted.raft(a).group(GROUP).expect("the group").commit,
+        change
+    );
+
+    // The newcomer lacks entries the leader dropped: it refuses, and from then on gets
+    // heartbeats only.
+    scripted.replicate(a, newcomer);
+    let awaiting =
+        |scripted: &mut Scripted| match &scripted.raft(a).group(GROUP).expect("the group").role {
+            Role::Leader(leadership) => leadership.progress[&newcomer].awaiting_snapshot,
+            _ => panic!("a leads"),
+        };
+    assert!(awaiting(&mut scripted));
+    scripted.seal(a);
+    let to_newcomer: Vec<&Message> = scripted
+        .outbox
+        .iter()
+        .filter(|(from, to, _)| *from == a && *to == newcomer)
+        .map(|(_, _, message)| message)
+        .collect();
+    assert!(to_newcomer.iter().all(|message| match message {
+        Message::Epoch(batch) => batch.appends.iter().all(|append| append.entries.is_empty()),
+        _ => true,
+    }));
+    scripted.drop_messages(a, newcomer);
+
+    // The newcomer installs the leader's state as of an index before the change.
+    let (index, term, members) = {
+        let group = scripted.raft(a).group(GROUP).expect("the group");
+        let index = group.log.first_index().previous();
+        (
+            index,
+            group.log.term_at(index).expect("a term"),
+            group.members_at(index),
+        )
+    };
+    assert!(scripted
+        .raft(newcomer)
+        .install_snapshot(GROUP, index, term, members, Bytes::new()));
+    scripted.seal_and_persist(newcomer);
+    assert!(scripted.nodes[&newcomer]
+        .durable
+        .snapshots
+        .contains_key(&GROUP));
+    // Meanwhile the others commit one more write; the heartbeat that carries the new
+    // commit index the newcomer now accepts, then gets the entries after its snapshot,
+    // the change included.
+    let between = scripted
+        .raft(a)
+        .propose(GROUP, Bytes::from("between"))
+        .expect("the leader takes it");
+    scripted.replicate(a, b);
+    scripted.replicate(a, c);
+    scripted.persist(a);
+    scripted.replicate(a, newcomer);
+    assert!(!awaiting(&mut scripted));
+    scripted.replicate(a, newcomer);
+    scripted.replicate(a, newcomer);
+    let joined = scripted.raft(newcomer).group(GROUP).expect("the group");
+    assert_eq!(joined.members, all);
+    assert_eq!(joined.applied, between.index);
+    assert_eq!(
+        scripted.applied_at(newcomer, change.0).map(|e| e.kind),
+        Some(crate::EntryKind::Members)
+    );
+
+    // With four members, a write commits on the leader, b and the newcomer, without c.
+    let write = scripted
+        .raft(a)
+        .propose(GROUP, Bytes::from("four"))
+        .expect("the leader takes it");
+    scripted.replicate(a, b);
+    scripted.persist(a);
+    assert!(scripted.raft(a).group(GROUP).expect("the group").commit < write.index);
+    scripted.replicate(a, newcomer);
+    assert_eq!(
+        scripted.raft(a).group(GROUP).expect("the group").commit,
+        write.index
+    );
+
+    // The leader removes itself: the others commit the change and the leader steps down,
+    // never to campaign in the group again.
+    let without_leader = vec![b, c, newcomer];
+    scripted
+        .raft(a)
+        .change_members(GROUP, without_leader.clone())
+        .expect("one member removed");
+    scripted.collect(a);
+    scripted.persist(a);
+    scripted.replicate(a, b);
+    assert!(scripted.is_leader(a), "one of three is not a majority");
+    scripted.replicate(a, newcomer);
+    assert!(!scripted.is_leader(a));
+    assert_eq!(
+        scripted.raft(b).group(GROUP).expect("the group").members,
+        without_leader
+    );
+    let later = scripted.nodes[&a].now + 100 * ELECTION_TIMEOUT_MS;
+    scripted.tick(a, later);
+    assert!(!scripted
+        .outbox
+        .iter()
+        .any(|(from, _, message)| *from == a && matches!(message, Message::Vote(_))));
+    assert!(scripted
+        .raft(a)
+        .propose(GROUP, Bytes::from("five"))
+        .is_err());
+}

@@ -31,6 +31,8 @@ pub enum Fault {
 pub(super) struct Durable {
     pub(super) hard_states: BTreeMap<GroupId, HardState>,
     pub(super) logs: BTreeMap<GroupId, BTreeMap<LogIndex, Entry>>,
+    /// The snapshot each group's log starts after: index, term and members.
+    pub(super) snapshots: BTreeMap<GroupId, (LogIndex, Term, Vec<NodeId>)>,
 }
 
 struct SimNode {
@@ -648,6 +650,26 @@ pub(super) fn apply_durably(durable: &mut Durable, batch: &PersistBatch) {
                 if let Some(log) = durable.logs.get_mut(group) {
                     log.split_off(from);
                 }
+                if *from == LogIndex(0) {
+                    durable.snapshots.remove(group);
+                }
+            }
+            LogWrite::Snapshot {
+                group,
+                index,
+                term,
+                members,
+                ..
+            } => {
+                let log = durable.logs.entry(*group).or_default();
+                if log.get(index).is_some_and(|entry| entry.term == *term) {
+                    *log = log.split_off(&index.next());
+                } else {
+                    log.clear();
+                }
+                durable
+                    .snapshots
+                    .insert(*group, (*index, *term, members.clone()));
             }
             LogWrite::Append {
                 group,

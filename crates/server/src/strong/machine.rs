@@ -75,16 +75,17 @@ pub fn order_after(clock: i64, cells: &mut [(Vec<u8>, Vec<u8>)]) -> i64 {
     let (Some(oldest), Some(newest)) = (oldest, newest) else {
         return clock;
     };
-    let shift = (clock + 1 - oldest).max(0);
+    // Saturating: a group's clock starts at i64::MIN, and `MIN + 1 - oldest` must not wrap.
+    let shift = clock.saturating_add(1).saturating_sub(oldest).max(0);
     if shift > 0 {
         for ((_, value), cell) in cells.iter_mut().zip(decoded) {
             if let Some(mut cell) = cell {
-                cell.timestamp.0 += shift;
+                cell.timestamp.0 = cell.timestamp.0.saturating_add(shift);
                 *value = cell.encode();
             }
         }
     }
-    newest + shift
+    newest.saturating_add(shift)
 }
 
 /// Applies committed entries to this node's engine, in each group's log order.
@@ -123,6 +124,25 @@ impl StateMachine for EngineMachine {
         // (a restart replays the log).
         if let Err(error) = self.engine.write(&batch) {
             tracing::error!(?group, ?index, %error, "cannot apply a strongly consistent table's entry");
+        }
+    }
+
+    /// The group's clock: a member that starts from a snapshot moves the entries after it
+    /// exactly as the members that applied them one by one.
+    fn snapshot_state(&self, group: GroupId) -> Bytes {
+        let clock = self.clocks.get(&group).copied().unwrap_or(i64::MIN);
+        Bytes::copy_from_slice(&clock.to_le_bytes())
+    }
+
+    fn restore_state(&mut self, group: GroupId, state: &Bytes) {
+        match <[u8; 8]>::try_from(state.as_ref()) {
+            Ok(bytes) => {
+                self.clocks.insert(group, i64::from_le_bytes(bytes));
+            }
+            Err(_) => tracing::error!(
+                ?group,
+                "a strongly consistent tablet's snapshot carries no clock"
+            ),
         }
     }
 }
@@ -171,6 +191,13 @@ mod tests {
     }
 
     #[test]
+    fn the_first_entry_of_a_group_keeps_its_timestamps() {
+        let mut cells = vec![(b"a".to_vec(), cell(500, "x"))];
+        assert_eq!(order_after(i64::MIN, &mut cells), 500);
+        assert_eq!(timestamps(&cells), vec![500]);
+    }
+
+    #[test]
     fn members_applying_the_same_log_end_with_the_same_cells_whatever_the_stamps() {
         let log: Vec<Bytes> = [(50, "first"), (40, "second"), (45, "third")]
             .into_iter()
@@ -191,5 +218,37 @@ mod tests {
                 .expect("reads");
         let winner = Cell::decode(&cells[0].1).expect("a cell");
         assert_eq!(winner.value, b"third");
+    }
+
+    #[test]
+    fn a_member_starting_from_a_snapshot_moves_later_entries_as_the_others_did() {
+        let entry = |timestamp: i64, value: &str| {
+            let mut batch = WriteBatch::new();
+            batch.merge(b"key".to_vec(), cell(timestamp, value));
+            encode_entry(&batch)
+        };
+        let first = Arc::new(shoal_storage::MemoryEngine::new());
+        let mut member = EngineMachine::new(Arc::clone(&first) as Arc<dyn Engine>);
+        member.apply(GroupId(1), LogIndex(1), &entry(500, "old"));
+        let snapshot = member.snapshot_state(GroupId(1));
+        member.apply(GroupId(1), LogIndex(2), &entry(100, "late"));
+
+        let second = Arc::new(shoal_storage::MemoryEngine::new());
+        let mut newcomer = EngineMachine::new(Arc::clone(&second) as Arc<dyn Engine>);
+        newcomer.restore_state(GroupId(1), &snapshot);
+        newcomer.apply(GroupId(1), LogIndex(2), &entry(100, "late"));
+        let read = |engine: &shoal_storage::MemoryEngine| {
+            shoal_replication::replica::read_visible(engine, b"key", b"kez", 10)
+                .expect("reads")
+                .0
+        };
+        assert_eq!(read(&second), read(&first));
+        assert_eq!(
+            Cell::decode(&read(&second)[0].1)
+                .expect("a cell")
+                .timestamp
+                .0,
+            501
+        );
     }
 }

@@ -11,15 +11,19 @@
 //! - **Applying** ([`machine`]): members write committed entries to their engine in log
 //!   order; the log is the durable record, replayed in full after a restart.
 //! - **Groups follow the schema and the tablet map** ([`StrongTables::follow`]): each tablet
-//!   of a strong table with a replica here is a group here, with the tablet's replicas as
-//!   its members; a tablet that leaves (its table dropped) leaves the node's groups.
+//!   of a strong table with a replica here (or moving here) is a group here, created with
+//!   the tablet's replicas as its members; a tablet that leaves (moved away, its table
+//!   dropped) leaves the node's groups.
+//! - **Moves change members**: the migration driver asks the leader to add the new
+//!   replica ([`StrongRequest::ChangeMembers`]), has it install a snapshot of the tablet
+//!   streamed from the leader ([`StrongRequest::SnapshotPoint`], [`StrongRequest::Install`])
+//!   and, once it caught up, asks the leader to remove the old one (decision 0016).
 //! - Consensus streams arrive on the internode port, told apart by their first bytes
 //!   ([`shoal_consensus::runtime::tcp::STREAM_PREFACE`]).
 //!
 //! The consistency level a request names is accepted and does not change anything: every
-//! write and read is linearizable. Not yet: the tablets of strong tables stay where they
-//! were placed (the balancer does not move them, so their groups keep their members);
-//! conditional statements, counters and secondary indexes are refused on them; scans read
+//! write and read is linearizable. Not yet: conditional statements, counters and
+//! secondary indexes are refused on them; scans read
 //! the replicas at the request's consistency level, like an eventual table's; internode
 //! TLS does not cover the consensus streams, so a TLS cluster refuses strong writes.
 
@@ -48,6 +52,9 @@ use std::time::Duration;
 pub const STRONG_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Pause before asking again who leads a group that has no leader yet.
 const NO_LEADER_PAUSE: Duration = Duration::from_millis(20);
+/// How long the leader waits for a membership change to commit before it answers
+/// `Unknown` (a member being added may have to install a snapshot before it can count).
+const MEMBERSHIP_CHANGE_WAIT: Duration = Duration::from_secs(2);
 /// How often the groups are checked against the schema even when nothing signals a change
 /// (the schema is installed by another task, shortly after the metadata changes).
 const FOLLOW_INTERVAL: Duration = Duration::from_millis(250);
@@ -70,6 +77,65 @@ pub enum StrongRequest {
         upper: Vec<u8>,
         limit: u32,
     },
+    /// The group's members and progress as this node sees them; with `leader_only`,
+    /// answered only by the leader.
+    Status { group: u64, leader_only: bool },
+    /// At the leader: add or remove one member (answered once committed, or `Unknown`
+    /// while the change is still committing).
+    ChangeMembers {
+        group: u64,
+        add: Option<[u8; 16]>,
+        remove: Option<[u8; 16]>,
+    },
+    /// Where this node's state machine stands: data read from it afterwards holds
+    /// everything up to the answer's index.
+    SnapshotPoint { group: u64 },
+    /// Install a snapshot at `point` (the tablet's data is in place already).
+    Install { group: u64, point: WireSnapshot },
+}
+
+/// A [`runtime::SnapshotPoint`] on the wire.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WireSnapshot {
+    pub index: u64,
+    pub term: u64,
+    pub members: Vec<[u8; 16]>,
+    #[serde(with = "serde_bytes")]
+    pub state: Vec<u8>,
+}
+
+impl WireSnapshot {
+    fn from_point(point: runtime::SnapshotPoint) -> WireSnapshot {
+        WireSnapshot {
+            index: point.index.0,
+            term: point.term.0,
+            members: point.members.iter().map(|m| m.0).collect(),
+            state: point.state.to_vec(),
+        }
+    }
+
+    fn into_point(self) -> runtime::SnapshotPoint {
+        runtime::SnapshotPoint {
+            index: shoal_consensus::LogIndex(self.index),
+            term: shoal_consensus::Term(self.term),
+            members: self.members.into_iter().map(HostId).collect(),
+            state: bytes::Bytes::from(self.state),
+        }
+    }
+}
+
+/// One replica's view of a group, as [`StrongRequest::Status`] answers it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WireStatus {
+    pub members: Vec<[u8; 16]>,
+    /// The node that answered.
+    pub replica: [u8; 16],
+    pub is_leader: bool,
+    pub applied: u64,
+    /// The last membership change is committed.
+    pub members_settled: bool,
+    /// On the leader: each other member and the last index it holds.
+    pub matched: Vec<([u8; 16], u64)>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -87,6 +153,11 @@ pub enum StrongReply {
     /// The entry was appended but the leader lost office before it committed: it may
     /// still commit under the next leader, or not.
     Unknown,
+    Status(WireStatus),
+    Snapshot(WireSnapshot),
+    /// The request could not be served here now (no replica of the group, an earlier
+    /// membership change still committing): ask again later.
+    Refused(String),
 }
 
 /// The Raft group of `tablet` of `table`: the same number on every node.
@@ -98,9 +169,9 @@ pub fn group_of(table: &TableId, tablet: TabletId) -> GroupId {
 
 /// A strongly consistent tablet's group and its members (the tablet's replicas).
 #[derive(Clone)]
-struct TabletGroup {
-    group: GroupId,
-    members: Vec<HostId>,
+pub struct TabletGroup {
+    pub group: GroupId,
+    pub members: Vec<HostId>,
 }
 
 impl TabletGroup {
@@ -224,8 +295,9 @@ impl StrongTables {
                 continue;
             };
             for tablet in placement.tablets.tablets() {
-                if tablet.replicas.contains(&self.me) {
-                    wanted.insert(group_of(&table, tablet.id), tablet.replicas.clone());
+                let target = Self::tablet_group(&table, tablet);
+                if target.members.contains(&self.me) {
+                    wanted.insert(target.group, target.members);
                 }
             }
         }
@@ -233,44 +305,30 @@ impl StrongTables {
     }
 
     /// Keeps this node's groups in step with the schema and the tablet map, for as long as
-    /// the node runs.
+    /// the node runs: a tablet placed here (or moving here) has its group here, a tablet
+    /// that left (moved away, its table dropped) has its group removed. Members change
+    /// through the group's own log ([`StrongTables::change_members`]), never here.
     pub async fn follow(self: Arc<Self>) {
         let mut states = self.metadata.subscribe();
-        let mut held: BTreeMap<GroupId, Vec<HostId>> = BTreeMap::new();
-        let mut warned: HashSet<GroupId> = HashSet::new();
+        let mut held: HashSet<GroupId> = HashSet::new();
         loop {
             let wanted = self.wanted_groups(&self.metadata.state());
             for (group, members) in &wanted {
-                if held.get(group) != Some(members) {
-                    if held.contains_key(group) {
-                        // A group's members change only through a membership change of
-                        // its own (not built yet; the balancer leaves these tablets in
-                        // place). Taking it down and up again would forget its votes.
-                        if warned.insert(*group) {
-                            tracing::warn!(?group, "a strongly consistent tablet's replicas changed; its group keeps its members");
-                        }
-                        continue;
-                    }
-                    let spec = GroupSpec {
-                        group: *group,
-                        members: members.clone(),
-                    };
-                    if !self.raft.add_group(spec).await {
-                        return;
-                    }
+                if held.contains(group) {
+                    continue;
+                }
+                let spec = GroupSpec {
+                    group: *group,
+                    members: members.clone(),
+                };
+                if !self.raft.add_group(spec).await {
+                    return;
                 }
             }
-            for group in held.keys().filter(|group| !wanted.contains_key(group)) {
+            for group in held.iter().filter(|group| !wanted.contains_key(group)) {
                 self.raft.remove_group(*group).await;
             }
-            // A group whose members changed stays as it was held.
-            let mut next = wanted;
-            for (group, members) in &mut next {
-                if let Some(kept) = held.get(group) {
-                    members.clone_from(kept);
-                }
-            }
-            held = next;
+            held = wanted.into_keys().collect();
             let _ = tokio::time::timeout(FOLLOW_INTERVAL, states.changed()).await;
         }
     }
@@ -285,16 +343,27 @@ impl StrongTables {
             CqlError::server("the table has no tablets yet; try again in a moment")
         })?;
         let tablet = placement.tablets.tablet_for(token);
-        Ok(TabletGroup {
+        Ok(Self::tablet_group(table, tablet))
+    }
+
+    /// `tablet`'s group, its members as the tablet map has them: the replicas and the
+    /// replica a move is adding (the group's own log has the last word on its members).
+    pub fn tablet_group(table: &TableId, tablet: &shoal_placement::Tablet) -> TabletGroup {
+        let mut members = tablet.replicas.clone();
+        if let Some(pending) = tablet.transition.as_ref().and_then(|t| t.pending) {
+            if !members.contains(&pending) {
+                members.push(pending);
+            }
+        }
+        TabletGroup {
             group: group_of(table, tablet.id),
-            members: tablet.replicas.clone(),
-        })
+            members,
+        }
     }
 
     /// Whom to send the next attempt to: the leader this node knows of (it holds a replica
-    /// of the group), else the one the last answer named, else — on a node outside the
-    /// group — the members in turn, who answer or name their leader. `None`: wait for an
-    /// election.
+    /// of the group), else the one the last answer named, else the other members in turn,
+    /// who answer or name their leader. `None`: wait for an election.
     async fn whom_to_ask(
         &self,
         target: &TabletGroup,
@@ -307,10 +376,18 @@ impl StrongTables {
         if named.is_some() {
             return named;
         }
-        if target.members.contains(&self.me) || target.members.is_empty() {
+        // This node may hold a replica that hears from no leader (one being added, or
+        // removed from the group): the others answer or name their leader.
+        let others: Vec<HostId> = target
+            .members
+            .iter()
+            .copied()
+            .filter(|member| *member != self.me)
+            .collect();
+        if others.is_empty() {
             return None;
         }
-        Some(target.members[attempt % target.members.len()])
+        Some(others[attempt % others.len()])
     }
 
     fn refuse_under_tls(&self) -> Result<(), CqlError> {
@@ -355,7 +432,7 @@ impl StrongTables {
         request: &StrongRequest,
         deadline: tokio::time::Instant,
     ) -> Option<StrongReply> {
-        let may_repeat = matches!(request, StrongRequest::Read { .. });
+        let may_repeat = !matches!(request, StrongRequest::Propose { .. });
         let mut named = None;
         for attempt in 0.. {
             if tokio::time::Instant::now() >= deadline {
@@ -397,7 +474,9 @@ impl StrongTables {
             },
             // Another leader's entry took its index: this one was not applied.
             Ok(Err(ProposeError::Superseded)) => StrongReply::NotLeader { leader: None },
-            Ok(Err(ProposeError::Stopped)) | Err(_) => StrongReply::Unknown,
+            Ok(Err(ProposeError::Stopped | ProposeError::Membership(_))) | Err(_) => {
+                StrongReply::Unknown
+            }
         }
     }
 
@@ -531,7 +610,142 @@ impl StrongTables {
                 .read_here(GroupId(*group), lower, upper, *limit)
                 .await
                 .unwrap_or(StrongReply::NotLeader { leader: None }),
+            StrongRequest::Status { group, leader_only } => {
+                self.status_here(GroupId(*group), *leader_only).await
+            }
+            StrongRequest::ChangeMembers { group, add, remove } => {
+                self.change_members_here(GroupId(*group), add.map(HostId), remove.map(HostId))
+                    .await
+            }
+            StrongRequest::SnapshotPoint { group } => {
+                match self.raft.snapshot_point(GroupId(*group)).await {
+                    Some(point) => StrongReply::Snapshot(WireSnapshot::from_point(point)),
+                    None => StrongReply::Refused("no replica of the group here".into()),
+                }
+            }
+            StrongRequest::Install { group, point } => {
+                let group = GroupId(*group);
+                if self.raft.status(group).await.is_none() {
+                    return StrongReply::Refused("no replica of the group here yet".into());
+                }
+                // A replica that already applied that far keeps what it has.
+                self.raft
+                    .install_snapshot(group, point.clone().into_point())
+                    .await;
+                StrongReply::Applied
+            }
         }
+    }
+
+    async fn status_here(&self, group: GroupId, leader_only: bool) -> StrongReply {
+        let Some(status) = self.raft.status(group).await else {
+            return StrongReply::Refused("no replica of the group here".into());
+        };
+        if leader_only && !status.is_leader {
+            return StrongReply::NotLeader {
+                leader: self.raft.leader(group).await.map(|h| h.0),
+            };
+        }
+        StrongReply::Status(WireStatus {
+            members: status.members.iter().map(|m| m.0).collect(),
+            replica: self.me.0,
+            is_leader: status.is_leader,
+            applied: status.applied.0,
+            members_settled: status.members_settled,
+            matched: status.matched.iter().map(|(m, i)| (m.0, i.0)).collect(),
+        })
+    }
+
+    /// The leader's side of a membership change: one member added or removed, answered
+    /// once committed (`Unknown` while it still commits: the caller asks for the status).
+    async fn change_members_here(
+        &self,
+        group: GroupId,
+        add: Option<HostId>,
+        remove: Option<HostId>,
+    ) -> StrongReply {
+        let Some(status) = self.raft.status(group).await else {
+            return StrongReply::Refused("no replica of the group here".into());
+        };
+        if !status.is_leader {
+            return StrongReply::NotLeader {
+                leader: self.raft.leader(group).await.map(|h| h.0),
+            };
+        }
+        let mut members = status.members.clone();
+        if let Some(add) = add.filter(|a| !members.contains(a)) {
+            members.push(add);
+        }
+        members.retain(|m| Some(*m) != remove);
+        if members == status.members {
+            return StrongReply::Applied;
+        }
+        match tokio::time::timeout(
+            MEMBERSHIP_CHANGE_WAIT,
+            self.raft.change_members(group, members),
+        )
+        .await
+        {
+            Ok(Ok(())) => StrongReply::Applied,
+            Ok(Err(ProposeError::NotLeader(leader))) => StrongReply::NotLeader {
+                leader: leader.map(|h| h.0),
+            },
+            Ok(Err(ProposeError::Membership(refused))) => {
+                StrongReply::Refused(format!("membership change refused for now: {refused:?}"))
+            }
+            Ok(Err(ProposeError::Superseded)) => StrongReply::NotLeader { leader: None },
+            Ok(Err(ProposeError::Stopped)) | Err(_) => StrongReply::Unknown,
+        }
+    }
+
+    /// The status of `target`'s group at its leader.
+    pub async fn leader_status(&self, target: &TabletGroup) -> Result<WireStatus, String> {
+        let request = StrongRequest::Status {
+            group: target.group.0,
+            leader_only: true,
+        };
+        match self
+            .at_leader(target, &request, Self::operation_deadline())
+            .await
+        {
+            Some(StrongReply::Status(status)) => Ok(status),
+            other => Err(format!("no leader answered for the group: {other:?}")),
+        }
+    }
+
+    /// Asks the leader of `target`'s group to add or remove one member: `Ok` once the
+    /// change is proposed (committed, or still committing: [`Self::leader_status`] tells).
+    pub async fn change_members(
+        &self,
+        target: &TabletGroup,
+        add: Option<HostId>,
+        remove: Option<HostId>,
+    ) -> Result<(), String> {
+        let request = StrongRequest::ChangeMembers {
+            group: target.group.0,
+            add: add.map(|h| h.0),
+            remove: remove.map(|h| h.0),
+        };
+        match self
+            .at_leader(target, &request, Self::operation_deadline())
+            .await
+        {
+            Some(StrongReply::Applied | StrongReply::Unknown) => Ok(()),
+            other => Err(format!("the membership change was not made: {other:?}")),
+        }
+    }
+
+    /// Runs `request` on `node` (here or there), whatever its role in the group.
+    pub async fn on_node(&self, node: HostId, request: StrongRequest) -> Option<StrongReply> {
+        let deadline = Self::operation_deadline();
+        if node == self.me {
+            return Some(self.serve_until(&request, deadline).await);
+        }
+        self.ask(node, request, deadline).await
+    }
+
+    fn operation_deadline() -> tokio::time::Instant {
+        tokio::time::Instant::now() + STRONG_WRITE_TIMEOUT
     }
 
     /// Stops the consensus runtime (its log is closed after the write under way).
