@@ -229,7 +229,7 @@ impl Transaction {
 }
 
 /// Bytes per second through one loopback TCP stream.
-async fn loopback_bandwidth(total: u64) -> anyhow::Result<f64> {
+pub(crate) async fn loopback_bandwidth(total: u64) -> anyhow::Result<f64> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let address = listener.local_addr()?;
     let reader = tokio::spawn(async move {

@@ -14,6 +14,8 @@
 //! - [`lwt`] — lightweight transactions: conditional inserts and updates per second.
 //! - [`epoch_log`] — seed 001: transactions through the consensus epoch log of a local
 //!   cluster, against the bound loopback bandwidth sets.
+//! - [`strong`] — seed 001 through CQL: one-partition batches on a strongly consistent
+//!   keyspace of a running cluster, against the same bound.
 //!
 //! Benchmarks are never tests: these modules' unit tests check the generators and the
 //! statistics, not performance.
@@ -28,6 +30,7 @@ pub mod point;
 pub mod report;
 pub mod runner;
 pub mod stats;
+pub mod strong;
 pub mod vector;
 pub mod workload;
 
@@ -49,6 +52,9 @@ pub enum BenchCommand {
     /// Seed 001: 100% write transactions through per-tablet Raft groups sharing each
     /// node's epoch log, against the loopback-bandwidth bound.
     EpochLog(epoch_log::EpochLogArgs),
+    /// Seed 001 through CQL: batches of updates of one partition of a strongly
+    /// consistent keyspace, against the loopback-bandwidth bound.
+    Strong(strong::StrongArgs),
 }
 
 pub fn run(command: BenchCommand) -> anyhow::Result<()> {
@@ -60,5 +66,6 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Vector(args) => vector::run(args),
         BenchCommand::Lwt(args) => lwt::run(args),
         BenchCommand::EpochLog(args) => epoch_log::run(args),
+        BenchCommand::Strong(args) => strong::run(args),
     }
 }

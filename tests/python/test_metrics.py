@@ -12,7 +12,9 @@ import time
 import urllib.parse
 import urllib.request
 
+from cassandra import ConsistencyLevel
 from cassandra.cluster import Cluster
+from cassandra.query import SimpleStatement
 
 from shoal_process import ShoalNode
 from test_cluster import ADDRESSES, LocalCluster, free_port_on_all
@@ -50,6 +52,13 @@ def test_a_node_exports_request_latencies_errors_tables_and_storage(tmp_path):
             session.execute("SELECT * FROM m.no_such_table")
         except Exception:
             pass
+        # A strongly consistent keyspace's writes go through its consensus log.
+        session.execute("CREATE KEYSPACE strong_m WITH replication = {'class': 'SimpleStrategy', "
+                        "'replication_factor': 1} AND consistency = 'strong'")
+        session.execute("CREATE TABLE strong_m.t (k int PRIMARY KEY, v int)")
+        for k in range(5):
+            session.execute(SimpleStatement(f"INSERT INTO strong_m.t (k, v) VALUES ({k}, {k})",
+                                            consistency_level=ConsistencyLevel.ONE))
         text = scrape(node.address, port)
         cluster.shutdown()
     assert value(text, 'shoal_request_latency_seconds_count{class="write",consistency="LOCAL_ONE"}') == 60
@@ -61,6 +70,9 @@ def test_a_node_exports_request_latencies_errors_tables_and_storage(tmp_path):
     assert value(text, "shoal_client_connections_accepted_total") >= 1
     assert value(text, "shoal_storage_memtable_bytes") > 0
     assert value(text, "shoal_raft_is_leader") == 1
+    assert value(text, "shoal_consensus_entries_committed_total") >= 5
+    assert value(text, "shoal_consensus_log_syncs_total") >= 1
+    assert value(text, "shoal_consensus_log_bytes_total") > 0
     # The dashboard in the repo asks only for what a node exports.
     dashboard = (Path(__file__).resolve().parents[2] / "docs" / "grafana" / "shoal.json").read_text()
     exported = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line.startswith("shoal_")}

@@ -90,6 +90,36 @@ def test_a_write_through_one_node_is_read_through_every_other_at_once_even_at_on
             driver.shutdown()
 
 
+def test_scans_through_every_node_see_every_acknowledged_write_even_at_one(cluster):
+    connections = sessions_per_node(cluster)
+    try:
+        ks = strong_keyspace(connections[0][1])
+        sessions = [session for _, session in connections]
+        keys = 40
+        for version in range(4):
+            for k in range(keys):
+                writer = sessions[(k + version) % 3]
+                writer.execute(at(ConsistencyLevel.ONE, f"INSERT INTO {ks}.t (k, v) VALUES ({k}, {version})"))
+            # A scan over every tablet, right after the last acknowledgement, through each
+            # node and in pages: each chunk is read at its tablet's leader.
+            for reader in sessions:
+                scan = SimpleStatement(f"SELECT k, v FROM {ks}.t", consistency_level=ConsistencyLevel.ONE,
+                                       fetch_size=7)
+                rows = sorted((row.k, row.v) for row in reader.execute(scan))
+                assert rows == [(k, version) for k in range(keys)]
+        # A partition read backwards, with a limit, sees the newest rows too.
+        sessions[0].execute(f"CREATE TABLE {ks}.events (k int, c int, v int, PRIMARY KEY (k, c))")
+        for c in range(30):
+            sessions[c % 3].execute(at(ConsistencyLevel.ONE, f"INSERT INTO {ks}.events (k, c, v) VALUES (1, {c}, {c})"))
+            for reader in sessions:
+                newest = reader.execute(at(ConsistencyLevel.ONE, f"SELECT c FROM {ks}.events WHERE k = 1 "
+                                                                 "ORDER BY c DESC LIMIT 2")).all()
+                assert [row.c for row in newest] == list(range(c, max(c - 2, -1), -1))
+    finally:
+        for driver, _ in connections:
+            driver.shutdown()
+
+
 def eventually_written(session, statement, timeout=30):
     """Writes until one attempt is acknowledged (an election may be under way)."""
     deadline = time.time() + timeout

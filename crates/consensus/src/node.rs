@@ -343,6 +343,48 @@ impl MultiRaft {
         Ok(Proposal { term, index })
     }
 
+    /// The epoch the next [`MultiRaft::seal`] closes.
+    pub fn next_epoch(&self) -> Epoch {
+        self.next_epoch
+    }
+
+    /// Records a *checkpoint* in the next epoch: for every group, its term and vote, a
+    /// snapshot at its applied index (the members then, and `machine_state`, the state
+    /// machine's record of it) and every entry after it — everything the log file holds
+    /// of the node, so that once the epoch is durable, every earlier record can go. The
+    /// caller has made the state machine's data durable up to every group's applied index
+    /// first, and adds `carried`: what the file holds of groups not added here.
+    pub fn record_checkpoint(
+        &mut self,
+        machine_state: &mut dyn FnMut(GroupId) -> Bytes,
+        carried: (Vec<(GroupId, HardState)>, Vec<LogWrite>),
+    ) {
+        let (hard_states, writes) = carried;
+        self.pending.hard_states.extend(hard_states);
+        self.pending.writes.extend(writes);
+        for (id, group) in &self.groups {
+            self.pending.hard_states.insert(*id, group.hard_state);
+            let index = group.applied;
+            // The applied index is never before the log's first (compaction stops there).
+            let term = group.log.term_at(index).unwrap_or_default();
+            self.pending.writes.push(LogWrite::Snapshot {
+                group: *id,
+                index,
+                term,
+                members: group.members_at(index),
+                state: machine_state(*id),
+            });
+            let entries = group.log.slice(index.next(), usize::MAX);
+            if !entries.is_empty() {
+                self.pending.writes.push(LogWrite::Append {
+                    group: *id,
+                    first: index.next(),
+                    entries,
+                });
+            }
+        }
+    }
+
     /// Installs a snapshot of the state machine at `index` (whose entry had `term`, when
     /// the members were `members`): the log restarts after it, everything up to it counts
     /// as committed and applied. The caller has put the state machine's data in place

@@ -13,15 +13,28 @@ use tokio::task::JoinHandle;
 /// What one node applied, per group, in order.
 type Applied = Arc<Mutex<HashMap<GroupId, Vec<(LogIndex, Bytes)>>>>;
 
-struct Recorder(Applied);
+/// Entries applied again after a restart: `(group, index)`.
+type Replayed = Arc<Mutex<Vec<(GroupId, LogIndex)>>>;
+
+struct Recorder {
+    applied: Applied,
+    /// An entry at or before the last one recorded is applied again (idempotently, as
+    /// Shoal's cells are): counted here, not recorded twice.
+    replayed: Replayed,
+}
 
 impl StateMachine for Recorder {
     fn apply(&mut self, group: GroupId, index: LogIndex, payload: &Bytes) {
-        let mut applied = self.0.lock().expect("not poisoned");
-        applied
-            .entry(group)
-            .or_default()
-            .push((index, payload.clone()));
+        let mut applied = self.applied.lock().expect("not poisoned");
+        let log = applied.entry(group).or_default();
+        if log.last().is_some_and(|(last, _)| *last >= index) {
+            self.replayed
+                .lock()
+                .expect("not poisoned")
+                .push((group, index));
+            return;
+        }
+        log.push((index, payload.clone()));
     }
 }
 
@@ -29,6 +42,7 @@ struct Node {
     handle: RaftHandle,
     serving: JoinHandle<()>,
     applied: Applied,
+    replayed: Replayed,
 }
 
 /// Three nodes, each a member of every group.
@@ -39,10 +53,15 @@ struct Cluster {
     addresses: HashMap<NodeId, SocketAddr>,
     groups: Vec<GroupId>,
     nodes: Vec<Node>,
+    checkpoint_after_bytes: u64,
 }
 
 impl Cluster {
     async fn start(groups: u64) -> Cluster {
+        Cluster::start_with(groups, NodeOptions::default().checkpoint_after_bytes).await
+    }
+
+    async fn start_with(groups: u64, checkpoint_after_bytes: u64) -> Cluster {
         let directory = tempfile::tempdir().expect("a temporary directory");
         let ids: Vec<NodeId> = (1..=3).map(|n| shoal_model::HostId([n; 16])).collect();
         let mut listeners = Vec::new();
@@ -63,22 +82,25 @@ impl Cluster {
             addresses,
             groups: (0..groups).map(GroupId).collect(),
             nodes: Vec::new(),
+            checkpoint_after_bytes,
         };
         for (n, listener) in listeners.into_iter().enumerate() {
-            let node = cluster.start_node(n, listener);
+            let node = cluster.start_node(n, listener, Applied::default());
             cluster.nodes.push(node);
         }
         cluster
     }
 
-    fn start_node(&self, n: usize, listener: tokio::net::TcpListener) -> Node {
+    /// Starts node `n` with a state machine holding `applied` (what it applied durably
+    /// before, if anything).
+    fn start_node(&self, n: usize, listener: tokio::net::TcpListener, applied: Applied) -> Node {
         let id = self.ids[n];
         let transport = tcp::TcpTransport::start(
             id,
             "127.0.0.1".parse().expect("an address"),
             self.addresses.clone(),
         );
-        let applied: Applied = Arc::default();
+        let replayed: Replayed = Arc::default();
         let options = NodeOptions {
             raft: Config {
                 election_timeout_ms: 300,
@@ -86,6 +108,7 @@ impl Cluster {
                 ..Config::default()
             },
             seed: n as u64,
+            checkpoint_after_bytes: self.checkpoint_after_bytes,
             ..NodeOptions::default()
         };
         let handle = runtime::start(
@@ -100,7 +123,10 @@ impl Cluster {
                 })
                 .collect(),
             Arc::new(transport),
-            Box::new(Recorder(Arc::clone(&applied))),
+            Box::new(Recorder {
+                applied: Arc::clone(&applied),
+                replayed: Arc::clone(&replayed),
+            }),
         )
         .expect("starts");
         let serving = tokio::spawn(tcp::serve(listener, handle.clone()));
@@ -108,6 +134,7 @@ impl Cluster {
             handle,
             serving,
             applied,
+            replayed,
         }
     }
 
@@ -116,11 +143,18 @@ impl Cluster {
         self.nodes[n].serving.abort();
     }
 
-    async fn restart(&mut self, n: usize) {
+    /// Restarts node `n` with a fresh state machine, or (`keep_state`) with the one it
+    /// had, as a state machine that wrote its data durably comes back.
+    async fn restart(&mut self, n: usize, keep_state: bool) {
         let listener = tokio::net::TcpListener::bind(self.addresses[&self.ids[n]])
             .await
             .expect("binds the node's address again");
-        self.nodes[n] = self.start_node(n, listener);
+        let applied = if keep_state {
+            Arc::clone(&self.nodes[n].applied)
+        } else {
+            Applied::default()
+        };
+        self.nodes[n] = self.start_node(n, listener, applied);
     }
 
     /// Proposes `rounds` entries to every group, each through its current leader.
@@ -211,9 +245,54 @@ async fn a_stopped_node_restarts_from_its_log_and_catches_up() {
 
     // Restarted, it reads its log back (its applies start again from the first entry)
     // and learns the rest from the leaders.
-    cluster.restart(2).await;
+    cluster.restart(2, false).await;
     cluster.propose("after", 10).await;
     cluster.wait_applied_everywhere(70).await;
+}
+
+/// The epoch log segments in `directory`.
+fn segments(directory: &std::path::Path) -> usize {
+    std::fs::read_dir(directory)
+        .expect("the log directory")
+        .filter(|entry| {
+            entry.as_ref().is_ok_and(|entry| {
+                let name = entry.file_name();
+                let name = name.to_string_lossy();
+                name.starts_with("epochs-") && name.ends_with(".log")
+            })
+        })
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_delete_old_segments_and_a_restart_starts_from_the_last_one() {
+    // A checkpoint every 64 KiB of log: every few dozen epochs.
+    let mut cluster = Cluster::start_with(4, 64 << 10).await;
+    cluster.propose("before", 150).await;
+    cluster.wait_applied_everywhere(150).await;
+    // Every node wrote a checkpoint, each into a segment of its own, many times over:
+    // what is left is the segment of its last one (and, while a checkpoint is being
+    // written, the one before).
+    for directory in &cluster.directories {
+        let left = segments(directory);
+        assert!(left <= 2, "{left} segments in {}", directory.display());
+    }
+    // Restarted with its state machine's data, a node starts from its last checkpoint:
+    // it applies again only the few entries after it (not its whole log), then catches up.
+    cluster.stop(2).await;
+    cluster.propose("while-down", 20).await;
+    cluster.restart(2, true).await;
+    cluster.propose("after", 10).await;
+    cluster.wait_applied_everywhere(180).await;
+    let replayed = cluster.nodes[2]
+        .replayed
+        .lock()
+        .expect("not poisoned")
+        .len();
+    assert!(
+        replayed < 150,
+        "{replayed} entries applied again after the restart: the checkpoint was not used"
+    );
 }
 
 /// A listener that serves another protocol too, as a server's internode port does: a
@@ -274,7 +353,10 @@ async fn groups_added_at_run_time_commit_over_a_shared_listener_and_serve_linear
             directory.path().join(format!("node{n}")),
             Vec::new(),
             Arc::new(transport),
-            Box::new(Recorder(Arc::clone(&applied))),
+            Box::new(Recorder {
+                applied: Arc::clone(&applied),
+                replayed: Replayed::default(),
+            }),
         )
         .expect("starts");
         tokio::spawn(serve_shared(listener, handle.clone()));

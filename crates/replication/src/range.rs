@@ -14,6 +14,10 @@
 //!
 //! Scans run on blocking threads (the coordinator's scan stage); a cursor waits for each
 //! chunk (or batch of chunks) on the runtime handle it was given.
+//!
+//! A table replicated otherwise (a strongly consistent keyspace's, by its tablets' Raft
+//! groups) gives the view a [`ChunkReader`]: the walk is the same, each chunk is read
+//! where that replication says.
 
 use crate::messages::Cells;
 use crate::proxy::StorageProxy;
@@ -33,6 +37,8 @@ pub struct ReplicatedView {
     table: TableId,
     consistency: Consistency,
     runtime: tokio::runtime::Handle,
+    /// Where chunks are read when not from the replicas the consistency level needs.
+    reader: Option<Arc<dyn ChunkReader>>,
     /// The first error a cursor met (Unavailable, ReadTimeout...), for the client: the
     /// reader only sees a storage error.
     error: parking_lot::Mutex<Option<CqlError>>,
@@ -50,14 +56,53 @@ impl ReplicatedView {
             table,
             consistency,
             runtime,
+            reader: None,
             error: Default::default(),
         }
+    }
+
+    /// The view with its chunks read by `reader`.
+    pub fn reading_with(mut self, reader: Arc<dyn ChunkReader>) -> ReplicatedView {
+        self.reader = Some(reader);
+        self
     }
 
     /// The error that stopped a scan, if one did.
     pub fn take_error(&self) -> Option<CqlError> {
         self.error.lock().take()
     }
+}
+
+/// A chunk's cells, and where the next chunk starts (forward) or where this one starts
+/// (backward) when it was cut short.
+pub type ChunkAnswer = Result<(Cells, Option<Vec<u8>>), CqlError>;
+
+/// Reads the chunks of a scan of a table whose replicas are not read at a consistency
+/// level (a strongly consistent table: at its tablet's leader).
+pub trait ChunkReader: Send + Sync {
+    /// The visible cells of `[lower, upper)` (within the tablet holding `token`), at
+    /// most `limit`, and where the next chunk starts when cut short.
+    fn read_chunk(
+        &self,
+        table: TableId,
+        token: Token,
+        lower: Vec<u8>,
+        upper: Vec<u8>,
+        limit: u32,
+        consistency: Consistency,
+    ) -> futures::future::BoxFuture<'_, ChunkAnswer>;
+
+    /// The last visible cells of `[lower, upper)` (at most `limit`), and where they start
+    /// when cut short (the next chunk ends there).
+    fn read_chunk_before(
+        &self,
+        table: TableId,
+        token: Token,
+        lower: Vec<u8>,
+        upper: Vec<u8>,
+        limit: u32,
+        consistency: Consistency,
+    ) -> futures::future::BoxFuture<'_, ChunkAnswer>;
 }
 
 /// One tablet's part of a forward scan: its cells fetched so far, where the next chunk
@@ -285,6 +330,19 @@ impl ReplicatedCursor<'_> {
         async move {
             let proxy = &self.view.proxy;
             let _in_flight = proxy.enter();
+            if let Some(reader) = &self.view.reader {
+                let (cells, resume) = reader
+                    .read_chunk(
+                        self.view.table,
+                        token_of(&start),
+                        start,
+                        end.clone(),
+                        SCAN_CHUNK_CELLS,
+                        self.view.consistency,
+                    )
+                    .await?;
+                return Ok((cells, resume.filter(|resume| *resume < end)));
+            }
             let state = proxy.topology.state();
             let replicas = proxy.replicas_of(&state, &self.view.table, token_of(&start));
             let reconciled = proxy
@@ -338,9 +396,9 @@ impl ReverseReplicatedCursor<'_> {
                 return;
             }
             match self.fetch_before(&end) {
-                Ok(reconciled) => {
-                    self.buffer.extend(reconciled.cells.into_iter().rev());
-                    self.next_upper = reconciled.covered_from;
+                Ok((cells, covered_from)) => {
+                    self.buffer.extend(cells.into_iter().rev());
+                    self.next_upper = covered_from;
                 }
                 Err(error) => {
                     self.error = Some(error.message.clone());
@@ -350,24 +408,36 @@ impl ReverseReplicatedCursor<'_> {
         }
     }
 
-    fn fetch_before(&self, end: &[u8]) -> Result<crate::reconcile::Reconciled, CqlError> {
+    /// The chunk of cells before `end`, and where it starts when cut short.
+    fn fetch_before(&self, end: &[u8]) -> Result<(Cells, Option<Vec<u8>>), CqlError> {
         let proxy = &self.view.proxy;
         let _in_flight = proxy.enter();
-        let state = proxy.topology.state();
         let token = self
             .lower
             .get(keys::TABLE_ID_LENGTH..keys::TOKEN_PREFIX_LENGTH)
             .and_then(|b| <[u8; 8]>::try_from(b).ok())
             .map(Token::from_sortable_bytes)
             .unwrap_or(Token::MIN);
+        if let Some(reader) = &self.view.reader {
+            return self.view.runtime.block_on(reader.read_chunk_before(
+                self.view.table,
+                token,
+                self.lower.clone(),
+                end.to_vec(),
+                SCAN_CHUNK_CELLS,
+                self.view.consistency,
+            ));
+        }
+        let state = proxy.topology.state();
         let replicas = proxy.replicas_of(&state, &self.view.table, token);
-        self.view.runtime.block_on(proxy.read_replicas_before(
+        let reconciled = self.view.runtime.block_on(proxy.read_replicas_before(
             &replicas,
             self.view.consistency,
             &self.lower,
             end,
             SCAN_CHUNK_CELLS,
-        ))
+        ))?;
+        Ok((reconciled.cells, reconciled.covered_from))
     }
 }
 

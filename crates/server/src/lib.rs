@@ -267,6 +267,7 @@ impl Node {
         ))));
         let metrics = metrics::Metrics::new(&coordinator, Some(Arc::clone(&proxy)));
         metrics.set_streaming(Arc::clone(&streaming));
+        metrics.set_consensus(Arc::clone(&strong.raft().counters));
         coordinator.set_observer(
             Arc::clone(&metrics) as Arc<dyn shoal_coordinator::observe::StatementObserver>
         );

@@ -167,6 +167,8 @@ pub struct Metrics {
     foreground: Latency,
     /// Streaming, for its figures (set once the node has it).
     streaming: Arc<std::sync::OnceLock<Arc<crate::streaming::Streaming>>>,
+    /// The consensus runtime of strongly consistent keyspaces, for its counters.
+    consensus: Arc<std::sync::OnceLock<Arc<shoal_consensus::runtime::Counters>>>,
 }
 
 fn consistency_name(code: usize) -> &'static str {
@@ -243,10 +245,13 @@ impl Metrics {
             connections_total.clone(),
         );
         let streaming: Arc<std::sync::OnceLock<Arc<crate::streaming::Streaming>>> = Arc::default();
+        let consensus: Arc<std::sync::OnceLock<Arc<shoal_consensus::runtime::Counters>>> =
+            Arc::default();
         registry.register_collector(Box::new(NodeCollector {
             coordinator: Arc::downgrade(coordinator),
             proxy,
             streaming: Arc::clone(&streaming),
+            consensus: Arc::clone(&consensus),
         }));
         Arc::new(Metrics {
             registry,
@@ -264,7 +269,13 @@ impl Metrics {
             connections_total,
             foreground: Latency::default(),
             streaming,
+            consensus,
         })
+    }
+
+    /// Exports the counters of the node's consensus runtime from now on.
+    pub fn set_consensus(&self, counters: Arc<shoal_consensus::runtime::Counters>) {
+        let _ = self.consensus.set(counters);
     }
 
     /// Exports the node's streaming figures from now on.
@@ -395,6 +406,7 @@ struct NodeCollector {
     coordinator: Weak<Coordinator>,
     proxy: Option<Arc<StorageProxy>>,
     streaming: Arc<std::sync::OnceLock<Arc<crate::streaming::Streaming>>>,
+    consensus: Arc<std::sync::OnceLock<Arc<shoal_consensus::runtime::Counters>>>,
 }
 
 impl std::fmt::Debug for NodeCollector {
@@ -573,6 +585,33 @@ impl Collector for NodeCollector {
                 "The streaming rate the policy allows now (0: no limit)",
                 status.rate_bytes_per_s.unwrap_or(0) as i64,
             )?;
+        }
+        if let Some(consensus) = self.consensus.get() {
+            let figures = [
+                (
+                    "consensus_epochs_sealed",
+                    "Epochs the consensus log of strongly consistent keyspaces sealed",
+                    &consensus.epochs_sealed,
+                ),
+                (
+                    "consensus_log_syncs",
+                    "Durable writes (one sync each) of the consensus log",
+                    &consensus.log_syncs,
+                ),
+                (
+                    "consensus_log_bytes",
+                    "Bytes written to the consensus log, padding included",
+                    &consensus.log_bytes,
+                ),
+                (
+                    "consensus_entries_committed",
+                    "Entries of strongly consistent tablets' logs applied here",
+                    &consensus.entries_committed,
+                ),
+            ];
+            for (name, help, value) in figures {
+                counter(&mut encoder, name, help, value.load(Ordering::Relaxed))?;
+            }
         }
         Ok(())
     }

@@ -19,8 +19,12 @@
 //! later replay reads them as padding and goes on to the segments written since. New
 //! writes go to a new segment.
 //!
-//! Deliberately simple for now: segments are never deleted (a tablet's log would be cut
-//! once its applied state is in the table's own storage, and whole segments recycled).
+//! **Checkpoints.** Every so often the node writes a checkpoint: one record holding every
+//! group's term and vote, a snapshot at its applied index (whose data the state machine
+//! made durable first) and the entries after it — everything the earlier records said
+//! that still matters. It starts a new segment, and once it is durable every earlier
+//! segment is deleted ([`EpochLogFile::append_checkpoint`]): the log stays about as large
+//! as the entries not yet applied, and a restart replays the checkpoint and what followed.
 
 use crate::codec::{decode_persist_batch, encode_persist_batch, encoded_persist_batch_len};
 use crate::log::{Entry, Log};
@@ -54,6 +58,8 @@ pub struct Recovered {
     pub last_epoch: Epoch,
     /// Replay stopped at a damaged record (a torn last write).
     pub damaged: bool,
+    /// The size of the segments replayed (what a checkpoint would let go).
+    pub segment_bytes: u64,
 }
 
 /// One group's entries as the file holds them: from index 1, or after its last snapshot.
@@ -80,6 +86,37 @@ pub struct RecoveredSnapshot {
 }
 
 impl Recovered {
+    /// What a checkpoint must carry of the groups recovered here and not added to the
+    /// node (yet): their terms and votes, and their logs with the snapshots they start
+    /// after.
+    pub fn checkpoint_writes(&self) -> (Vec<(GroupId, HardState)>, Vec<LogWrite>) {
+        let hard_states = self
+            .hard_states
+            .iter()
+            .map(|(group, state)| (*group, *state))
+            .collect();
+        let mut writes = Vec::new();
+        for (group, log) in &self.logs {
+            if let Some(snapshot) = self.snapshots.get(group) {
+                writes.push(LogWrite::Snapshot {
+                    group: *group,
+                    index: log.before,
+                    term: log.before_term,
+                    members: snapshot.members.clone(),
+                    state: snapshot.state.clone(),
+                });
+            }
+            if !log.entries.is_empty() {
+                writes.push(LogWrite::Append {
+                    group: *group,
+                    first: log.before.next(),
+                    entries: log.entries.clone(),
+                });
+            }
+        }
+        (hard_states, writes)
+    }
+
     /// The log of `group` as [`crate::MultiRaft::add_group`] takes it, moved out of what
     /// was recovered (a group is restored once).
     pub fn take_log(&mut self, group: GroupId) -> Log {
@@ -122,6 +159,7 @@ impl EpochLogFile {
         let mut recovered = Recovered::default();
         for (_, path) in &segments {
             let contents = std::fs::read(path)?;
+            recovered.segment_bytes += contents.len() as u64;
             if let Some(damage) = replay(&contents, &mut recovered) {
                 recovered.damaged = true;
                 tracing::warn!(
@@ -151,6 +189,40 @@ impl EpochLogFile {
         ))
     }
 
+    /// Writes `batches`, which hold a checkpoint (a record that supersedes every record
+    /// before it), into a new segment, then deletes every earlier segment.
+    pub fn append_checkpoint(&mut self, batches: &[PersistBatch]) -> io::Result<()> {
+        self.start_segment(SEGMENT_BYTES)?;
+        self.append(batches)?;
+        let current = self.segment_number;
+        for entry in std::fs::read_dir(&self.directory)? {
+            let path = entry?.path();
+            let number = path
+                .file_name()
+                .and_then(|name| name.to_str())
+                .and_then(|name| name.strip_prefix("epochs-")?.strip_suffix(".log"))
+                .and_then(|number| number.parse::<u64>().ok());
+            if number.is_some_and(|number| number < current) {
+                std::fs::remove_file(&path)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves writing to a new segment of at least `bytes`.
+    fn start_segment(&mut self, bytes: u64) -> io::Result<()> {
+        self.segment_number += 1;
+        let (segment, bytes) = create_segment(
+            &self.directory,
+            self.segment_number,
+            SEGMENT_BYTES.max(bytes),
+        )?;
+        self.segment = segment;
+        self.segment_bytes = bytes;
+        self.offset = 0;
+        Ok(())
+    }
+
     /// Writes `batches` as one aligned write and syncs once.
     pub fn append(&mut self, batches: &[PersistBatch]) -> io::Result<()> {
         let needed = batches
@@ -171,17 +243,10 @@ impl EpochLogFile {
         buffer.pad_to(ALIGNMENT);
         let length = buffer.len() as u64;
         if self.offset + length > self.segment_bytes {
-            self.segment_number += 1;
-            let (segment, bytes) = create_segment(
-                &self.directory,
-                self.segment_number,
-                SEGMENT_BYTES.max(length),
-            )?;
-            self.segment = segment;
-            self.segment_bytes = bytes;
-            self.offset = 0;
+            self.start_segment(length)?;
         }
-        self.segment.write_all_at(buffer.as_slice(), self.offset)?;
+        self.segment
+            .write_all_at(self.buffer.as_slice(), self.offset)?;
         self.segment.sync_data()?;
         self.offset += length;
         self.bytes_written += length;

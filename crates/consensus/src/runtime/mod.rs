@@ -46,6 +46,12 @@ pub trait StateMachine: Send + 'static {
     /// Takes back [`StateMachine::snapshot_state`]'s record when a snapshot is installed
     /// (and when a node restarts from one).
     fn restore_state(&mut self, _group: GroupId, _state: &Bytes) {}
+
+    /// Makes everything applied so far durable (before a checkpoint lets the log forget
+    /// it). A state machine that keeps nothing, or writes durably, has nothing to do.
+    fn make_durable(&mut self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// Delivers messages to peer nodes, in order per peer, without waiting.
@@ -64,6 +70,8 @@ pub struct NodeOptions {
     /// Durable writes queued at once (the next epoch is sealed while one syncs).
     pub max_persists_in_flight: usize,
     pub seed: u64,
+    /// Log bytes written between two checkpoints (see [`log_file`]).
+    pub checkpoint_after_bytes: u64,
 }
 
 impl Default for NodeOptions {
@@ -73,6 +81,7 @@ impl Default for NodeOptions {
             tick_interval: Duration::from_millis(10),
             max_persists_in_flight: 2,
             seed: 0,
+            checkpoint_after_bytes: 4 * log_file::SEGMENT_BYTES,
         }
     }
 }
@@ -349,7 +358,7 @@ pub fn start(
     }
     let counters = Arc::new(Counters::default());
     let (commands_tx, commands) = mpsc::channel(COMMAND_QUEUE);
-    let (batches_tx, batches) = mpsc::channel::<PersistBatch>(options.max_persists_in_flight);
+    let (batches_tx, batches) = mpsc::channel::<ToLog>(options.max_persists_in_flight);
     let (persisted_tx, persisted) =
         mpsc::channel::<Result<Epoch, String>>(options.max_persists_in_flight + 1);
     let log_counters = Arc::clone(&counters);
@@ -357,6 +366,9 @@ pub fn start(
         .name("consensus-log".into())
         .spawn(move || write_log(log_file, batches, persisted_tx, log_counters))?;
     let node = NodeTask {
+        checkpoint_epoch: None,
+        log_bytes_at_checkpoint: 0,
+        recovered_bytes: recovered.segment_bytes,
         recovered,
         read_answers: Vec::new(),
         raft,
@@ -406,16 +418,22 @@ fn restore_group(
     raft.add_group(spec.group, members, hard_state, log);
 }
 
-/// The log thread: every batch waiting is written with one sync.
+/// A batch for the log thread, and whether it holds a checkpoint.
+type ToLog = (PersistBatch, bool);
+
+/// The log thread: every batch waiting is written with one sync (a group holding a
+/// checkpoint starts a new segment and deletes the earlier ones once durable).
 fn write_log(
     mut file: EpochLogFile,
-    mut batches: mpsc::Receiver<PersistBatch>,
+    mut batches: mpsc::Receiver<ToLog>,
     persisted: mpsc::Sender<Result<Epoch, String>>,
     counters: Arc<Counters>,
 ) {
     while let Some(first) = batches.blocking_recv() {
-        let mut group = vec![first];
-        while let Ok(next) = batches.try_recv() {
+        let mut checkpoint = first.1;
+        let mut group = vec![first.0];
+        while let Ok((next, is_checkpoint)) = batches.try_recv() {
+            checkpoint |= is_checkpoint;
             group.push(next);
         }
         let last = group.last().map_or(Epoch(0), |batch| batch.epoch);
@@ -423,7 +441,11 @@ fn write_log(
             Ok(())
         } else {
             let before = file.bytes_written;
-            let result = file.append(&group);
+            let result = if checkpoint {
+                file.append_checkpoint(&group)
+            } else {
+                file.append(&group)
+            };
             counters.log_syncs.fetch_add(1, Ordering::Relaxed);
             counters
                 .log_bytes
@@ -459,8 +481,14 @@ struct NodeTask {
     options: NodeOptions,
     transport: Arc<dyn Transport>,
     state_machine: Box<dyn StateMachine>,
-    batches: mpsc::Sender<PersistBatch>,
+    batches: mpsc::Sender<ToLog>,
     persists_in_flight: usize,
+    /// The epoch that carries the checkpoint recorded last, until it is sealed.
+    checkpoint_epoch: Option<Epoch>,
+    /// The log bytes written when the last checkpoint was recorded.
+    log_bytes_at_checkpoint: u64,
+    /// The size of the log file's segments when the node started.
+    recovered_bytes: u64,
     /// Proposals waiting for their index to be applied.
     waiting: HashMap<(GroupId, LogIndex), Waiting>,
     counters: Arc<Counters>,
@@ -511,6 +539,7 @@ impl NodeTask {
                 break;
             }
             self.perform();
+            self.checkpoint_when_due();
             while !self.failed
                 && self.persists_in_flight < self.options.max_persists_in_flight
                 && self.raft.wants_seal()
@@ -542,6 +571,32 @@ impl NodeTask {
 
     fn now(&self) -> Millis {
         Millis(self.started.elapsed().as_millis() as u64)
+    }
+
+    /// Records a checkpoint in the next epoch once enough log was written since the last
+    /// one: the state machine makes what it applied durable (everything the protocol
+    /// applied is performed by now), then the protocol records every group's state.
+    fn checkpoint_when_due(&mut self) {
+        // Segments from before a restart count as written.
+        let written = self.counters.log_bytes.load(Ordering::Relaxed) + self.recovered_bytes;
+        if self.failed
+            || self.checkpoint_epoch.is_some()
+            || written.saturating_sub(self.log_bytes_at_checkpoint)
+                < self.options.checkpoint_after_bytes
+        {
+            return;
+        }
+        self.log_bytes_at_checkpoint = written;
+        if let Err(error) = self.state_machine.make_durable() {
+            tracing::warn!(%error, "the state machine could not make its data durable: no checkpoint this time");
+            return;
+        }
+        let machine = &self.state_machine;
+        self.raft.record_checkpoint(
+            &mut |group| machine.snapshot_state(group),
+            self.recovered.checkpoint_writes(),
+        );
+        self.checkpoint_epoch = Some(self.raft.next_epoch());
     }
 
     fn persisted(&mut self, report: Result<Epoch, String>) {
@@ -700,7 +755,11 @@ impl NodeTask {
             match output {
                 Output::Persist(batch) => {
                     self.persists_in_flight += 1;
-                    if self.batches.try_send(batch).is_err() {
+                    let checkpoint = self.checkpoint_epoch == Some(batch.epoch);
+                    if checkpoint {
+                        self.checkpoint_epoch = None;
+                    }
+                    if self.batches.try_send((batch, checkpoint)).is_err() {
                         // Cannot happen while persists_in_flight is respected; treat it as
                         // a failed log rather than lose a write silently.
                         tracing::error!("the consensus log queue overflowed");

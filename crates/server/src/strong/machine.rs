@@ -134,6 +134,12 @@ impl StateMachine for EngineMachine {
         Bytes::copy_from_slice(&clock.to_le_bytes())
     }
 
+    /// The engine's write-ahead log is synced: every entry applied is durable in the
+    /// table's storage, and the consensus log may forget it.
+    fn make_durable(&mut self) -> Result<(), String> {
+        self.engine.sync().map_err(|error| error.to_string())
+    }
+
     fn restore_state(&mut self, group: GroupId, state: &Bytes) {
         match <[u8; 8]>::try_from(state.as_ref()) {
             Ok(bytes) => {

@@ -9,7 +9,8 @@
 //! - **Reads** are served by the leader once the log up to its read index is applied
 //!   there (the leader's lease makes that a local decision: no round trip).
 //! - **Applying** ([`machine`]): members write committed entries to their engine in log
-//!   order; the log is the durable record, replayed in full after a restart.
+//!   order; the log is the durable record, replayed from its last checkpoint after a
+//!   restart (the engine's log is synced before each checkpoint).
 //! - **Groups follow the schema and the tablet map** ([`StrongTables::follow`]): each tablet
 //!   of a strong table with a replica here (or moving here) is a group here, created with
 //!   the tablet's replicas as its members; a tablet that leaves (moved away, its table
@@ -21,11 +22,15 @@
 //! - Consensus streams arrive on the internode port, told apart by their first bytes
 //!   ([`shoal_consensus::runtime::tcp::STREAM_PREFACE`]).
 //!
+//! - **Scans** walk the tablets as an eventual table's do
+//!   ([`shoal_replication::range::ReplicatedView`]), each chunk read at its tablet's
+//!   leader like a point read ([`shoal_replication::range::ChunkReader`]): every chunk is
+//!   linearizable (a scan across tablets is not one snapshot, as in Cassandra).
+//!
 //! The consistency level a request names is accepted and does not change anything: every
 //! write and read is linearizable. Not yet: conditional statements, counters and
-//! secondary indexes are refused on them; scans read
-//! the replicas at the request's consistency level, like an eventual table's; internode
-//! TLS does not cover the consensus streams, so a TLS cluster refuses strong writes.
+//! secondary indexes are refused on them; internode TLS does not cover the consensus
+//! streams, so a TLS cluster refuses strong writes.
 
 pub mod machine;
 pub mod replication;
@@ -68,7 +73,8 @@ pub enum StrongRequest {
         #[serde(with = "serde_bytes")]
         entry: Vec<u8>,
     },
-    /// Read `[lower, upper)` (at most `limit` cells) once the read index is applied.
+    /// Read `[lower, upper)` (at most `limit` cells; with `reverse`, the last ones) once
+    /// the read index is applied.
     Read {
         group: u64,
         #[serde(with = "serde_bytes")]
@@ -76,6 +82,7 @@ pub enum StrongRequest {
         #[serde(with = "serde_bytes")]
         upper: Vec<u8>,
         limit: u32,
+        reverse: bool,
     },
     /// The group's members and progress as this node sees them; with `leader_only`,
     /// answered only by the leader.
@@ -144,6 +151,11 @@ pub enum StrongReply {
     Cells {
         cells: Cells,
         complete: bool,
+    },
+    /// A reverse read's cells, and where they start when cut short.
+    CellsBefore {
+        cells: Cells,
+        from: Option<Vec<u8>>,
     },
     /// This node does not lead the group (`leader`: the one it knows of); nothing was
     /// proposed, so asking again is safe.
@@ -514,17 +526,65 @@ impl StrongTables {
         limit: u32,
         consistency: Consistency,
     ) -> Result<(Cells, bool), CqlError> {
-        self.refuse_under_tls()?;
-        let target = Self::group_for(&self.metadata.state(), table, token)?;
-        let request = StrongRequest::Read {
-            group: target.group.0,
+        let request = |group: GroupId| StrongRequest::Read {
+            group: group.0,
             lower: lower.to_vec(),
             upper: upper.to_vec(),
             limit,
+            reverse: false,
         };
+        match self
+            .read_at_leader(table, token, request, consistency)
+            .await?
+        {
+            StrongReply::Cells { cells, complete } => Ok((cells, complete)),
+            other => Err(CqlError::server(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    /// The last visible cells of `[lower, upper)` of the tablet holding `token` (at most
+    /// `limit`), linearizably, and where they start when cut short.
+    pub async fn read_before(
+        &self,
+        table: &TableId,
+        token: Token,
+        lower: &[u8],
+        upper: &[u8],
+        limit: u32,
+        consistency: Consistency,
+    ) -> Result<(Cells, Option<Vec<u8>>), CqlError> {
+        let request = |group: GroupId| StrongRequest::Read {
+            group: group.0,
+            lower: lower.to_vec(),
+            upper: upper.to_vec(),
+            limit,
+            reverse: true,
+        };
+        match self
+            .read_at_leader(table, token, request, consistency)
+            .await?
+        {
+            StrongReply::CellsBefore { cells, from } => Ok((cells, from)),
+            other => Err(CqlError::server(format!("unexpected answer {other:?}"))),
+        }
+    }
+
+    /// Runs a read at the leader of the group of the tablet holding `token`.
+    async fn read_at_leader(
+        &self,
+        table: &TableId,
+        token: Token,
+        request: impl FnOnce(GroupId) -> StrongRequest,
+        consistency: Consistency,
+    ) -> Result<StrongReply, CqlError> {
+        self.refuse_under_tls()?;
+        let target = Self::group_for(&self.metadata.state(), table, token)?;
+        let request = request(target.group);
         let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
         match self.at_leader(&target, &request, deadline).await {
-            Some(StrongReply::Cells { cells, complete }) => Ok((cells, complete)),
+            Some(reply @ (StrongReply::Cells { .. } | StrongReply::CellsBefore { .. })) => {
+                Ok(reply)
+            }
             _ => Err(read_timeout(consistency, 0, target.majority(), false)),
         }
     }
@@ -536,8 +596,19 @@ impl StrongTables {
         lower: &[u8],
         upper: &[u8],
         limit: u32,
+        reverse: bool,
     ) -> Option<StrongReply> {
         match self.raft.read_index(group).await {
+            Ok(_) if reverse => {
+                let (cells, from) = shoal_replication::replica::read_visible_before(
+                    self.engine.as_ref(),
+                    lower,
+                    upper,
+                    limit,
+                )
+                .ok()?;
+                Some(StrongReply::CellsBefore { cells, from })
+            }
             Ok(_) => {
                 let (cells, complete) = shoal_replication::replica::read_visible(
                     self.engine.as_ref(),
@@ -606,8 +677,9 @@ impl StrongTables {
                 lower,
                 upper,
                 limit,
+                reverse,
             } => self
-                .read_here(GroupId(*group), lower, upper, *limit)
+                .read_here(GroupId(*group), lower, upper, *limit, *reverse)
                 .await
                 .unwrap_or(StrongReply::NotLeader { leader: None }),
             StrongRequest::Status { group, leader_only } => {
@@ -751,5 +823,44 @@ impl StrongTables {
     /// Stops the consensus runtime (its log is closed after the write under way).
     pub async fn stop(&self) {
         self.raft.stop().await;
+    }
+}
+
+/// Scans of strong tables read each chunk at its tablet's leader, as point reads do.
+impl shoal_replication::range::ChunkReader for StrongTables {
+    fn read_chunk(
+        &self,
+        table: TableId,
+        token: Token,
+        lower: Vec<u8>,
+        upper: Vec<u8>,
+        limit: u32,
+        consistency: Consistency,
+    ) -> futures::future::BoxFuture<'_, shoal_replication::range::ChunkAnswer> {
+        Box::pin(async move {
+            let (cells, complete) = self
+                .read(&table, token, &lower, &upper, limit, consistency)
+                .await?;
+            // Cut short: the next chunk starts just after the last key.
+            let resume = (!complete)
+                .then(|| cells.last().map(|(key, _)| [key.as_slice(), &[0]].concat()))
+                .flatten();
+            Ok((cells, resume))
+        })
+    }
+
+    fn read_chunk_before(
+        &self,
+        table: TableId,
+        token: Token,
+        lower: Vec<u8>,
+        upper: Vec<u8>,
+        limit: u32,
+        consistency: Consistency,
+    ) -> futures::future::BoxFuture<'_, shoal_replication::range::ChunkAnswer> {
+        Box::pin(async move {
+            self.read_before(&table, token, &lower, &upper, limit, consistency)
+                .await
+        })
     }
 }

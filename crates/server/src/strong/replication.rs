@@ -12,6 +12,7 @@ use shoal_replication::counter::CounterLeader;
 use shoal_replication::index::{IndexLookup, LocalIndexes, VectorAnswer, VectorSearch};
 use shoal_replication::paxos::{Ballot, PaxosKey, PreparedRound, ProposalOutcome};
 use shoal_replication::paxos_lead::PaxosTurn;
+use shoal_replication::range::{ChunkReader, ReplicatedView};
 use shoal_replication::{
     Cells, CounterUpdate, PartitionRef, PartitionSource, Replica, Replication, ScanSource,
     StorageProxy,
@@ -121,6 +122,11 @@ impl Replication for NodeReplication {
         consistency: Consistency,
         runtime: tokio::runtime::Handle,
     ) -> ScanSource {
+        if self.strong.is_strong(&table) {
+            let view = ReplicatedView::new(Arc::clone(&self.proxy), table, consistency, runtime)
+                .reading_with(Arc::clone(&self.strong) as Arc<dyn ChunkReader>);
+            return ScanSource::Replicated(view);
+        }
         Replication::scan_source(Arc::clone(&self.proxy), table, consistency, runtime)
     }
 
