@@ -57,6 +57,10 @@ pub struct StrongArgs {
     /// Write the figures as JSON.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Create the keyspace eventually consistent instead (Cassandra's replication), to
+    /// compare the same transactions without the Raft log.
+    #[arg(long)]
+    pub eventual: bool,
 }
 
 async fn setup(session: &Session, args: &StrongArgs) -> anyhow::Result<()> {
@@ -64,8 +68,9 @@ async fn setup(session: &Session, args: &StrongArgs) -> anyhow::Result<()> {
     session
         .query_unpaged(
             format!(
-                "CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {{'class': 'SimpleStrategy', 'replication_factor': {}}} AND consistency = 'strong'",
-                args.replication_factor
+                "CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {{'class': 'SimpleStrategy', 'replication_factor': {}}} AND consistency = '{}'",
+                args.replication_factor,
+                if args.eventual { "eventual" } else { "strong" }
             ),
             &[],
         )
