@@ -1,0 +1,116 @@
+"""Linearizability of a strongly consistent keyspace under a nemesis: clients on every
+coordinator read and write a few registers with plain statements (at ONE: the keyspace
+makes every one linearizable whatever the level) while nodes are killed (kill -9) and
+restarted, paused (SIGSTOP) and resumed, and cut off from the others by nftables. Every
+history is then checked (tests/python/linearizability.py): zero violations.
+
+A write whose outcome the client could not learn (a timeout, a lost connection) counts as
+unknown: it may have happened at any moment after it began, or never. A read that failed
+tells nothing and is left out.
+
+The suite runs one round of the nemesis; a longer run:
+    SHOAL_STRONG_NEMESIS_ROUNDS=10 scripts/test.sh tests/python/test_strong_nemesis.py
+Needs root and the `nft` command, as tests/python/test_nemesis.py does."""
+
+import os
+import random
+import threading
+import time
+
+from cassandra import ConsistencyLevel, InvalidRequest, Unavailable
+from cassandra.cluster import Cluster, ExecutionProfile, EXEC_PROFILE_DEFAULT
+from cassandra.policies import FallthroughRetryPolicy, WhiteListRoundRobinPolicy
+
+from linearizability import Operation, check
+from test_cluster import ADDRESSES, wait_until
+from test_nemesis import cluster, nemesis, nftables  # noqa: F401  (fixtures and the nemesis)
+
+KEYS = 8
+CLIENTS_PER_COORDINATOR = 2
+ROUNDS = int(os.environ.get("SHOAL_STRONG_NEMESIS_ROUNDS", "1"))
+
+
+def connect(cluster, address, keyspace="strong_registers"):
+    profile = ExecutionProfile(load_balancing_policy=WhiteListRoundRobinPolicy([address]),
+                               retry_policy=FallthroughRetryPolicy(), consistency_level=ConsistencyLevel.ONE,
+                               request_timeout=10)
+    driver = Cluster([address], port=cluster.cql_port, execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+                     connect_timeout=5)
+    return driver, driver.connect(keyspace)
+
+
+def client(session, number, histories, lock, stop):
+    rng = random.Random(number)
+    read = session.prepare("SELECT v FROM r WHERE k = ?")
+    write = session.prepare("UPDATE r SET v = ? WHERE k = ?")
+    while not stop.is_set():
+        key = rng.randrange(KEYS)
+        value = rng.randrange(5)
+        invoked = time.monotonic()
+        if rng.random() < 0.5:
+            try:
+                row = session.execute(read, (key,)).one()
+            except Exception:
+                time.sleep(0.05)
+                continue  # a read that failed tells nothing
+            operation = Operation("read", invoked, time.monotonic(), result=row.v if row else None, client=number)
+        else:
+            try:
+                session.execute(write, (value, key))
+                operation = Operation("write", invoked, time.monotonic(), value=value, client=number)
+            except (Unavailable, InvalidRequest):
+                time.sleep(0.05)
+                continue  # refused before anything was proposed
+            except Exception:
+                operation = Operation("write", invoked, None, value=value, client=number)
+                time.sleep(0.05)
+        with lock:
+            histories[key].append(operation)
+        time.sleep(0.03)
+
+
+def test_a_strongly_consistent_keyspace_is_linearizable_under_kills_pauses_and_partitions(cluster, nftables):  # noqa: F811
+    driver, setup = connect(cluster, ADDRESSES[0], keyspace=None)
+    try:
+        setup.execute("CREATE KEYSPACE IF NOT EXISTS strong_registers WITH replication = "
+                      "{'class': 'SimpleStrategy', 'replication_factor': 3} AND consistency = 'strong'")
+        setup.execute("CREATE TABLE strong_registers.r (k int PRIMARY KEY, v int)")
+        assert setup.cluster.control_connection.wait_for_schema_agreement(wait_time=30)
+        for key in range(KEYS):
+            setup.execute("INSERT INTO strong_registers.r (k, v) VALUES (%s, 0)", (key,))
+    finally:
+        driver.shutdown()
+    connections = [connect(cluster, address) for address in ADDRESSES]
+    histories = {key: [] for key in range(KEYS)}
+    lock = threading.Lock()
+    stop = threading.Event()
+    threads = [threading.Thread(target=client, args=(session, index * CLIENTS_PER_COORDINATOR + n, histories, lock, stop))
+               for index, (_, session) in enumerate(connections) for n in range(CLIENTS_PER_COORDINATOR)]
+    try:
+        for thread in threads:
+            thread.start()
+        time.sleep(2)
+        for _ in range(ROUNDS):
+            nemesis(cluster, threading.Event())
+        time.sleep(3)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+        for connected, _ in connections:
+            connected.shutdown()
+    assert not any(thread.is_alive() for thread in threads)
+    completed = sum(1 for history in histories.values() for op in history if op.completed is not None)
+    unknown = sum(1 for history in histories.values() for op in history if op.completed is None)
+    writes = sum(1 for history in histories.values() for op in history if op.kind == "write" and op.completed)
+    assert completed > 200 and writes > 50, f"too little happened: {completed} ops, {writes} writes"
+    violations = [key for key, history in histories.items() if not check(history, initial=0)]
+    assert not violations, f"not linearizable: keys {violations} ({completed} ops, {unknown} unknown)"
+    # Every node serves reads and writes again once the nemesis is over.
+    for address in ADDRESSES:
+        driver, session = connect(cluster, address)
+        try:
+            wait_until(lambda: session.execute("SELECT count(*) FROM r").one()[0] == KEYS, timeout=30,
+                       message=f"{address} serves again")
+        finally:
+            driver.shutdown()
