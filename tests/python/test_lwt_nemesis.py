@@ -14,7 +14,6 @@ Needs root and the `nft` command, as tests/python/test_nemesis.py does."""
 
 import os
 import random
-import threading
 import time
 
 from cassandra import ConsistencyLevel, InvalidRequest, Unavailable
@@ -23,7 +22,7 @@ from cassandra.policies import FallthroughRetryPolicy, WhiteListRoundRobinPolicy
 
 from linearizability import Operation, check
 from test_cluster import ADDRESSES, wait_until
-from test_nemesis import cluster, nemesis, nftables  # noqa: F401  (fixtures and the nemesis)
+from test_nemesis import cluster, nftables, registers_under_nemesis  # noqa: F401  (fixtures)
 
 KEYS = 8
 CLIENTS_PER_COORDINATOR = 2
@@ -95,25 +94,12 @@ def test_lightweight_transactions_are_linearizable_under_kills_pauses_and_partit
     finally:
         driver.shutdown()
     connections = [connect(cluster, address) for address in ADDRESSES]
-    histories = {key: [] for key in range(KEYS)}
-    lock = threading.Lock()
-    stop = threading.Event()
-    threads = [threading.Thread(target=client, args=(session, index * CLIENTS_PER_COORDINATOR + n, histories, lock, stop))
-               for index, (_, session) in enumerate(connections) for n in range(CLIENTS_PER_COORDINATOR)]
     try:
-        for thread in threads:
-            thread.start()
-        time.sleep(2)
-        for _ in range(ROUNDS):
-            nemesis(cluster, threading.Event())
-        time.sleep(3)
+        histories = registers_under_nemesis(cluster, [session for _, session in connections], client, KEYS,
+                                            CLIENTS_PER_COORDINATOR, ROUNDS)
     finally:
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=60)
         for connected, _ in connections:
             connected.shutdown()
-    assert not any(thread.is_alive() for thread in threads)
     completed = sum(1 for history in histories.values() for op in history if op.completed is not None)
     unknown = sum(1 for history in histories.values() for op in history if op.completed is None)
     successful_cas = sum(1 for history in histories.values() for op in history if op.kind == "cas" and op.result)

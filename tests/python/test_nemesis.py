@@ -166,6 +166,31 @@ def nemesis(cluster, stop):
         time.sleep(3)
 
 
+def registers_under_nemesis(cluster, sessions, client, keys, clients_per_coordinator, rounds):
+    """Runs `client(session, number, histories, lock, stop)` threads — `clients_per_coordinator`
+    on each of `sessions` — through `rounds` of the nemesis, and returns each register's
+    history (`{key: [Operation]}`) once every client has stopped."""
+    histories = {key: [] for key in range(keys)}
+    lock = threading.Lock()
+    stop = threading.Event()
+    threads = [threading.Thread(target=client, args=(session, index * clients_per_coordinator + n, histories, lock,
+                                                      stop))
+               for index, session in enumerate(sessions) for n in range(clients_per_coordinator)]
+    try:
+        for thread in threads:
+            thread.start()
+        time.sleep(2)
+        for _ in range(rounds):
+            nemesis(cluster, threading.Event())
+        time.sleep(3)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads)
+    return histories
+
+
 def test_acknowledged_writes_survive_and_deletions_stay_under_kills_pauses_and_partitions(cluster, nftables):
     profile = ExecutionProfile(load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy()),
                                retry_policy=FallthroughRetryPolicy(), consistency_level=ConsistencyLevel.QUORUM,

@@ -14,7 +14,6 @@ Needs root and the `nft` command, as tests/python/test_nemesis.py does."""
 
 import os
 import random
-import threading
 import time
 
 from cassandra import ConsistencyLevel, InvalidRequest, Unavailable
@@ -23,7 +22,7 @@ from cassandra.policies import FallthroughRetryPolicy, WhiteListRoundRobinPolicy
 
 from linearizability import Operation, check
 from test_cluster import ADDRESSES, wait_until
-from test_nemesis import cluster, nemesis, nftables  # noqa: F401  (fixtures and the nemesis)
+from test_nemesis import cluster, nftables, registers_under_nemesis  # noqa: F401  (fixtures)
 
 KEYS = 8
 CLIENTS_PER_COORDINATOR = 2
@@ -81,25 +80,12 @@ def test_a_strongly_consistent_keyspace_is_linearizable_under_kills_pauses_and_p
     finally:
         driver.shutdown()
     connections = [connect(cluster, address) for address in ADDRESSES]
-    histories = {key: [] for key in range(KEYS)}
-    lock = threading.Lock()
-    stop = threading.Event()
-    threads = [threading.Thread(target=client, args=(session, index * CLIENTS_PER_COORDINATOR + n, histories, lock, stop))
-               for index, (_, session) in enumerate(connections) for n in range(CLIENTS_PER_COORDINATOR)]
     try:
-        for thread in threads:
-            thread.start()
-        time.sleep(2)
-        for _ in range(ROUNDS):
-            nemesis(cluster, threading.Event())
-        time.sleep(3)
+        histories = registers_under_nemesis(cluster, [session for _, session in connections], client, KEYS,
+                                            CLIENTS_PER_COORDINATOR, ROUNDS)
     finally:
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=60)
         for connected, _ in connections:
             connected.shutdown()
-    assert not any(thread.is_alive() for thread in threads)
     completed = sum(1 for history in histories.values() for op in history if op.completed is not None)
     unknown = sum(1 for history in histories.values() for op in history if op.completed is None)
     writes = sum(1 for history in histories.values() for op in history if op.kind == "write" and op.completed)

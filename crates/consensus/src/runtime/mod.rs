@@ -17,7 +17,9 @@ pub mod tcp;
 
 use crate::log::EntryKind;
 use crate::message::Message;
-use crate::node::{Config, MembershipRefused, MultiRaft, NotLeader, Output, PersistBatch};
+use crate::node::{
+    Config, MembershipRefused, MultiRaft, NotLeader, Output, PersistBatch, Proposal,
+};
 use crate::{Epoch, GroupId, LogIndex, Millis, NodeId, Term};
 use bytes::Bytes;
 use log_file::{EpochLogFile, Recovered};
@@ -609,6 +611,29 @@ impl NodeTask {
         }
     }
 
+    /// Appends an entry with `propose` (unless the log failed) and has `done` told once
+    /// its index is applied: whether that entry is the one committed there.
+    fn propose_and_wait(
+        &mut self,
+        group: GroupId,
+        done: oneshot::Sender<Result<(), ProposeError>>,
+        propose: impl FnOnce(&mut MultiRaft) -> Result<Proposal, ProposeError>,
+    ) {
+        if self.failed {
+            let _ = done.send(Err(ProposeError::Stopped));
+            return;
+        }
+        match propose(&mut self.raft) {
+            Ok(proposal) => {
+                self.waiting
+                    .insert((group, proposal.index), (proposal.term, done));
+            }
+            Err(error) => {
+                let _ = done.send(Err(error));
+            }
+        }
+    }
+
     /// Handles one command; a stop request is handed back to end the task.
     fn handle(&mut self, command: Command) -> Option<oneshot::Sender<()>> {
         match command {
@@ -616,21 +641,10 @@ impl NodeTask {
                 group,
                 payload,
                 done,
-            } => {
-                if self.failed {
-                    let _ = done.send(Err(ProposeError::Stopped));
-                    return None;
-                }
-                match self.raft.propose(group, payload) {
-                    Ok(proposal) => {
-                        self.waiting
-                            .insert((group, proposal.index), (proposal.term, done));
-                    }
-                    Err(not_leader) => {
-                        let _ = done.send(Err(ProposeError::NotLeader(not_leader.leader)));
-                    }
-                }
-            }
+            } => self.propose_and_wait(group, done, |raft| {
+                raft.propose(group, payload)
+                    .map_err(|not_leader| ProposeError::NotLeader(not_leader.leader))
+            }),
             Command::Receive { from, message } => {
                 let now = self.now();
                 self.raft.advance_clock(now);
@@ -662,24 +676,15 @@ impl NodeTask {
                 group,
                 members,
                 done,
-            } => {
-                if self.failed {
-                    let _ = done.send(Err(ProposeError::Stopped));
-                    return None;
-                }
-                match self.raft.change_members(group, members) {
-                    Ok(proposal) => {
-                        self.waiting
-                            .insert((group, proposal.index), (proposal.term, done));
-                    }
-                    Err(MembershipRefused::NotLeader(not_leader)) => {
-                        let _ = done.send(Err(ProposeError::NotLeader(not_leader.leader)));
-                    }
-                    Err(refused) => {
-                        let _ = done.send(Err(ProposeError::Membership(refused)));
-                    }
-                }
-            }
+            } => self.propose_and_wait(group, done, |raft| {
+                raft.change_members(group, members)
+                    .map_err(|refused| match refused {
+                        MembershipRefused::NotLeader(not_leader) => {
+                            ProposeError::NotLeader(not_leader.leader)
+                        }
+                        refused => ProposeError::Membership(refused),
+                    })
+            }),
             Command::SnapshotPoint { group, answer } => {
                 let point = self.raft.group(group).and_then(|state| {
                     Some(SnapshotPoint {

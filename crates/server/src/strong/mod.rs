@@ -526,15 +526,8 @@ impl StrongTables {
         limit: u32,
         consistency: Consistency,
     ) -> Result<(Cells, bool), CqlError> {
-        let request = |group: GroupId| StrongRequest::Read {
-            group: group.0,
-            lower: lower.to_vec(),
-            upper: upper.to_vec(),
-            limit,
-            reverse: false,
-        };
         match self
-            .read_at_leader(table, token, request, consistency)
+            .read_at_leader(table, token, (lower, upper, limit), false, consistency)
             .await?
         {
             StrongReply::Cells { cells, complete } => Ok((cells, complete)),
@@ -553,15 +546,8 @@ impl StrongTables {
         limit: u32,
         consistency: Consistency,
     ) -> Result<(Cells, Option<Vec<u8>>), CqlError> {
-        let request = |group: GroupId| StrongRequest::Read {
-            group: group.0,
-            lower: lower.to_vec(),
-            upper: upper.to_vec(),
-            limit,
-            reverse: true,
-        };
         match self
-            .read_at_leader(table, token, request, consistency)
+            .read_at_leader(table, token, (lower, upper, limit), true, consistency)
             .await?
         {
             StrongReply::CellsBefore { cells, from } => Ok((cells, from)),
@@ -569,17 +555,25 @@ impl StrongTables {
         }
     }
 
-    /// Runs a read at the leader of the group of the tablet holding `token`.
+    /// Reads `[lower, upper)` (at most `limit` cells, the last ones if `reverse`) at the
+    /// leader of the group of the tablet holding `token`.
     async fn read_at_leader(
         &self,
         table: &TableId,
         token: Token,
-        request: impl FnOnce(GroupId) -> StrongRequest,
+        (lower, upper, limit): (&[u8], &[u8], u32),
+        reverse: bool,
         consistency: Consistency,
     ) -> Result<StrongReply, CqlError> {
         self.refuse_under_tls()?;
         let target = Self::group_for(&self.metadata.state(), table, token)?;
-        let request = request(target.group);
+        let request = StrongRequest::Read {
+            group: target.group.0,
+            lower: lower.to_vec(),
+            upper: upper.to_vec(),
+            limit,
+            reverse,
+        };
         let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
         match self.at_leader(&target, &request, deadline).await {
             Some(reply @ (StrongReply::Cells { .. } | StrongReply::CellsBefore { .. })) => {
