@@ -1,5 +1,6 @@
 """Mutual TLS between nodes: a three-node cluster whose nodes hold certificates of one CA
-forms, replicates and answers `shoal admin` (with the node's config); a peer without a
+forms, replicates (eventual and strongly consistent keyspaces, whose consensus streams are
+TLS too) and answers `shoal admin` (with the node's config); a peer without a
 certificate, or with one of another CA, gets nothing from a node's internode port; a
 certificate renewed on disk is served without a restart."""
 
@@ -11,6 +12,7 @@ import time
 
 from cassandra import ConsistencyLevel
 from cassandra.cluster import Cluster, ExecutionProfile, EXEC_PROFILE_DEFAULT
+from cassandra.policies import WhiteListRoundRobinPolicy
 
 from shoal_process import shoal_binary
 from test_cluster import ADDRESSES, LocalCluster
@@ -90,6 +92,22 @@ def test_nodes_of_one_ca_form_a_cluster_and_strangers_get_nothing(tmp_path):
         for k in range(20):
             session.execute("INSERT INTO sealed.t (k, v) VALUES (%s, %s)", (k, k))
         assert len(list(session.execute("SELECT * FROM sealed.t"))) == 20
+
+        # A strongly consistent keyspace: its writes commit only when a majority of each
+        # tablet's Raft group has them, over the consensus streams between the nodes.
+        session.execute("CREATE KEYSPACE sealed_strong WITH replication = "
+                        "{'class': 'SimpleStrategy', 'replication_factor': 3} AND consistency = 'strong'")
+        session.execute("CREATE TABLE sealed_strong.t (k int PRIMARY KEY, v int)")
+        for address in ADDRESSES[:3]:
+            only_this_node = ExecutionProfile(consistency_level=ConsistencyLevel.QUORUM, request_timeout=30,
+                                              load_balancing_policy=WhiteListRoundRobinPolicy([address]))
+            with Cluster([address], port=local.cql_port,
+                         execution_profiles={EXEC_PROFILE_DEFAULT: only_this_node}) as through:
+                node_session = through.connect()
+                for k in range(10):
+                    node_session.execute("UPDATE sealed_strong.t SET v = %s WHERE k = %s", (k, k))
+                    assert node_session.execute("SELECT v FROM sealed_strong.t WHERE k = %s", (k,)).one().v == k
+        assert sorted(row.k for row in session.execute("SELECT k FROM sealed_strong.t")) == list(range(10))
         status = internode_status(local.nodes[0], configs[ADDRESSES[0]])
         assert status.returncode == 0, status.stderr
         assert status.stdout.count("UN ") == 3, status.stdout

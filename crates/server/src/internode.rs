@@ -491,8 +491,20 @@ async fn serve_socket(
         return serve_connection(reader, writer, handler).await;
     };
     match tokio::time::timeout(CONNECT_TIMEOUT * 10, acceptor.accept(socket)).await {
-        Ok(Ok(stream)) => {
+        Ok(Ok(mut stream)) => {
+            // Inside the TLS session, the same two kinds of stream as without.
+            let mut first = [0u8; 4];
+            if stream.read_exact(&mut first).await.is_err() {
+                return;
+            }
+            if first == shoal_consensus::runtime::tcp::STREAM_PREFACE {
+                if let Some(consensus) = handler.consensus() {
+                    shoal_consensus::runtime::tcp::serve_stream(stream, consensus).await;
+                }
+                return;
+            }
             let (reader, writer) = tokio::io::split(stream);
+            let reader = std::io::Cursor::new(first).chain(reader);
             serve_connection(reader, writer, handler).await
         }
         Ok(Err(error)) => {

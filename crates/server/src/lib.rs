@@ -95,7 +95,6 @@ impl Node {
         // Internode messaging first: joining a cluster needs it.
         let detector = Arc::new(membership::FailureDetector::new(host_id));
         let internode_tls = config.internode_tls()?.map(Arc::new);
-        let internode_tls_on = internode_tls.is_some();
         let mut peers = internode::Peers::from_address(config.listen_address);
         if let Some(tls) = &internode_tls {
             peers = peers.with_tls(Arc::clone(tls));
@@ -144,7 +143,7 @@ impl Node {
             internode_listener,
             Arc::clone(&handler) as Arc<dyn internode::Handler>,
             shutdown_rx.clone(),
-            internode_tls,
+            internode_tls.clone(),
         ))];
 
         let me = shoal_cluster::Member {
@@ -219,7 +218,7 @@ impl Node {
             Arc::clone(&schema),
             Arc::clone(&peers),
             Arc::clone(&engine),
-            internode_tls_on,
+            internode_tls.clone(),
         )
         .context("cannot start the consensus log of strongly consistent keyspaces")?;
         let _ = handler.strong.set(Arc::clone(&strong));

@@ -236,6 +236,20 @@ impl Reloading<InternodeTlsConfig> {
     }
 }
 
+/// The consensus streams' connections made mutual TLS: the same handshake as an internode
+/// message connection's, the peer named by the address it is reached at (the listener
+/// tells the stream by its preface once decrypted).
+pub fn securing_consensus_streams(tls: Arc<InternodeTls>) -> shoal_consensus::runtime::tcp::Secure {
+    Arc::new(move |socket, address| {
+        let connector = tls.connector();
+        Box::pin(async move {
+            let name = rustls::pki_types::ServerName::IpAddress(address.ip().into());
+            let stream = connector.connect(name, socket).await?;
+            Ok(Box::new(stream) as shoal_consensus::runtime::tcp::PeerStream)
+        })
+    })
+}
+
 fn internode_config(
     certificate: &Path,
     private_key: &Path,

@@ -12,6 +12,11 @@
 //! Bounded: [`PEER_QUEUE_FRAMES`] frames wait per peer (past that [`Transport::send`]
 //! refuses and the protocol resends later), and a frame over [`MAX_FRAME_BYTES`] closes
 //! the connection.
+//!
+//! Encryption is the embedder's: [`TcpTransport::securing`] hands every new connection to
+//! a [`Secure`] function (a server does its internode mutual-TLS handshake there) before
+//! the preface is written, so the preface and every frame travel inside it. The receiving
+//! side ([`serve_stream`]) reads any byte stream, plain or decrypted.
 
 use super::{RaftHandle, Transport};
 use crate::codec::{decode_message, encode_message, encoded_message_len};
@@ -19,11 +24,13 @@ use crate::message::Message;
 use crate::NodeId;
 use bytes::BytesMut;
 use std::collections::HashMap;
+use std::future::Future;
 use std::io::IoSlice;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::mpsc;
 
@@ -35,6 +42,9 @@ pub const MAX_FRAME_BYTES: usize = 64 << 20;
 const WRITE_COALESCE_BYTES: usize = 1 << 20;
 const WRITE_COALESCE_FRAMES: usize = 64;
 const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
+/// Connecting to a peer (and securing the connection) gives up after this long, so a peer
+/// cut off by a firewall is tried again soon after it is back.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The first bytes of every consensus stream. Read as the big-endian length an internode
 /// frame starts with, it is beyond any frame's limit, so the two cannot be confused.
@@ -43,11 +53,26 @@ pub const STREAM_PREFACE: [u8; 4] = *b"SRFT";
 /// Where a peer node listens now (`None`: not known, the messages for it are dropped).
 pub type Resolver = Arc<dyn Fn(NodeId) -> Option<SocketAddr> + Send + Sync>;
 
+/// The writing end of a connection to a peer, as [`Secure`] returns it.
+pub type PeerStream = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// Turns a freshly connected stream to the peer at the address into the stream frames are
+/// written to (a TLS handshake, say); an error closes the connection and it is tried again.
+pub type Secure = Arc<
+    dyn Fn(
+            TcpStream,
+            SocketAddr,
+        ) -> Pin<Box<dyn Future<Output = std::io::Result<PeerStream>> + Send>>
+        + Send
+        + Sync,
+>;
+
 /// The sending side: a queue and a writer task per peer, started on the first message.
 pub struct TcpTransport {
     me: NodeId,
     source: IpAddr,
     resolve: Resolver,
+    secure: Option<Secure>,
     queues: Mutex<HashMap<NodeId, mpsc::Sender<Vec<u8>>>>,
 }
 
@@ -67,8 +92,16 @@ impl TcpTransport {
             me,
             source,
             resolve,
+            secure: None,
             queues: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Every connection made from now on passes through `secure` before anything is
+    /// written to it.
+    pub fn securing(mut self, secure: Secure) -> TcpTransport {
+        self.secure = Some(secure);
+        self
     }
 
     /// The queue to `peer`, and its writer task the first time (on the caller's runtime).
@@ -81,8 +114,13 @@ impl TcpTransport {
             .entry(peer)
             .or_insert_with(|| {
                 let (frames, queue) = mpsc::channel(PEER_QUEUE_FRAMES);
-                let resolve = Arc::clone(&self.resolve);
-                tokio::spawn(write_to_peer(self.source, peer, resolve, queue));
+                let dial = Dial {
+                    source: self.source,
+                    peer,
+                    resolve: Arc::clone(&self.resolve),
+                    secure: self.secure.clone(),
+                };
+                tokio::spawn(write_to_peer(dial, queue));
                 frames
             })
             .clone()
@@ -105,33 +143,43 @@ impl Transport for TcpTransport {
     }
 }
 
-async fn connect(source: IpAddr, peer: NodeId, resolve: &Resolver) -> std::io::Result<TcpStream> {
-    let address = resolve(peer).ok_or(std::io::ErrorKind::NotFound)?;
-    let socket = if address.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
-    socket.bind(SocketAddr::new(source, 0))?;
-    let mut stream = socket.connect(address).await?;
-    stream.set_nodelay(true)?;
-    stream.write_all(&STREAM_PREFACE).await?;
-    Ok(stream)
+/// How to reach one peer: from which address, where it is, and how to secure the stream.
+struct Dial {
+    source: IpAddr,
+    peer: NodeId,
+    resolve: Resolver,
+    secure: Option<Secure>,
+}
+
+impl Dial {
+    /// A new connection to the peer, secured and with the preface written.
+    async fn connect(&self) -> std::io::Result<PeerStream> {
+        let address = (self.resolve)(self.peer).ok_or(std::io::ErrorKind::NotFound)?;
+        let socket = if address.is_ipv4() {
+            TcpSocket::new_v4()?
+        } else {
+            TcpSocket::new_v6()?
+        };
+        socket.bind(SocketAddr::new(self.source, 0))?;
+        let stream = socket.connect(address).await?;
+        stream.set_nodelay(true)?;
+        let mut stream: PeerStream = match &self.secure {
+            None => Box::new(stream),
+            Some(secure) => secure(stream, address).await?,
+        };
+        stream.write_all(&STREAM_PREFACE).await?;
+        Ok(stream)
+    }
 }
 
 /// Keeps a connection to one peer and writes its frames; frames queued while it is down
 /// are dropped (the protocol resends what matters).
-async fn write_to_peer(
-    source: IpAddr,
-    peer: NodeId,
-    resolve: Resolver,
-    mut queue: mpsc::Receiver<Vec<u8>>,
-) {
+async fn write_to_peer(dial: Dial, mut queue: mpsc::Receiver<Vec<u8>>) {
     let mut frames: Vec<Vec<u8>> = Vec::with_capacity(WRITE_COALESCE_FRAMES);
     'connect: loop {
-        let mut stream = match connect(source, peer, &resolve).await {
-            Ok(stream) => stream,
-            Err(_) => {
+        let mut stream = match tokio::time::timeout(CONNECT_TIMEOUT, dial.connect()).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(_)) | Err(_) => {
                 tokio::time::sleep(RECONNECT_PAUSE).await;
                 // Drop what waited for the dead connection.
                 loop {
@@ -166,8 +214,9 @@ async fn write_to_peer(
     }
 }
 
-/// Writes `frames` back to back with vectored writes (no copy into one buffer).
-async fn write_frames(stream: &mut TcpStream, frames: &[Vec<u8>]) -> std::io::Result<()> {
+/// Writes `frames` back to back with vectored writes (no copy into one buffer), then
+/// flushes (a TLS stream may hold the last record back until then).
+async fn write_frames(stream: &mut PeerStream, frames: &[Vec<u8>]) -> std::io::Result<()> {
     let mut slices: Vec<IoSlice<'_>> = frames.iter().map(|frame| IoSlice::new(frame)).collect();
     let mut remaining = &mut slices[..];
     while !remaining.is_empty() {
@@ -177,7 +226,7 @@ async fn write_frames(stream: &mut TcpStream, frames: &[Vec<u8>]) -> std::io::Re
         }
         IoSlice::advance_slices(&mut remaining, written);
     }
-    Ok(())
+    stream.flush().await
 }
 
 /// Accepts peers' connections on a listener of its own and hands every message to

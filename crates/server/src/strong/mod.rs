@@ -29,13 +29,15 @@
 //!
 //! The consistency level a request names is accepted and does not change anything: every
 //! write and read is linearizable. Not yet: conditional statements, counters and
-//! secondary indexes are refused on them; internode TLS does not cover the consensus
-//! streams, so a TLS cluster refuses strong writes.
+//! secondary indexes are refused on them. With internode TLS, the consensus streams are
+//! mutual TLS too: each connection makes the same handshake as the internode messages'
+//! ([`crate::tls::InternodeTls`]) before its preface.
 
 pub mod machine;
 pub mod replication;
 
 use crate::internode::{Message, Peers, Reply};
+use crate::tls::InternodeTls;
 use serde::{Deserialize, Serialize};
 use shoal_cluster::{ClusterMetadata, ClusterState};
 use shoal_consensus::runtime::{self, tcp, GroupSpec, NodeOptions, ProposeError, RaftHandle};
@@ -201,8 +203,6 @@ pub struct StrongTables {
     schema: Arc<SchemaStore>,
     peers: Arc<Peers>,
     engine: Arc<dyn Engine>,
-    /// Strong writes are refused: the consensus streams would bypass internode TLS.
-    tls: bool,
     /// The strong tables of the schema last looked at.
     strong: parking_lot::RwLock<StrongCache>,
 }
@@ -234,7 +234,7 @@ impl StrongTables {
         schema: Arc<SchemaStore>,
         peers: Arc<Peers>,
         engine: Arc<dyn Engine>,
-        tls: bool,
+        tls: Option<Arc<InternodeTls>>,
     ) -> std::io::Result<Arc<StrongTables>> {
         let me = metadata.me().host_id;
         let lookup = Arc::clone(&metadata);
@@ -248,6 +248,10 @@ impl StrongTables {
                     .map(|member| member.internode_address)
             }),
         );
+        let transport = match tls {
+            None => transport,
+            Some(tls) => transport.securing(crate::tls::securing_consensus_streams(tls)),
+        };
         let raft = runtime::start(
             me,
             NodeOptions::default(),
@@ -263,7 +267,6 @@ impl StrongTables {
             schema,
             peers,
             engine,
-            tls,
             strong: parking_lot::RwLock::new(StrongCache {
                 schema: None,
                 tables: HashSet::new(),
@@ -402,15 +405,6 @@ impl StrongTables {
         Some(others[attempt % others.len()])
     }
 
-    fn refuse_under_tls(&self) -> Result<(), CqlError> {
-        if self.tls {
-            return Err(CqlError::invalid(
-                "Strongly consistent keyspaces are not available with internode TLS yet (their consensus streams are not encrypted)",
-            ));
-        }
-        Ok(())
-    }
-
     /// Commits `batch` (one partition's cells) through its tablet's group. Asked again
     /// only while nothing was appended: an entry that may still commit is never proposed
     /// twice (a reader could otherwise see it, a later write, then it again), its writer
@@ -421,7 +415,6 @@ impl StrongTables {
         consistency: Consistency,
         write_type: WriteType,
     ) -> Result<(), CqlError> {
-        self.refuse_under_tls()?;
         let target = self.group_of_batch(&batch)?;
         let request = StrongRequest::Propose {
             group: target.group.0,
@@ -565,7 +558,6 @@ impl StrongTables {
         reverse: bool,
         consistency: Consistency,
     ) -> Result<StrongReply, CqlError> {
-        self.refuse_under_tls()?;
         let target = Self::group_for(&self.metadata.state(), table, token)?;
         let request = StrongRequest::Read {
             group: target.group.0,
