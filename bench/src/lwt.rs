@@ -62,13 +62,22 @@ pub struct LwtArgs {
     /// transactions over several coordinators.
     #[arg(long)]
     pub spread: bool,
+    /// Create the keyspace strongly consistent (`AND consistency = 'strong'`): the
+    /// transactions are decided by each tablet's Raft leader instead of Paxos.
+    #[arg(long)]
+    pub strong: bool,
 }
 
 async fn setup(session: &Session, args: &LwtArgs) -> anyhow::Result<()> {
     let keyspace = &args.keyspace;
+    let consistency = if args.strong {
+        " AND consistency = 'strong'"
+    } else {
+        ""
+    };
     session
         .query_unpaged(
-            format!("CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {{'class': 'SimpleStrategy', 'replication_factor': {}}}", args.replication_factor),
+            format!("CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {{'class': 'SimpleStrategy', 'replication_factor': {}}}{consistency}", args.replication_factor),
             &[],
         )
         .await?;

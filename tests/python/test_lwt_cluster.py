@@ -1,6 +1,8 @@
 """Lightweight transactions on a three-node cluster (RF 3), through the Python driver:
 every conditional form through every coordinator, SERIAL reads, concurrent compare-and-set
-increments through all coordinators, and availability with a node down."""
+increments through all coordinators, and availability with a node down. The forms and the
+increments run on an eventual keyspace (Paxos) and on a strongly consistent one (decided
+by each tablet's Raft leader), with the same answers."""
 
 import threading
 
@@ -50,12 +52,36 @@ def sessions(cluster):
             driver.shutdown()
 
 
+@pytest.fixture(scope="module", params=["eventual", "strong"])
+def sessions_of_each_kind(cluster, request):
+    """Sessions on every coordinator, in a keyspace of each consistency kind holding the
+    same tables as `lwt`."""
+    opened = [session_on(cluster, address) for address in ADDRESSES]
+    first = opened[0][1]
+    keyspace = f"lwt_{request.param}"
+    option = " AND consistency = 'strong'" if request.param == "strong" else ""
+    first.execute(f"CREATE KEYSPACE {keyspace} WITH replication = "
+                  f"{{'class': 'SimpleStrategy', 'replication_factor': 3}}{option}")
+    first.execute(f"CREATE TABLE {keyspace}.t (k int, c int, s int static, v int, w text, PRIMARY KEY (k, c))")
+    first.execute(f"CREATE TABLE {keyspace}.counter (k int PRIMARY KEY, v int)")
+    for _, session in opened:
+        wait_until(lambda: session.cluster.metadata.keyspaces.get(keyspace) is not None
+                   and "counter" in session.cluster.metadata.keyspaces[keyspace].tables, message="schema everywhere")
+        session.set_keyspace(keyspace)
+    try:
+        yield [session for _, session in opened]
+    finally:
+        for driver, _ in opened:
+            driver.shutdown()
+
+
 def serial(session, query, *parameters):
     return session.execute(SimpleStatement(query, consistency_level=ConsistencyLevel.SERIAL), parameters)
 
 
 @pytest.mark.parametrize("coordinator", range(3))
-def test_every_conditional_form_answers_as_cassandra_through_every_coordinator(sessions, coordinator):
+def test_every_conditional_form_answers_as_cassandra_through_every_coordinator(sessions_of_each_kind, coordinator):
+    sessions = sessions_of_each_kind
     session = sessions[coordinator]
     k = 100 + coordinator
     first = session.execute("INSERT INTO t (k, c, v, w) VALUES (%s, 1, 10, 'a') IF NOT EXISTS", (k,)).one()
@@ -113,9 +139,10 @@ def test_conditional_errors_match_cassandra(sessions):
                                         consistency_level=ConsistencyLevel.SERIAL))
 
 
-def test_concurrent_cas_increments_through_every_coordinator_lose_no_update(sessions):
+def test_concurrent_cas_increments_through_every_coordinator_lose_no_update(sessions_of_each_kind):
     """Two clients per coordinator each add 1 to one shared value 15 times by
     compare-and-set. Every applied increment is in the final value, none twice."""
+    sessions = sessions_of_each_kind
     session = sessions[0]
     session.execute("INSERT INTO counter (k, v) VALUES (1, 0)")
     applied = []

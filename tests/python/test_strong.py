@@ -57,8 +57,9 @@ def test_the_option_is_described_kept_and_what_strong_tables_do_not_take_is_refu
                             "'replication_factor': 1} AND consistency = 'total'")
         with pytest.raises(InvalidRequest, match="strongly consistent keyspace"):
             session.execute(f"CREATE INDEX ON {ks}.t (v)")
-        with pytest.raises(InvalidRequest, match="already linearizable"):
-            session.execute(f"INSERT INTO {ks}.t (k, v) VALUES (1, 1) IF NOT EXISTS")
+        session.execute(f"CREATE TABLE {ks}.hits (k int PRIMARY KEY, n counter)")
+        with pytest.raises(InvalidRequest, match="strongly consistent keyspace"):
+            session.execute(f"UPDATE {ks}.hits SET n = n + 1 WHERE k = 1")
         # An eventual keyspace shows no such option.
         session.execute("CREATE KEYSPACE IF NOT EXISTS plain_ks WITH replication = {'class': 'SimpleStrategy', "
                         "'replication_factor': 1}")

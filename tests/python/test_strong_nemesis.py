@@ -1,6 +1,8 @@
 """Linearizability of a strongly consistent keyspace under a nemesis: clients on every
 coordinator read and write a few registers with plain statements (at ONE: the keyspace
-makes every one linearizable whatever the level) while nodes are killed (kill -9) and
+makes every one linearizable whatever the level) and compare-and-set them with conditional
+updates (decided by the tablet's leader, between the plain writes) while nodes are killed
+(kill -9) and
 restarted, paused (SIGSTOP) and resumed, and cut off from the others by nftables. Every
 history is then checked (tests/python/linearizability.py): zero violations.
 
@@ -42,26 +44,37 @@ def client(session, number, histories, lock, stop):
     rng = random.Random(number)
     read = session.prepare("SELECT v FROM r WHERE k = ?")
     write = session.prepare("UPDATE r SET v = ? WHERE k = ?")
+    cas = session.prepare("UPDATE r SET v = ? WHERE k = ? IF v = ?")
+    last_seen = {}
     while not stop.is_set():
         key = rng.randrange(KEYS)
         value = rng.randrange(5)
+        choice = rng.random()
         invoked = time.monotonic()
-        if rng.random() < 0.5:
+        if choice < 0.5:
             try:
                 row = session.execute(read, (key,)).one()
             except Exception:
                 time.sleep(0.05)
                 continue  # a read that failed tells nothing
-            operation = Operation("read", invoked, time.monotonic(), result=row.v if row else None, client=number)
+            last_seen[key] = row.v if row else None
+            operation = Operation("read", invoked, time.monotonic(), result=last_seen[key], client=number)
         else:
+            expected = last_seen.get(key, 0)
             try:
-                session.execute(write, (value, key))
-                operation = Operation("write", invoked, time.monotonic(), value=value, client=number)
+                if choice < 0.75:
+                    session.execute(write, (value, key))
+                    operation = Operation("write", invoked, time.monotonic(), value=value, client=number)
+                else:
+                    applied = session.execute(cas, (value, key, expected)).one().applied
+                    operation = Operation("cas", invoked, time.monotonic(), value=value, expected=expected,
+                                          result=applied, client=number)
             except (Unavailable, InvalidRequest):
                 time.sleep(0.05)
                 continue  # refused before anything was proposed
             except Exception:
-                operation = Operation("write", invoked, None, value=value, client=number)
+                kind = "write" if choice < 0.75 else "cas"
+                operation = Operation(kind, invoked, None, value=value, expected=expected, client=number)
                 time.sleep(0.05)
         with lock:
             histories[key].append(operation)
@@ -89,7 +102,9 @@ def test_a_strongly_consistent_keyspace_is_linearizable_under_kills_pauses_and_p
     completed = sum(1 for history in histories.values() for op in history if op.completed is not None)
     unknown = sum(1 for history in histories.values() for op in history if op.completed is None)
     writes = sum(1 for history in histories.values() for op in history if op.kind == "write" and op.completed)
-    assert completed > 200 and writes > 50, f"too little happened: {completed} ops, {writes} writes"
+    successful_cas = sum(1 for history in histories.values() for op in history if op.kind == "cas" and op.result)
+    assert completed > 200 and writes > 25 and successful_cas > 10, \
+        f"too little happened: {completed} ops, {writes} writes, {successful_cas} cas"
     violations = [key for key, history in histories.items() if not check(history, initial=0)]
     assert not violations, f"not linearizable: keys {violations} ({completed} ops, {unknown} unknown)"
     # Every node serves reads and writes again once the nemesis is over.

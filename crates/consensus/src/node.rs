@@ -279,10 +279,23 @@ impl MultiRaft {
 
     /// Appends `payload` to the log of a group this node leads.
     pub fn propose(&mut self, group: GroupId, payload: Bytes) -> Result<Proposal, NotLeader> {
+        self.propose_in_term(group, payload, None)
+    }
+
+    /// Proposes `payload` only if this node still leads `group` in `term` (when given):
+    /// a proposal that depends on a read made under [`MultiRaft::settled_read`] is refused
+    /// once the node has lost office since, even if it leads again in a later term (other
+    /// leaders' entries may have come in between).
+    pub fn propose_in_term(
+        &mut self,
+        group: GroupId,
+        payload: Bytes,
+        term: Option<Term>,
+    ) -> Result<Proposal, NotLeader> {
         let Some(state) = self.groups.get_mut(&group) else {
             return Err(NotLeader { leader: None });
         };
-        if !state.is_leader() {
+        if !state.is_leader() || term.is_some_and(|term| term != state.hard_state.term) {
             return Err(NotLeader {
                 leader: state.leader(),
             });
@@ -447,6 +460,20 @@ impl MultiRaft {
             return Err(NotLeader { leader: None });
         }
         Ok(state.commit)
+    }
+
+    /// Where a read that a proposal will depend on stands (a conditional write's check):
+    /// refused as [`MultiRaft::read_index`] is, else the last index this leader's log holds
+    /// — entries appended and not yet committed included, since the proposal will be
+    /// appended after them — and the term the proposal must be made in
+    /// ([`MultiRaft::propose_in_term`]). The read must wait until that index is applied.
+    pub fn settled_read(&self, group: GroupId) -> Result<Proposal, NotLeader> {
+        self.read_index(group)?;
+        let state = self.groups.get(&group).ok_or(NotLeader { leader: None })?;
+        Ok(Proposal {
+            term: state.hard_state.term,
+            index: state.log.last_index(),
+        })
     }
 
     /// Moves the clock to `now` without running timers (cheap: for every message; timers

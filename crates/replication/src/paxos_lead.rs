@@ -140,6 +140,9 @@ enum TurnKind {
         /// Sends the release when the turn is dropped with a lease still open.
         transport: Arc<dyn ReplicaTransport>,
     },
+    /// A turn another replication strategy keeps in its own way (a strongly consistent
+    /// table's lock on its group's leader); dropping the state ends it.
+    Held(Box<dyn std::any::Any + Send + Sync>),
 }
 
 impl PaxosTurn {
@@ -147,6 +150,22 @@ impl PaxosTurn {
     pub fn local(turn: Option<Turn>) -> PaxosTurn {
         PaxosTurn {
             kind: TurnKind::Local { _held: turn },
+        }
+    }
+
+    /// A turn whose `state` belongs to another replication strategy: it reads and changes
+    /// it through [`PaxosTurn::held_mut`], and ends the turn when the state is dropped.
+    pub fn held<T: Send + Sync + 'static>(state: T) -> PaxosTurn {
+        PaxosTurn {
+            kind: TurnKind::Held(Box::new(state)),
+        }
+    }
+
+    /// The state of a turn made by [`PaxosTurn::held`] with a `T`.
+    pub fn held_mut<T: 'static>(&mut self) -> Option<&mut T> {
+        match &mut self.kind {
+            TurnKind::Held(state) => state.downcast_mut(),
+            _ => None,
         }
     }
 

@@ -140,7 +140,13 @@ enum Command {
     Propose {
         group: GroupId,
         payload: Bytes,
+        /// Only while the node leads in this term ([`MultiRaft::propose_in_term`]).
+        term: Option<Term>,
         done: oneshot::Sender<Result<(), ProposeError>>,
+    },
+    SettledRead {
+        group: GroupId,
+        answer: oneshot::Sender<Result<Proposal, NotLeader>>,
     },
     Receive {
         from: NodeId,
@@ -198,11 +204,23 @@ impl RaftHandle {
 
     /// Proposes `payload` to `group` and waits until it is committed and applied here.
     pub async fn propose(&self, group: GroupId, payload: Bytes) -> Result<(), ProposeError> {
+        self.propose_in_term(group, payload, None).await
+    }
+
+    /// [`RaftHandle::propose`], refused ([`ProposeError::NotLeader`]) unless the node still
+    /// leads `group` in `term` (a read made under [`RaftHandle::settled_read`] holds).
+    pub async fn propose_in_term(
+        &self,
+        group: GroupId,
+        payload: Bytes,
+        term: Option<Term>,
+    ) -> Result<(), ProposeError> {
         let (done, result) = oneshot::channel();
         self.commands
             .send(Command::Propose {
                 group,
                 payload,
+                term,
                 done,
             })
             .await
@@ -313,6 +331,20 @@ impl RaftHandle {
     /// The index a linearizable read must see applied, if this node may serve one now.
     /// When it answers, the state machine has applied every entry up to that index: a read
     /// of it from here on is linearizable.
+    /// Answers once every entry this leader's log held when asked is applied here, with
+    /// that index and the term a proposal depending on the read must be made in
+    /// ([`RaftHandle::propose_in_term`]): what a conditional write reads before it decides
+    /// what to propose (see [`MultiRaft::settled_read`]).
+    pub async fn settled_read(&self, group: GroupId) -> Result<Proposal, NotLeader> {
+        let (answer, result) = oneshot::channel();
+        let stopped = NotLeader { leader: None };
+        self.commands
+            .send(Command::SettledRead { group, answer })
+            .await
+            .map_err(|_| stopped)?;
+        result.await.unwrap_or(Err(stopped))
+    }
+
     pub async fn read_index(&self, group: GroupId) -> Result<LogIndex, NotLeader> {
         let (answer, result) = oneshot::channel();
         let stopped = NotLeader { leader: None };
@@ -373,6 +405,7 @@ pub fn start(
         recovered_bytes: recovered.segment_bytes,
         recovered,
         read_answers: Vec::new(),
+        settling: Vec::new(),
         raft,
         started,
         options,
@@ -466,6 +499,12 @@ fn write_log(
 
 /// A proposal's term and whom to tell once its index is applied.
 type Waiting = (Term, oneshot::Sender<Result<(), ProposeError>>);
+/// A settled read's group, the index it waits for and where its answer goes.
+type SettledRead = (
+    GroupId,
+    Proposal,
+    oneshot::Sender<Result<Proposal, NotLeader>>,
+);
 
 /// A read-index request answered once the outputs of the commands handled with it are
 /// performed (so the state machine has applied what the index covers).
@@ -479,6 +518,8 @@ struct NodeTask {
     /// What the log file held of groups not added yet.
     recovered: Recovered,
     read_answers: Vec<ReadAnswer>,
+    /// Settled reads ([`RaftHandle::settled_read`]) waiting for their index to be applied.
+    settling: Vec<SettledRead>,
     started: Instant,
     options: NodeOptions,
     transport: Arc<dyn Transport>,
@@ -640,11 +681,18 @@ impl NodeTask {
             Command::Propose {
                 group,
                 payload,
+                term,
                 done,
             } => self.propose_and_wait(group, done, |raft| {
-                raft.propose(group, payload)
+                raft.propose_in_term(group, payload, term)
                     .map_err(|not_leader| ProposeError::NotLeader(not_leader.leader))
             }),
+            Command::SettledRead { group, answer } => match self.raft.settled_read(group) {
+                Ok(point) => self.settling.push((group, point, answer)),
+                Err(not_leader) => {
+                    let _ = answer.send(Err(not_leader));
+                }
+            },
             Command::Receive { from, message } => {
                 let now = self.now();
                 self.raft.advance_clock(now);
@@ -803,6 +851,23 @@ impl NodeTask {
         }
         for (answer, index) in self.read_answers.drain(..) {
             let _ = answer.send(index);
+        }
+        if !self.settling.is_empty() {
+            for (group, point, answer) in std::mem::take(&mut self.settling) {
+                match self.raft.group(group) {
+                    // Nobody waits for it any more (the reader gave up).
+                    _ if answer.is_closed() => {}
+                    Some(state) if state.applied < point.index => {
+                        self.settling.push((group, point, answer))
+                    }
+                    Some(_) => {
+                        let _ = answer.send(Ok(point));
+                    }
+                    None => {
+                        let _ = answer.send(Err(NotLeader { leader: None }));
+                    }
+                }
+            }
         }
     }
 }

@@ -577,3 +577,56 @@ fn a_member_added_by_a_membership_change_catches_up_from_a_snapshot_and_the_lead
         .propose(GROUP, Bytes::from("five"))
         .is_err());
 }
+
+#[test]
+fn a_settled_read_waits_for_entries_in_flight_and_binds_the_proposal_to_its_term() {
+    // A conditional write reads, then proposes what it decided. Its read must see every
+    // entry before its proposal — the uncommitted ones too — and its proposal must not be
+    // appended after another leader's entries it never read.
+    let (a, b, c) = (node_id(0), node_id(1), node_id(2));
+    let mut s = Scripted::new(64);
+    s.elect(a, b);
+    s.replicate(a, b);
+    s.persist(a);
+    assert!(s.applied_at(a, 1).is_some(), "the no-op commits");
+
+    s.raft(a)
+        .propose(GROUP, Bytes::from_static(b"x"))
+        .expect("the leader takes a proposal");
+    let read = s
+        .raft(a)
+        .read_index(GROUP)
+        .expect("a leads under its lease");
+    let settled = s
+        .raft(a)
+        .settled_read(GROUP)
+        .expect("a leads under its lease");
+    assert_eq!(
+        read,
+        LogIndex(1),
+        "a plain read needs only what is committed"
+    );
+    assert_eq!(
+        settled.index,
+        LogIndex(2),
+        "a settled read must wait for x, appended but not committed"
+    );
+    let term_of_read = settled.term;
+
+    // a loses office to b, then wins it back in a later term: b's entries may have come
+    // in between, so a proposal made under the earlier read is refused.
+    s.elect(b, c);
+    s.elect(a, c);
+    assert!(s.is_leader(a));
+    assert!(
+        s.raft(a)
+            .propose_in_term(GROUP, Bytes::from_static(b"y"), Some(term_of_read))
+            .is_err(),
+        "a proposal bound to an earlier term was appended"
+    );
+    let now = s.raft(a).group(GROUP).expect("the group").hard_state.term;
+    assert!(now > term_of_read);
+    s.raft(a)
+        .propose_in_term(GROUP, Bytes::from_static(b"y"), Some(now))
+        .expect("a proposal in the leader's own term is taken");
+}

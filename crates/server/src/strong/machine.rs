@@ -62,6 +62,13 @@ pub fn decode_entry(payload: &Bytes) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
     input.is_empty().then_some(cells)
 }
 
+/// The table and token of an entry's first cell (every cell of an entry is of one
+/// partition), read without decoding the rest.
+pub fn entry_partition(payload: &[u8]) -> Option<(shoal_model::TableId, shoal_model::Token)> {
+    let length = u32::from_be_bytes(payload.get(4..8)?.try_into().ok()?) as usize;
+    shoal_model::keys::table_and_token(payload.get(8..8 + length)?)
+}
+
 /// Moves every cell of one entry forward so that its oldest is newer than `clock`, and
 /// returns the entry's newest timestamp after the move. Cells that do not decode are
 /// left as they are.

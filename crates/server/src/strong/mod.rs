@@ -28,11 +28,13 @@
 //!   linearizable (a scan across tablets is not one snapshot, as in Cassandra).
 //!
 //! The consistency level a request names is accepted and does not change anything: every
-//! write and read is linearizable. Not yet: conditional statements, counters and
-//! secondary indexes are refused on them. With internode TLS, the consensus streams are
+//! write and read is linearizable. Conditional statements and SERIAL reads are decided
+//! by the tablet's leader ([`conditional`]). Not yet: counters and secondary indexes are
+//! refused on them. With internode TLS, the consensus streams are
 //! mutual TLS too: each connection makes the same handshake as the internode messages'
 //! ([`crate::tls::InternodeTls`]) before its preface.
 
+pub mod conditional;
 pub mod machine;
 pub mod replication;
 
@@ -101,6 +103,26 @@ pub enum StrongRequest {
     SnapshotPoint { group: u64 },
     /// Install a snapshot at `point` (the tablet's data is in place already).
     Install { group: u64, point: WireSnapshot },
+    /// At the leader: lock the partition (`[lower, upper)`, of `table` at `token`) for a
+    /// conditional statement, and answer with its cells and a lease ([`conditional`]).
+    Lock {
+        group: u64,
+        table: [u8; 16],
+        token: i64,
+        #[serde(with = "serde_bytes")]
+        lower: Vec<u8>,
+        #[serde(with = "serde_bytes")]
+        upper: Vec<u8>,
+    },
+    /// At the leader: append this entry under `lease` and answer once it is applied.
+    ProposeLocked {
+        group: u64,
+        lease: u64,
+        #[serde(with = "serde_bytes")]
+        entry: Vec<u8>,
+    },
+    /// At the leader: end `lease` without proposing anything.
+    Unlock { lease: u64 },
 }
 
 /// A [`runtime::SnapshotPoint`] on the wire.
@@ -172,6 +194,19 @@ pub enum StrongReply {
     /// The request could not be served here now (no replica of the group, an earlier
     /// membership change still committing): ask again later.
     Refused(String),
+    /// [`StrongRequest::Lock`]'s answer: the partition's visible cells, the lease on its
+    /// lock, the leader holding it, and the write timestamp for the update.
+    Locked {
+        lease: u64,
+        leader: [u8; 16],
+        micros: i64,
+        cells: Cells,
+    },
+    /// The partition's lock did not come in time (other conditional statements hold it,
+    /// or the group's entries do not commit): nothing was done.
+    Busy,
+    /// The lease named is not held (it expired): nothing was proposed.
+    LeaseLost,
 }
 
 /// The Raft group of `tablet` of `table`: the same number on every node.
@@ -203,6 +238,9 @@ pub struct StrongTables {
     schema: Arc<SchemaStore>,
     peers: Arc<Peers>,
     engine: Arc<dyn Engine>,
+    /// The leader's partition locks and the leases of conditional statements on them.
+    locks: conditional::PartitionLocks,
+    leases: Arc<conditional::Leases>,
     /// The strong tables of the schema last looked at.
     strong: parking_lot::RwLock<StrongCache>,
 }
@@ -267,6 +305,8 @@ impl StrongTables {
             schema,
             peers,
             engine,
+            locks: Default::default(),
+            leases: Default::default(),
             strong: parking_lot::RwLock::new(StrongCache {
                 schema: None,
                 tables: HashSet::new(),
@@ -656,7 +696,43 @@ impl StrongTables {
         match request {
             StrongRequest::Propose { group, entry } => {
                 let entry = bytes::Bytes::copy_from_slice(entry);
+                // Held until applied: a conditional statement on the partition waits.
+                let _shared = match machine::entry_partition(&entry) {
+                    Some(partition) => match self.locks.shared(partition, deadline).await {
+                        Some(shared) => Some(shared),
+                        None => return StrongReply::Busy,
+                    },
+                    None => None,
+                };
                 self.propose_here(GroupId(*group), entry, deadline).await
+            }
+            StrongRequest::Lock {
+                group,
+                table,
+                token,
+                lower,
+                upper,
+            } => {
+                self.lock_here(
+                    GroupId(*group),
+                    (TableId(*table), Token(*token)),
+                    lower,
+                    upper,
+                )
+                .await
+            }
+            StrongRequest::ProposeLocked {
+                group,
+                lease,
+                entry,
+            } => {
+                let entry = bytes::Bytes::copy_from_slice(entry);
+                self.propose_locked_here(GroupId(*group), *lease, entry, deadline)
+                    .await
+            }
+            StrongRequest::Unlock { lease } => {
+                self.leases.end(*lease);
+                StrongReply::Applied
             }
             StrongRequest::Read {
                 group,

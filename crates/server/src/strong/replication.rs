@@ -2,6 +2,7 @@
 //! tablets' Raft groups ([`StrongTables`]), every other table through the leaderless
 //! [`StorageProxy`]. Statement code sees one entrance and does not know which it got.
 
+use super::conditional::StrongTurn;
 use super::StrongTables;
 use futures::future::BoxFuture;
 use shoal_cql::request::Consistency;
@@ -28,8 +29,14 @@ pub struct NodeReplication {
 /// What a statement that a strongly consistent keyspace does not take yet is told.
 fn not_on_strong(what: &str) -> CqlError {
     CqlError::invalid(format!(
-        "{what} on a table of a strongly consistent keyspace is not supported: every write there is already linearizable"
+        "{what} on a table of a strongly consistent keyspace is not supported yet"
     ))
+}
+
+/// The strongly consistent table's turn in `turn` (made by [`Replication::paxos_turn`]).
+fn strong_turn(turn: &mut PaxosTurn) -> Result<&mut StrongTurn, CqlError> {
+    turn.held_mut::<StrongTurn>()
+        .ok_or_else(|| CqlError::server("a conditional statement's turn was not taken"))
 }
 
 impl NodeReplication {
@@ -198,6 +205,11 @@ impl Replication for NodeReplication {
         key: &'a PaxosKey,
         deadline: tokio::time::Instant,
     ) -> BoxFuture<'a, PaxosTurn> {
+        if self.strong.is_strong(&key.table) {
+            // The turn is the partition's lock on the group's leader, taken by the prepare.
+            let turn = PaxosTurn::held(StrongTurn::new(Arc::clone(&self.strong)));
+            return Box::pin(async move { turn });
+        }
         Replication::paxos_turn(self.proxy.as_ref(), key, deadline)
     }
 
@@ -209,10 +221,11 @@ impl Replication for NodeReplication {
         turn: &'a mut PaxosTurn,
     ) -> BoxFuture<'a, Result<PreparedRound, CqlError>> {
         if self.strong.is_strong(&key.table) {
-            return Box::pin(async {
-                Err(not_on_strong(
-                    "A conditional statement (IF) or a SERIAL read",
-                ))
+            return Box::pin(async move {
+                let turn = strong_turn(turn)?;
+                self.strong
+                    .lock_partition(key, serial, deadline, turn)
+                    .await
             });
         }
         Replication::paxos_prepare(self.proxy.as_ref(), key, serial, deadline, turn)
@@ -227,6 +240,12 @@ impl Replication for NodeReplication {
         consistency: Consistency,
         turn: &'a mut PaxosTurn,
     ) -> BoxFuture<'a, Result<ProposalOutcome, CqlError>> {
+        if self.strong.is_strong(&key.table) {
+            return Box::pin(async move {
+                let turn = strong_turn(turn)?;
+                self.strong.propose_locked(update, serial, turn).await
+            });
+        }
         Replication::paxos_propose(
             self.proxy.as_ref(),
             key,
