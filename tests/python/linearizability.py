@@ -90,16 +90,27 @@ def check(history, initial=None, max_states=2_000_000):
         # The next operation linearized must be invoked before every pending operation
         # with a known completion has completed.
         horizon = min(deadline[i] for i in pending)
+        # Unknown operations with the same effect are interchangeable: whichever of them is
+        # linearized here, the earliest invoked could be instead (it may take effect at any
+        # time after its invocation, as the later one), so only that one is tried.
+        # Without this, every unknown operation doubles the states to search.
+        unknown_effects_tried = set()
         for i in pending:
             operation = operations[i]
             if operation.invoked > horizon:
                 break
+            if operation.completed is None:
+                effect = (operation.kind, operation.value, operation.expected)
+                if effect in unknown_effects_tried:
+                    continue
+                unknown_effects_tried.add(effect)
             after = _step(state, operation)
             if after is not IMPOSSIBLE:
                 stack.append((done | (1 << i), after))
-            if operation.completed is None:
-                # An unknown outcome may also never take effect.
-                stack.append((done | (1 << i), state))
+            # An unknown outcome may also never take effect: such an operation is simply
+            # left pending (the search ends once only unknown ones are), so there is no
+            # branch that marks it done without an effect — that branch would only double
+            # the states for every unknown operation.
     return False
 
 

@@ -49,3 +49,14 @@ def test_a_lost_acknowledged_cas_is_caught():
     history = [op("write", 0, 1, value=0), op("cas", 2, 3, expected=0, value=1, result=True),
                op("read", 4, 5, result=0)]
     assert not check(history)
+
+
+def test_many_unknown_writes_are_searched_within_the_bound():
+    """Forty writes whose outcome is unknown (a long outage), then a read that nothing
+    explains: the search must say so, not give up."""
+    history = [op("write", i, None, value=1 + i % 4) for i in range(40)]
+    history += [op("write", 50, 51, value=9), op("read", 52, 53, result=0)]
+    assert not check(history, initial=5, max_states=200_000)
+    # The same outage followed by reads any of those writes explains.
+    history[-1] = op("read", 52, 53, result=3)
+    assert check(history, initial=5, max_states=200_000)
