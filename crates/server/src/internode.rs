@@ -30,7 +30,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
@@ -473,36 +473,19 @@ async fn serve_socket(
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
     let Some(acceptor) = tls else {
-        // A consensus stream opens with its preface, an internode connection with a
-        // frame's length (which is never the preface's value).
-        let mut socket = socket;
-        let mut first = [0u8; 4];
-        if socket.read_exact(&mut first).await.is_err() {
+        let Some((socket, first)) = consensus_or_first_bytes(socket, &handler).await else {
             return;
-        }
-        if first == shoal_consensus::runtime::tcp::STREAM_PREFACE {
-            if let Some(consensus) = handler.consensus() {
-                shoal_consensus::runtime::tcp::serve_stream(socket, consensus).await;
-            }
-            return;
-        }
+        };
         let (reader, writer) = socket.into_split();
         let reader = std::io::Cursor::new(first).chain(reader);
         return serve_connection(reader, writer, handler).await;
     };
     match tokio::time::timeout(CONNECT_TIMEOUT * 10, acceptor.accept(socket)).await {
-        Ok(Ok(mut stream)) => {
+        Ok(Ok(stream)) => {
             // Inside the TLS session, the same two kinds of stream as without.
-            let mut first = [0u8; 4];
-            if stream.read_exact(&mut first).await.is_err() {
+            let Some((stream, first)) = consensus_or_first_bytes(stream, &handler).await else {
                 return;
-            }
-            if first == shoal_consensus::runtime::tcp::STREAM_PREFACE {
-                if let Some(consensus) = handler.consensus() {
-                    shoal_consensus::runtime::tcp::serve_stream(stream, consensus).await;
-                }
-                return;
-            }
+            };
             let (reader, writer) = tokio::io::split(stream);
             let reader = std::io::Cursor::new(first).chain(reader);
             serve_connection(reader, writer, handler).await
@@ -512,6 +495,25 @@ async fn serve_socket(
         }
         Err(_) => tracing::warn!(%peer, "refused an internode connection: TLS handshake timed out"),
     }
+}
+
+/// Reads a new stream's first four bytes. A consensus stream opens with its preface and is
+/// served here by the node's consensus runtime until it closes (`None`); an internode
+/// connection opens with a frame's length (never the preface's value), and is handed back
+/// with those bytes.
+async fn consensus_or_first_bytes<S: AsyncRead + Unpin>(
+    mut stream: S,
+    handler: &Arc<dyn Handler>,
+) -> Option<(S, [u8; 4])> {
+    let mut first = [0u8; 4];
+    stream.read_exact(&mut first).await.ok()?;
+    if first == shoal_consensus::runtime::tcp::STREAM_PREFACE {
+        if let Some(consensus) = handler.consensus() {
+            shoal_consensus::runtime::tcp::serve_stream(stream, consensus).await;
+        }
+        return None;
+    }
+    Some((stream, first))
 }
 
 async fn serve_connection(

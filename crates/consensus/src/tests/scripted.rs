@@ -231,6 +231,18 @@ impl Scripted {
         self.deliver(follower, leader);
     }
 
+    /// `leader` is elected with `voter`'s vote, commits its no-op with it, and takes a
+    /// proposal `x` at index 2 (not sealed yet).
+    fn lead_and_propose_x(&mut self, leader: NodeId, voter: NodeId) {
+        self.elect(leader, voter);
+        self.replicate(leader, voter);
+        self.persist(leader);
+        assert!(self.applied_at(leader, 1).is_some(), "the no-op commits");
+        self.raft(leader)
+            .propose(GROUP, Bytes::from_static(b"x"))
+            .expect("the leader takes a proposal");
+    }
+
     fn applied_at(&self, id: NodeId, index: u64) -> Option<&Entry> {
         self.applied.get(&id)?.get(&LogIndex(index))
     }
@@ -240,14 +252,7 @@ impl Scripted {
 fn a_leader_counts_its_own_copy_only_once_it_is_durable() {
     let (a, b, c) = (node_id(0), node_id(1), node_id(2));
     let mut s = Scripted::new(64);
-    s.elect(a, b);
-    s.replicate(a, b);
-    s.persist(a);
-    assert!(s.applied_at(a, 1).is_some(), "the no-op commits");
-
-    s.raft(a)
-        .propose(GROUP, Bytes::from_static(b"x"))
-        .expect("the leader takes a proposal");
+    s.lead_and_propose_x(a, b);
     s.seal(a); // a's own write of x is still in flight
     s.drop_messages(a, c);
     s.deliver(a, b);
@@ -585,14 +590,7 @@ fn a_settled_read_waits_for_entries_in_flight_and_binds_the_proposal_to_its_term
     // appended after another leader's entries it never read.
     let (a, b, c) = (node_id(0), node_id(1), node_id(2));
     let mut s = Scripted::new(64);
-    s.elect(a, b);
-    s.replicate(a, b);
-    s.persist(a);
-    assert!(s.applied_at(a, 1).is_some(), "the no-op commits");
-
-    s.raft(a)
-        .propose(GROUP, Bytes::from_static(b"x"))
-        .expect("the leader takes a proposal");
+    s.lead_and_propose_x(a, b);
     let read = s
         .raft(a)
         .read_index(GROUP)
