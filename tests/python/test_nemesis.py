@@ -19,7 +19,7 @@ import threading
 import time
 
 import pytest
-from cassandra import ConsistencyLevel
+from cassandra import ConsistencyLevel, InvalidRequest, Unavailable
 from cassandra.cluster import Cluster, ExecutionProfile, EXEC_PROFILE_DEFAULT
 from cassandra.concurrent import execute_concurrent_with_args
 from cassandra.policies import (
@@ -28,6 +28,8 @@ from cassandra.policies import (
     TokenAwarePolicy,
     WhiteListRoundRobinPolicy,
 )
+
+from linearizability import Operation
 
 from shoal_process import shoal_binary
 from test_cluster import ADDRESSES, peers_up_in_status, started_cluster, wait_until
@@ -164,6 +166,52 @@ def nemesis(cluster, stop):
             return
         step(node)
         time.sleep(3)
+
+
+def register_client(session, number, histories, lock, stop, keys, read, write, write_must_apply):
+    """One client of `registers_under_nemesis`: half reads (`read`), a quarter blind
+    writes (`write`, which must answer `[applied]` true when `write_must_apply`), a
+    quarter compare-and-sets from the value it last read, on random registers of `keys`.
+    An operation whose outcome is unknown is recorded as such; one refused before
+    anything was proposed, or a failed read, is left out."""
+    rng = random.Random(number)
+    cas = session.prepare("UPDATE r SET v = ? WHERE k = ? IF v = ?")
+    last_seen = {}
+    while not stop.is_set():
+        key = rng.randrange(keys)
+        value = rng.randrange(5)
+        choice = rng.random()
+        invoked = time.monotonic()
+        if choice < 0.5:
+            try:
+                row = session.execute(read, (key,)).one()
+            except Exception:
+                time.sleep(0.05)
+                continue  # a read that failed tells nothing
+            last_seen[key] = row.v if row else None
+            operation = Operation("read", invoked, time.monotonic(), result=last_seen[key], client=number)
+        else:
+            expected = last_seen.get(key, 0)
+            try:
+                if choice < 0.75:
+                    result = session.execute(write, (value, key))
+                    if write_must_apply:
+                        assert result.one().applied, "the registers exist from the start: IF EXISTS always holds"
+                    operation = Operation("write", invoked, time.monotonic(), value=value, client=number)
+                else:
+                    applied = session.execute(cas, (value, key, expected)).one().applied
+                    operation = Operation("cas", invoked, time.monotonic(), value=value, expected=expected,
+                                          result=applied, client=number)
+            except (Unavailable, InvalidRequest):
+                time.sleep(0.05)
+                continue  # refused before anything was proposed
+            except Exception:
+                kind = "write" if choice < 0.75 else "cas"
+                operation = Operation(kind, invoked, None, value=value, expected=expected, client=number)
+                time.sleep(0.05)
+        with lock:
+            histories[key].append(operation)
+        time.sleep(0.03)
 
 
 def registers_under_nemesis(cluster, sessions, client, keys, clients_per_coordinator, rounds):

@@ -15,16 +15,14 @@ The suite runs one round of the nemesis; a longer run:
 Needs root and the `nft` command, as tests/python/test_nemesis.py does."""
 
 import os
-import random
-import time
 
-from cassandra import ConsistencyLevel, InvalidRequest, Unavailable
+from cassandra import ConsistencyLevel
 from cassandra.cluster import Cluster, ExecutionProfile, EXEC_PROFILE_DEFAULT
 from cassandra.policies import FallthroughRetryPolicy, WhiteListRoundRobinPolicy
 
-from linearizability import Operation, check
+from linearizability import check
 from test_cluster import ADDRESSES, wait_until
-from test_nemesis import cluster, nftables, registers_under_nemesis  # noqa: F401  (fixtures)
+from test_nemesis import cluster, nftables, register_client, registers_under_nemesis  # noqa: F401  (fixtures)
 
 KEYS = 16
 CLIENTS_PER_COORDINATOR = 2
@@ -41,44 +39,9 @@ def connect(cluster, address, keyspace="strong_registers"):
 
 
 def client(session, number, histories, lock, stop):
-    rng = random.Random(number)
     read = session.prepare("SELECT v FROM r WHERE k = ?")
     write = session.prepare("UPDATE r SET v = ? WHERE k = ?")
-    cas = session.prepare("UPDATE r SET v = ? WHERE k = ? IF v = ?")
-    last_seen = {}
-    while not stop.is_set():
-        key = rng.randrange(KEYS)
-        value = rng.randrange(5)
-        choice = rng.random()
-        invoked = time.monotonic()
-        if choice < 0.5:
-            try:
-                row = session.execute(read, (key,)).one()
-            except Exception:
-                time.sleep(0.05)
-                continue  # a read that failed tells nothing
-            last_seen[key] = row.v if row else None
-            operation = Operation("read", invoked, time.monotonic(), result=last_seen[key], client=number)
-        else:
-            expected = last_seen.get(key, 0)
-            try:
-                if choice < 0.75:
-                    session.execute(write, (value, key))
-                    operation = Operation("write", invoked, time.monotonic(), value=value, client=number)
-                else:
-                    applied = session.execute(cas, (value, key, expected)).one().applied
-                    operation = Operation("cas", invoked, time.monotonic(), value=value, expected=expected,
-                                          result=applied, client=number)
-            except (Unavailable, InvalidRequest):
-                time.sleep(0.05)
-                continue  # refused before anything was proposed
-            except Exception:
-                kind = "write" if choice < 0.75 else "cas"
-                operation = Operation(kind, invoked, None, value=value, expected=expected, client=number)
-                time.sleep(0.05)
-        with lock:
-            histories[key].append(operation)
-        time.sleep(0.03)
+    register_client(session, number, histories, lock, stop, KEYS, read, write, write_must_apply=False)
 
 
 def test_a_strongly_consistent_keyspace_is_linearizable_under_kills_pauses_and_partitions(cluster, nftables):  # noqa: F811
