@@ -164,6 +164,10 @@ pub struct CommonArgs {
     /// Bytes per field (YCSB `fieldlength`).
     #[arg(long, default_value_t = 100)]
     pub field_length: usize,
+    /// Create `usertable` as an ordered table (`WITH partitioner = 'ordered'`): range
+    /// reads then return the next keys in key order, as in seed 002's experiment.
+    #[arg(long)]
+    pub ordered: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -199,6 +203,7 @@ struct Statements {
     insert: PreparedStatement,
     scan: PreparedStatement,
     range: PreparedStatement,
+    range_from_key: PreparedStatement,
 }
 
 async fn connect(common: &CommonArgs) -> anyhow::Result<Session> {
@@ -226,8 +231,13 @@ async fn prepare(session: &Session, common: &CommonArgs) -> anyhow::Result<State
     session
         .query_unpaged(
             format!(
-                "CREATE TABLE IF NOT EXISTS {keyspace}.usertable (y_id varchar PRIMARY KEY, {})",
-                fields.join(", ")
+                "CREATE TABLE IF NOT EXISTS {keyspace}.usertable (y_id varchar PRIMARY KEY, {}){}",
+                fields.join(", "),
+                if common.ordered {
+                    " WITH partitioner = 'ordered'"
+                } else {
+                    ""
+                }
             ),
             &[],
         )
@@ -278,6 +288,13 @@ async fn prepare(session: &Session, common: &CommonArgs) -> anyhow::Result<State
             session
                 .prepare(format!(
                     "SELECT y_id, field0 FROM {keyspace}.usertable WHERE token(y_id) >= ? LIMIT ?"
+                ))
+                .await?,
+        ),
+        range_from_key: with_level(
+            session
+                .prepare(format!(
+                    "SELECT y_id, field0 FROM {keyspace}.usertable WHERE token(y_id) >= token(?) LIMIT ?"
                 ))
                 .await?,
         ),
@@ -343,12 +360,21 @@ async fn execute(
             result.into_rows_result().map_err(|e| error(&e))?;
         }
         OperationKind::Range => {
-            let start: i64 = rng.random();
             let limit = scan_length.next(rng) as i32;
-            let result = session
-                .execute_unpaged(&statements.range, (start, limit))
-                .await
-                .map_err(|e| error(&e))?;
+            // An ordered table's keys sit in a narrow band of tokens: its ranges start at a
+            // random key (uniform over the keys), a hashed table's at a random token.
+            let result = if shared.common.ordered {
+                let start = key_name(rng.random_range(0..existing.max(1)));
+                session
+                    .execute_unpaged(&statements.range_from_key, (start, limit))
+                    .await
+            } else {
+                let start: i64 = rng.random();
+                session
+                    .execute_unpaged(&statements.range, (start, limit))
+                    .await
+            }
+            .map_err(|e| error(&e))?;
             result.into_rows_result().map_err(|e| error(&e))?;
         }
         OperationKind::ReadModifyWrite => {

@@ -121,6 +121,10 @@ pub struct VersionedRecord {
 pub struct TablePlacement {
     pub strategy: ReplicationStrategy,
     pub tablets: TabletMap,
+    /// A tablet of the table was split (an ordered table growing): its tablets no longer
+    /// follow the even layout that token-aware drivers can route hashed keys by.
+    #[serde(default)]
+    pub split: bool,
 }
 
 /// What the replicated log carries.
@@ -176,6 +180,13 @@ pub enum Command {
     SetPrimaries {
         table: TableId,
         primaries: Vec<(TabletId, HostId)>,
+    },
+    /// Splits a tablet that is not moving in two at `at` (`TabletMap::split`): same
+    /// replicas, new ids. No data moves; the balancer may then move either half.
+    SplitTablet {
+        table: TableId,
+        tablet: TabletId,
+        at: Token,
     },
 }
 
@@ -266,6 +277,18 @@ impl ClusterState {
                 migration,
                 aborted,
             } => self.end_migration(table, tablet, migration, aborted),
+            Command::SplitTablet { table, tablet, at } => {
+                let Some(placement) = self.tables.get_mut(&table) else {
+                    return rejected("no such table");
+                };
+                match placement.tablets.split(tablet, at) {
+                    Ok(_) => {
+                        placement.split = true;
+                        CommandOutcome::Applied
+                    }
+                    Err(reason) => rejected(reason),
+                }
+            }
             Command::SetPrimaries { table, primaries } => {
                 let Some(placement) = self.tables.get_mut(&table) else {
                     return rejected("no such table");
@@ -322,9 +345,14 @@ impl ClusterState {
                 Some(existing) => TablePlacement {
                     strategy,
                     tablets: existing.tablets.clone(),
+                    split: existing.split,
                 },
                 None => match self.place(&strategy) {
-                    Ok(tablets) => TablePlacement { strategy, tablets },
+                    Ok(tablets) => TablePlacement {
+                        strategy,
+                        tablets,
+                        split: false,
+                    },
                     Err(error) => return rejected(error.to_string()),
                 },
             };
@@ -538,7 +566,7 @@ impl ClusterState {
         let table = self
             .tables
             .iter()
-            .filter(|(id, _)| routed(id))
+            .filter(|(id, placement)| routed(id) && !placement.split)
             .filter(|(_, placement)| {
                 let leaders: BTreeSet<&HostId> = placement
                     .tablets
@@ -704,6 +732,35 @@ mod tests {
             state.tokens_of(&HostId([4; 16]), |_| true).len(),
             TABLETS_PER_NODE
         );
+    }
+
+    #[test]
+    fn a_split_tablet_keeps_its_replicas_and_takes_its_table_out_of_the_drivers_ring() {
+        let mut state = three_nodes_one_table(2);
+        let first = state.tables[&TABLE].tablets.tablets()[0].clone();
+        let version = state.topology_version;
+        let split = Command::SplitTablet {
+            table: TABLE,
+            tablet: first.id,
+            at: Token(first.last_token.0 - 1000),
+        };
+        assert_eq!(state.apply(split.clone()), CommandOutcome::Applied);
+        assert!(state.topology_version > version, "routing changed");
+        let tablets = state.tables[&TABLE].tablets.tablets();
+        assert_eq!(tablets.len(), 3 * TABLETS_PER_NODE + 1);
+        assert_eq!(tablets[0].last_token, Token(first.last_token.0 - 1000));
+        assert_eq!(tablets[1].last_token, first.last_token);
+        assert!(tablets[..2].iter().all(|t| t.replicas == first.replicas));
+        // The old tablet is gone: the same split again is refused, not applied twice.
+        assert!(matches!(state.apply(split), CommandOutcome::Rejected(_)));
+        // Drivers keep routing by an even layout, not by the split table's.
+        let ring: Vec<Token> = state
+            .ring_tokens(|_| true)
+            .into_values()
+            .flatten()
+            .collect();
+        assert_eq!(ring.len(), 3 * TABLETS_PER_NODE);
+        assert!(!ring.contains(&Token(first.last_token.0 - 1000)));
     }
 
     #[test]

@@ -85,7 +85,7 @@ type PartitionAddress = (TableId, Token, Vec<u8>);
 /// One counter column of one row, as a delta cell's key names it.
 struct ShardAddress<'a> {
     token: Token,
-    partition_key: &'a [u8],
+    partition_key: std::borrow::Cow<'a, [u8]>,
     /// `None` for the static row.
     clustering: Option<&'a [u8]>,
     /// The key up to the column part.
@@ -201,7 +201,7 @@ impl Coordinator {
                     engine.as_ref(),
                     table,
                     address.token,
-                    address.partition_key,
+                    &address.partition_key,
                     address.clustering,
                 )?;
                 let own_shard = row
@@ -266,7 +266,7 @@ mod tests {
         keys::push_column_part(&mut key, |k| keys::push_cell_column(k, "views", b""));
         let address = shard_address(&key).unwrap();
         assert_eq!(address.token, Token(42));
-        assert_eq!(address.partition_key, b"pk");
+        assert_eq!(&*address.partition_key, b"pk");
         assert_eq!(address.clustering, Some(&b"clustering"[..]));
         assert_eq!(address.row.len(), row_length);
         assert_eq!(address.column, "views");

@@ -131,6 +131,11 @@ pub fn table_statement(table: &TableMetadata) -> String {
         format!("read_repair = '{}'", o.read_repair),
         format!("speculative_retry = '{}'", o.speculative_retry),
     ]);
+    // Shown only when it is not the default, so that a hashed table's DESCRIBE stays what
+    // Cassandra prints.
+    if o.partitioner != shoal_model::token::Partitioner::Murmur3 {
+        options.push(format!("partitioner = '{}'", o.partitioner.name()));
+    }
     let _ = write!(out, " WITH {}", options.join("\n    AND "));
     out.push(';');
     out

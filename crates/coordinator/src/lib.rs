@@ -624,7 +624,7 @@ impl Coordinator {
             _ => {}
         }
         let restrictions = select.where_plan.bind(&select.table, bindings)?;
-        let partitions = SelectPlan::partitions(&restrictions).unwrap_or_default();
+        let partitions = SelectPlan::partitions(&select.table, &restrictions).unwrap_or_default();
         if parameters.consistency.is_serial() {
             return self
                 .run_serial_select(select, parameters, bindings, &restrictions, partitions)

@@ -403,3 +403,106 @@ fn a_traced_statement_records_its_steps_in_system_traces() {
     ok(&c, &mut session, select);
     assert!(shoal_trace::current().is_none());
 }
+
+/// Every byte of a result's rows, as text (for DESCRIBE's statements).
+fn all_text(result: &ResultBody) -> String {
+    let ResultBody::Rows(rows) = result else {
+        panic!("not rows: {result:?}")
+    };
+    String::from_utf8_lossy(&rows.rows.content).into_owned()
+}
+
+#[test]
+fn an_ordered_table_keeps_partitions_in_key_order_through_scans_pages_and_token_ranges() {
+    let c = coordinator(Arc::new(MemoryEngine::new()));
+    let mut session = setup(&c);
+    ok(
+        &c,
+        &mut session,
+        "CREATE TABLE t (k int PRIMARY KEY, v int) WITH partitioner = 'ordered'",
+    );
+    // Inserted out of order, negative keys included (they sort before positive ones).
+    let keys: Vec<i32> = (-6..7).map(|i| (i * 7919) % 13 * 100_003).collect();
+    for k in &keys {
+        ok(
+            &c,
+            &mut session,
+            &format!("INSERT INTO t (k, v) VALUES ({k}, 0)"),
+        );
+    }
+    let mut sorted = keys.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(ints(&ok(&c, &mut session, "SELECT k FROM t")).0, sorted);
+
+    let mut parameters = QueryParameters {
+        page_size: Some(3),
+        ..QueryParameters::default()
+    };
+    let mut paged = Vec::new();
+    loop {
+        let (page, state) = ints(&run(&c, &mut session, "SELECT k FROM t", &parameters).unwrap());
+        paged.extend(page);
+        match state {
+            Some(state) => parameters.paging_state = Some(state),
+            None => break,
+        }
+    }
+    assert_eq!(paged, sorted, "pages follow key order");
+
+    let from_zero: Vec<i32> = sorted.iter().copied().filter(|&k| k >= 0).take(3).collect();
+    assert_eq!(
+        ints(&ok(
+            &c,
+            &mut session,
+            "SELECT k FROM t WHERE token(k) >= token(0) LIMIT 3"
+        ))
+        .0,
+        from_zero,
+        "a token range of an ordered table is a key range"
+    );
+    let described = all_text(&ok(&c, &mut session, "DESCRIBE TABLE t"));
+    assert!(
+        described.contains("partitioner = 'ordered'"),
+        "DESCRIBE shows the partitioner: {described}"
+    );
+}
+
+#[test]
+fn a_partitioner_is_chosen_at_creation_and_never_changed() {
+    let c = coordinator(Arc::new(MemoryEngine::new()));
+    let mut session = setup(&c);
+    let unknown = run(
+        &c,
+        &mut session,
+        "CREATE TABLE t (k int PRIMARY KEY) WITH partitioner = 'random'",
+        &QueryParameters::default(),
+    )
+    .unwrap_err();
+    assert_eq!(unknown.code, ErrorCode::Config);
+    assert!(unknown.message.contains("'ordered'"), "{}", unknown.message);
+    ok(
+        &c,
+        &mut session,
+        "CREATE TABLE t (k int PRIMARY KEY, v int)",
+    );
+    let altered = run(
+        &c,
+        &mut session,
+        "ALTER TABLE t WITH partitioner = 'ordered'",
+        &QueryParameters::default(),
+    )
+    .unwrap_err();
+    assert_eq!(altered.code, ErrorCode::Invalid);
+    assert!(
+        altered.message.contains("partitioner"),
+        "{}",
+        altered.message
+    );
+    let described = all_text(&ok(&c, &mut session, "DESCRIBE TABLE t"));
+    assert!(described.contains("CREATE TABLE"), "{described}");
+    assert!(
+        !described.contains("partitioner"),
+        "a hashed table's DESCRIBE is Cassandra's: {described}"
+    );
+}

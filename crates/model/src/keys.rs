@@ -2,7 +2,7 @@
 //! `(table id, token, partition key, section, clustering, column)`:
 //!
 //! ```text
-//! table id (16) | token (8, sortable) | partition key length (u16) | partition key
+//! table id (16) | token (8, sortable) | escaped partition key | 0x00 0x00
 //!   | 0x10                                   partition deletion
 //!   | 0x20 | start bound | end bound         range tombstone
 //!   | 0x30 | column part | L (u16)           static row
@@ -17,6 +17,12 @@
 //! Because the token comes first, a token range of a table — a tablet — is one contiguous
 //! key range: scans walk it in token order, truncation and streaming take it whole.
 //!
+//! **Partitions of one token sort by key.** The partition key is escaped (`0x00` as
+//! `0x00 0xff`) and ended by `0x00 0x00`, which keeps byte order and marks where the key
+//! ends. A hashed table rarely has two partitions on one token; an ordered table
+//! (`shoal_model::token::ordered_token`) has one for every key sharing its first eight
+//! bytes, and this is what keeps those in key order too.
+//!
 //! **Deletions sort before what they shadow.** Within a partition the partition deletion
 //! comes first, then every range tombstone, then the static row and the rows; within a
 //! row the row deletion comes first, then the marker, then every collection deletion,
@@ -26,6 +32,7 @@
 //! [`STORAGE_FORMAT_VERSION`] changes whenever this layout does.
 
 use crate::{TableId, Token};
+use std::borrow::Cow;
 
 /// Length of the table id prefix.
 pub const TABLE_ID_LENGTH: usize = 16;
@@ -44,7 +51,7 @@ pub const COLUMN_CELL: u8 = 0x03;
 
 /// The version of this key layout and of the cell encoding; a data directory written
 /// with another version is refused at start-up rather than misread.
-pub const STORAGE_FORMAT_VERSION: u32 = 2;
+pub const STORAGE_FORMAT_VERSION: u32 = 3;
 
 /// Kinds of clustering bound in a range tombstone key.
 pub const BOUND_INCLUSIVE: u8 = 1;
@@ -86,36 +93,45 @@ pub fn token_range(table_id: &TableId, after: Option<Token>, last: Token) -> (Ve
 
 /// `table id | token | partition key`: the prefix of every key of one partition.
 pub fn partition_prefix(table_id: &TableId, token: Token, partition_key: &[u8]) -> Vec<u8> {
-    let mut key = Vec::with_capacity(TOKEN_PREFIX_LENGTH + 2 + partition_key.len() + 64);
+    let mut key = Vec::with_capacity(TOKEN_PREFIX_LENGTH + 4 + partition_key.len() + 64);
     key.extend_from_slice(&table_id.0);
     key.extend_from_slice(&token.to_sortable_bytes());
-    key.extend_from_slice(&(partition_key.len() as u16).to_be_bytes());
-    key.extend_from_slice(partition_key);
+    crate::clustering::escape_bytes(&mut key, partition_key);
     key
 }
 
 /// The table and token a storage key belongs to.
 pub fn table_and_token(key: &[u8]) -> Option<(TableId, Token)> {
     let table = TableId::of_key(key)?;
-    let (token, _, _) = split_partition(key)?;
-    Some((table, token))
-}
-
-/// Splits a storage key into `(token, partition key, rest after the partition key)`.
-pub fn split_partition(key: &[u8]) -> Option<(Token, &[u8], &[u8])> {
-    let token_bytes: [u8; 8] = key
+    let token_bytes = key
         .get(TABLE_ID_LENGTH..TOKEN_PREFIX_LENGTH)?
         .try_into()
         .ok()?;
-    let length_bytes = key.get(TOKEN_PREFIX_LENGTH..TOKEN_PREFIX_LENGTH + 2)?;
-    let length = u16::from_be_bytes([length_bytes[0], length_bytes[1]]) as usize;
-    let start = TOKEN_PREFIX_LENGTH + 2;
-    let partition_key = key.get(start..start + length)?;
-    Some((
-        Token::from_sortable_bytes(token_bytes),
-        partition_key,
-        &key[start + length..],
-    ))
+    Some((table, Token::from_sortable_bytes(token_bytes)))
+}
+
+/// A storage key split after its partition key: `(token, partition key, the rest)`.
+pub type PartitionParts<'a> = (Token, Cow<'a, [u8]>, &'a [u8]);
+
+/// Splits a storage key into `(token, partition key, rest after the partition key)`. The
+/// partition key is borrowed from `key` unless it holds a zero byte (then it is unescaped
+/// into a copy).
+pub fn split_partition(key: &[u8]) -> Option<PartitionParts<'_>> {
+    split_token_and_key(key.get(TABLE_ID_LENGTH..)?)
+}
+
+/// Splits `token | escaped partition key | rest` (a storage key after its table id).
+fn split_token_and_key(bytes: &[u8]) -> Option<PartitionParts<'_>> {
+    let token = Token::from_sortable_bytes(bytes.get(..8)?.try_into().ok()?);
+    let body = &bytes[8..];
+    let length = crate::clustering::escaped_length(body)?;
+    let escaped = &body[..length - 2];
+    let partition_key = if escaped.contains(&0) {
+        Cow::Owned(crate::clustering::unescape_front(body).ok()?)
+    } else {
+        Cow::Borrowed(escaped)
+    };
+    Some((token, partition_key, &body[length..]))
 }
 
 /// Appends a column part and its trailing length to a row key that already holds
@@ -287,7 +303,7 @@ mod tests {
         full.extend_from_slice(b"ck");
         push_column_part(&mut full, |k| push_cell_column(k, "v", b"p"));
         let (token, partition_key, rest) = split_partition(&full).unwrap();
-        assert_eq!((token, partition_key), (Token(-5), &b"pk"[..]));
+        assert_eq!((token, &*partition_key), (Token(-5), &b"pk"[..]));
         let (section, clustering, column) = split_row_key(rest).unwrap();
         assert_eq!((section, clustering), (SECTION_ROW, &b"ck"[..]));
         assert_eq!(
@@ -298,6 +314,34 @@ mod tests {
             })
         );
         assert!(split_partition(&key[..10]).is_none());
+    }
+
+    #[test]
+    fn partitions_of_one_token_sort_by_key_bytes_and_split_back() {
+        let table = TableId([7u8; 16]);
+        // Zero bytes, a key that is a prefix of another, lengths that disagree with order.
+        let partition_keys: [&[u8]; 7] = [
+            b"",
+            b"\x00",
+            b"\x00\x00",
+            b"\x00\x01",
+            b"a",
+            b"a\x00z",
+            b"ab",
+        ];
+        let mut cells = Vec::new();
+        for partition_key in partition_keys {
+            let mut cell = partition_prefix(&table, Token(9), partition_key);
+            cell.push(SECTION_ROW);
+            push_column_part(&mut cell, |k| push_cell_column(k, "v", b""));
+            let (token, split_key, rest) = split_partition(&cell).unwrap();
+            assert_eq!((token, &*split_key), (Token(9), partition_key));
+            assert_eq!(rest.first(), Some(&SECTION_ROW));
+            cells.push(cell);
+        }
+        let mut sorted = cells.clone();
+        sorted.sort();
+        assert_eq!(sorted, cells, "storage order is partition key order");
     }
 
     #[test]
@@ -373,16 +417,16 @@ mod tests {
 /// value's entries are one contiguous range listing base partitions in token order, and
 /// the values of a range (`v >= 10 AND v < 20`) are one contiguous range too. One row per
 /// indexed base *cell*: its clustering is the escaped value followed by the base cell's key
-/// after the table id (`token | partition key length | partition key | section |
-/// clustering | column part | L`). Each entry is a row marker carrying its base cell's
+/// after the table id (`token | escaped partition key | section | clustering | column part
+/// | L`). Each entry is a row marker carrying its base cell's
 /// timestamp and TTL: it lives exactly as long as that cell (two cells of a row with one
 /// value — a map's two keys, a row's marker and a column for a clustering index — each keep
 /// their own), and compaction, garbage collection and the visible-cell reader treat it like
 /// any row.
 ///
 /// ```text
-/// index id (16) | first 8 bytes of escaped value (the "token") | 0u16 (no partition key)
-///   | 0x40 | escaped value | base token (8) | base key length (u16) | base key
+/// index id (16) | first 8 bytes of escaped value (the "token") | 0x00 0x00 (no partition key)
+///   | 0x40 | escaped value | base token (8) | escaped base key
 ///          | base section [| base clustering] | base column part | base L
 ///   | 0x01 | L
 /// ```
@@ -468,15 +512,14 @@ fn split_index_entry(entry_key: &[u8]) -> Option<(&[u8], &[u8])> {
 }
 
 /// The base partition `(token, partition key)` after an entry's value.
-fn base_partition(base: &[u8]) -> Option<(Token, &[u8])> {
-    let token = Token::from_sortable_bytes(base.get(..8)?.try_into().ok()?);
-    let length = u16::from_be_bytes(base.get(8..10)?.try_into().ok()?) as usize;
-    Some((token, base.get(10..10 + length)?))
+fn base_partition(base: &[u8]) -> Option<(Token, Cow<'_, [u8]>)> {
+    let (token, partition_key, _) = split_token_and_key(base)?;
+    Some((token, partition_key))
 }
 
 /// An index entry's indexed value (byte-comparable) and the base partition
 /// `(token, partition key)` it points at.
-pub fn index_entry_parts(entry_key: &[u8]) -> Option<(Vec<u8>, Token, &[u8])> {
+pub fn index_entry_parts(entry_key: &[u8]) -> Option<(Vec<u8>, Token, Cow<'_, [u8]>)> {
     let (value, base) = split_index_entry(entry_key)?;
     let (token, partition_key) = base_partition(base)?;
     let value = crate::clustering::unescape_front(value).ok()?;
@@ -484,7 +527,7 @@ pub fn index_entry_parts(entry_key: &[u8]) -> Option<(Vec<u8>, Token, &[u8])> {
 }
 
 /// The base partition `(token, partition key)` an index entry's key points at.
-pub fn index_entry_base(entry_key: &[u8]) -> Option<(Token, &[u8])> {
+pub fn index_entry_base(entry_key: &[u8]) -> Option<(Token, Cow<'_, [u8]>)> {
     base_partition(split_index_entry(entry_key)?.1)
 }
 
@@ -504,7 +547,10 @@ mod index_tests {
         let base_cell = base_cell_of(&cell).unwrap();
         assert!(base_cell.starts_with(&row[TABLE_ID_LENGTH..]));
         let entry = index_entry_key(&index, b"value", base_cell).unwrap();
-        assert_eq!(index_entry_base(&entry), Some((Token(-5), &b"key"[..])));
+        assert_eq!(
+            index_entry_base(&entry),
+            Some((Token(-5), Cow::Borrowed(&b"key"[..])))
+        );
         let (lower, upper) = index_value_range(&index, b"value", Token(-10));
         assert!(lower <= entry && entry < upper);
         let (later, _) = index_value_range(&index, b"value", Token(0));
@@ -543,7 +589,7 @@ mod index_tests {
                 let entry = index_entry_key(&index, value, &base_cell(token, b"k")).unwrap();
                 let (read_value, read_token, read_key) = index_entry_parts(&entry).unwrap();
                 assert_eq!(
-                    (read_value.as_slice(), read_token, read_key),
+                    (read_value.as_slice(), read_token, &*read_key),
                     (value, Token(token), &b"k"[..])
                 );
                 entries.push(entry);

@@ -5,7 +5,8 @@
 //! of a non-frozen collection). The types that carry those ideas:
 //!
 //! - [`Token`] — where a partition lives: Cassandra's Murmur3 hash of the serialized
-//!   partition key ([`token::murmur3_token`]), bit-for-bit the value Cassandra computes.
+//!   partition key ([`token::murmur3_token`]), bit-for-bit the value Cassandra computes, or
+//!   for an ordered table the key's first eight bytes ([`token::ordered_token`]).
 //! - [`CqlType`] and [`Value`] — CQL's type system and typed values, with the native
 //!   protocol's byte serialization ([`Value::serialize`], [`Value::deserialize`]), which is
 //!   also how cell values are stored.

@@ -1,4 +1,11 @@
-//! Tokens: Cassandra's `Murmur3Partitioner`, reproduced exactly.
+//! Tokens: where a partition sits on the ring. A table chooses its [`Partitioner`]:
+//!
+//! - **Murmur3** (the default): Cassandra's `Murmur3Partitioner`, reproduced exactly, so
+//!   drivers' token-aware routing finds the replicas. Keys spread evenly; no order.
+//! - **Ordered**: the token is the first eight bytes of the key in key order
+//!   ([`ordered_token`]), so a token range is a key range and a scan walks keys in order
+//!   (seed 002's order-preserving placement). Keys sharing their first eight bytes share a
+//!   token; the storage layout keeps them in key order within it (`keys`).
 //!
 //! Cassandra hashes the serialized partition key with its Java port of MurmurHash3
 //! x64_128 (seed 0) and takes the first 64-bit half as the token. The port has one quirk
@@ -24,6 +31,54 @@ impl Token {
 
     pub fn from_sortable_bytes(bytes: [u8; 8]) -> Token {
         Token((u64::from_be_bytes(bytes) ^ (1 << 63)) as i64)
+    }
+}
+
+/// How a table maps its partition keys to tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash, Serialize, Deserialize)]
+pub enum Partitioner {
+    /// Cassandra's Murmur3Partitioner: keys spread evenly over the ring, in no order.
+    #[default]
+    Murmur3,
+    /// Order-preserving: token order is key order ([`ordered_token`]).
+    Ordered,
+}
+
+impl Partitioner {
+    /// The name `WITH partitioner = '…'` takes and DESCRIBE prints.
+    pub fn name(self) -> &'static str {
+        match self {
+            Partitioner::Murmur3 => "murmur3",
+            Partitioner::Ordered => "ordered",
+        }
+    }
+
+    /// Parses a `partitioner` option: our names, or Cassandra's class names for the same
+    /// idea (`Murmur3Partitioner`, `ByteOrderedPartitioner`, with or without the package).
+    pub fn parse(name: &str) -> Option<Partitioner> {
+        let short = name
+            .strip_prefix("org.apache.cassandra.dht.")
+            .unwrap_or(name);
+        match short.to_ascii_lowercase().as_str() {
+            "murmur3" | "murmur3partitioner" => Some(Partitioner::Murmur3),
+            "ordered" | "byteorderedpartitioner" => Some(Partitioner::Ordered),
+            _ => None,
+        }
+    }
+}
+
+/// The token of an ordered table's partition, from its key in a byte-comparable form
+/// (`order_bytes`: bytes whose unsigned order is the keys' order): the first eight bytes,
+/// zero-padded. Monotonic — a smaller key never has a larger token — but not one-to-one:
+/// keys that share their first eight bytes share a token. The ring's minimum token is
+/// reserved, so a key whose bytes start with eight zeros takes the next one.
+pub fn ordered_token(order_bytes: &[u8]) -> Token {
+    let mut first = [0u8; 8];
+    let length = order_bytes.len().min(8);
+    first[..length].copy_from_slice(&order_bytes[..length]);
+    match Token::from_sortable_bytes(first) {
+        Token::MIN => Token(i64::MIN + 1),
+        token => token,
     }
 }
 
@@ -123,6 +178,34 @@ mod tests {
         assert_eq!(murmur3_token(b"hello"), Token(-3758069500696749310));
         // the empty key
         assert_eq!(murmur3_token(b""), Token(0));
+    }
+
+    #[test]
+    fn ordered_tokens_keep_key_order_and_never_take_the_minimum() {
+        let keys: [&[u8]; 7] = [
+            b"",
+            b"\x00\x00\x00\x00\x00\x00\x00\x00\x01",
+            b"\x00\x00\x00\x00\x00\x00\x00\x02",
+            b"a",
+            b"abcdefgh-1",
+            b"abcdefgh-2",
+            b"\xff\xff\xff\xff\xff\xff\xff\xff\xff",
+        ];
+        let tokens: Vec<Token> = keys.iter().map(|key| ordered_token(key)).collect();
+        assert!(tokens.windows(2).all(|pair| pair[0] <= pair[1]));
+        assert!(tokens.iter().all(|&token| token > Token::MIN));
+        assert_eq!(
+            tokens[4], tokens[5],
+            "a shared eight-byte prefix shares a token"
+        );
+        assert!(tokens[3] < tokens[4]);
+        assert_eq!(tokens[6], Token::MAX);
+        assert_eq!(
+            Partitioner::parse("org.apache.cassandra.dht.ByteOrderedPartitioner"),
+            Some(Partitioner::Ordered)
+        );
+        assert_eq!(Partitioner::parse("Murmur3"), Some(Partitioner::Murmur3));
+        assert_eq!(Partitioner::parse("random"), None);
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //! 2. **Replica counts**: a tablet with fewer replicas than its factor (in a datacenter,
 //!    for NetworkTopologyStrategy) gets one more; one with more loses one.
 //! 3. **Even load**: while the most loaded node holds more than one replica more than the
-//!    least loaded one, a tablet moves from the first to the second.
+//!    least loaded one, a tablet moves from the first to the second — the newest one it
+//!    has (split halves get the newest ids, so a growing ordered table's data moves first).
 //!
 //! Load counts a move under way as done. Each node takes part in at most
 //! [`Budget::per_node`] moves at once (as the one giving a replica up or receiving it), so
@@ -284,7 +285,9 @@ fn balance_group(
                     continue;
                 }
                 let light_rack = group.rack_of(&light);
-                let candidate = map.tablets().iter().find(|tablet| {
+                // The newest tablet first: after splits, the halves of the key range that
+                // grew, so that an ordered table's data — not its empty tablets — spreads.
+                let candidate = map.tablets().iter().filter(|tablet| {
                     if moving.contains(&tablet.id)
                         || !tablet.replicas.contains(&heavy)
                         || tablet.replicas.contains(&light)
@@ -306,7 +309,7 @@ fn balance_group(
                         .count();
                     collisions_after <= collisions_before
                 });
-                if let Some(tablet) = candidate {
+                if let Some(tablet) = candidate.max_by_key(|tablet| tablet.id) {
                     found = Some(Move {
                         tablet: tablet.id,
                         leaving: Some(heavy),

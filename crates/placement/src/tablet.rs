@@ -247,6 +247,45 @@ impl TabletMap {
             .collect()
     }
 
+    /// Splits the tablet `id` in two at `at`: `(after, at]` and `(at, last]`. Both halves
+    /// keep its replicas — every replica already holds both, since data is stored by token,
+    /// so no data moves — and get new ids, the next unused ones of this map (so an id is
+    /// never reused: state keyed by the old id cannot be mistaken for a half's). A tablet
+    /// that is moving is not split, nor at a token outside it. Returns the new ids.
+    pub fn split(&mut self, id: TabletId, at: Token) -> Result<[TabletId; 2], String> {
+        let index = self
+            .tablets
+            .iter()
+            .position(|tablet| tablet.id == id)
+            .ok_or_else(|| format!("no {id} to split"))?;
+        let tablet = &self.tablets[index];
+        if tablet.transition.is_some() {
+            return Err(format!("{id} is moving"));
+        }
+        let after = index
+            .checked_sub(1)
+            .map_or(Token::MIN, |previous| self.tablets[previous].last_token);
+        if at <= after || at >= tablet.last_token {
+            return Err(format!(
+                "token {} is not strictly inside {id} ({}, {}]",
+                at.0, after.0, tablet.last_token.0
+            ));
+        }
+        let next = self.tablets.iter().map(|t| t.id.0).max().unwrap_or(0) + 1;
+        let ids = [TabletId(next), TabletId(next + 1)];
+        let upper = Tablet {
+            id: ids[1],
+            ..tablet.clone()
+        };
+        let lower = Tablet {
+            id: ids[0],
+            last_token: at,
+            ..tablet.clone()
+        };
+        self.tablets.splice(index..=index, [lower, upper]);
+        Ok(ids)
+    }
+
     /// Transitions under way.
     pub fn transitions(&self) -> impl Iterator<Item = (&Tablet, &Transition)> {
         self.tablets
@@ -299,6 +338,41 @@ mod tests {
         cleanup.replicas = new.clone();
         assert_eq!(cleanup.read_replicas(), new);
         assert_eq!(cleanup.write_replicas().all(), new);
+    }
+
+    #[test]
+    fn a_split_halves_a_tablet_in_place_with_fresh_ids_and_the_same_replicas() {
+        let replicas = vec![host(1), host(2)];
+        let tablet = |id: u64, last: i64| Tablet {
+            id: TabletId(id),
+            last_token: Token(last),
+            replicas: replicas.clone(),
+            transition: None,
+        };
+        let mut map = TabletMap::new(vec![tablet(0, 0), tablet(1, i64::MAX)]);
+        assert_eq!(
+            map.split(TabletId(1), Token(100)),
+            Ok([TabletId(2), TabletId(3)])
+        );
+        let layout: Vec<(u64, i64)> = map
+            .tablets()
+            .iter()
+            .map(|t| (t.id.0, t.last_token.0))
+            .collect();
+        assert_eq!(layout, [(0, 0), (2, 100), (3, i64::MAX)]);
+        assert!(map.tablets().iter().all(|t| t.replicas == replicas));
+        assert_eq!(map.tablet_for(Token(50)).id, TabletId(2));
+        assert_eq!(map.tablet_for(Token(101)).id, TabletId(3));
+        // Never at a bound or outside, never a moving tablet, never an unknown one.
+        assert!(map.split(TabletId(2), Token(0)).is_err());
+        assert!(map.split(TabletId(2), Token(100)).is_err());
+        assert!(map.split(TabletId(1), Token(5)).is_err());
+        map.get_mut(TabletId(0)).unwrap().transition = moving(MigrationStage::Allocated).transition;
+        assert!(map.split(TabletId(0), Token(-5)).is_err());
+        // The first tablet starts after the ring's minimum.
+        let mut first = TabletMap::new(vec![tablet(0, i64::MAX)]);
+        assert!(first.split(TabletId(0), Token::MIN).is_err());
+        assert!(first.split(TabletId(0), Token(i64::MIN + 1)).is_ok());
     }
 
     #[test]

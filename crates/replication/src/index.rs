@@ -219,7 +219,7 @@ fn for_each_visible_entry(
             let Some((token, partition_key)) = keys::index_entry_base(key) else {
                 continue;
             };
-            if !visit(token, partition_key) {
+            if !visit(token, &partition_key) {
                 return Ok(());
             }
         }

@@ -127,7 +127,7 @@ impl PaxosKey {
 }
 
 /// `(token, table id ++ partition key, rest)` of a key under [`PAXOS_TABLE_ID`].
-fn state_key_parts(storage_key: &[u8]) -> Option<(Token, &[u8], &[u8])> {
+fn state_key_parts(storage_key: &[u8]) -> Option<keys::PartitionParts<'_>> {
     if !storage_key.starts_with(&PAXOS_TABLE_ID.0) {
         return None;
     }

@@ -2,7 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 use shoal_cql::CqlError;
-use shoal_model::{CqlType, TableId};
+use shoal_model::token::{murmur3_token, ordered_token, Partitioner};
+use shoal_model::{CqlType, TableId, Token, Value};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,6 +56,10 @@ pub struct TableOptions {
     pub caching: BTreeMap<String, String>,
     pub compaction: BTreeMap<String, String>,
     pub compression: BTreeMap<String, String>,
+    /// How partition keys map to tokens; chosen in CREATE TABLE, never altered (it decides
+    /// where every stored partition lives).
+    #[serde(default)]
+    pub partitioner: Partitioner,
 }
 
 impl Default for TableOptions {
@@ -89,6 +95,7 @@ impl Default for TableOptions {
                 ("chunk_length_in_kb", "16"),
                 ("class", "org.apache.cassandra.io.compress.LZ4Compressor"),
             ]),
+            partitioner: Partitioner::Murmur3,
         }
     }
 }
@@ -214,6 +221,53 @@ impl TableMetadata {
 
     pub fn clustering_count(&self) -> usize {
         self.clustering().count()
+    }
+
+    /// The token of a serialized partition key, by the table's partitioner.
+    ///
+    /// An ordered table orders a one-column key of a fixed-width type (integers, floating
+    /// point numbers, timestamps, dates, times, booleans) by value, through its
+    /// byte-comparable encoding — eight bytes at most, so such keys never share a token.
+    /// Any other key (text, blobs, uuids, composite keys) orders by its serialized bytes, as
+    /// Cassandra's ByteOrderedPartitioner does; keys sharing their first eight bytes share a
+    /// token and are kept in byte order within it by the storage layout.
+    pub fn token(&self, serialized_key: &[u8]) -> Token {
+        match self.options.partitioner {
+            Partitioner::Murmur3 => murmur3_token(serialized_key),
+            Partitioner::Ordered => ordered_token(&self.key_order_bytes(serialized_key)),
+        }
+    }
+
+    /// The bytes an ordered table's key orders by (see [`TableMetadata::token`]).
+    fn key_order_bytes<'a>(&self, serialized_key: &'a [u8]) -> Cow<'a, [u8]> {
+        let mut key_columns = self.partition_key();
+        let (Some(only), None) = (key_columns.next(), key_columns.next()) else {
+            return Cow::Borrowed(serialized_key);
+        };
+        let orders_by_value = matches!(
+            only.cql_type,
+            CqlType::Boolean
+                | CqlType::Tinyint
+                | CqlType::Smallint
+                | CqlType::Int
+                | CqlType::Bigint
+                | CqlType::Float
+                | CqlType::Double
+                | CqlType::Timestamp
+                | CqlType::Date
+                | CqlType::Time
+        );
+        if !orders_by_value {
+            return Cow::Borrowed(serialized_key);
+        }
+        match Value::deserialize(&only.cql_type, serialized_key) {
+            Ok(value) => {
+                let mut encoded = Vec::with_capacity(8);
+                shoal_model::clustering::encode_component(&mut encoded, &value, false);
+                Cow::Owned(encoded)
+            }
+            Err(_) => Cow::Borrowed(serialized_key),
+        }
     }
 
     /// A counter table: its non-key columns are all counters (they never mix).

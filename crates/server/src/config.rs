@@ -157,6 +157,9 @@ pub struct Config {
     /// CPU priority of streaming work, as a Unix niceness: 0 competes equally with client
     /// requests, 19 yields to them the most.
     pub stream_nice: u8,
+    /// A tablet of an ordered table holding more than this many MiB on disk is split in
+    /// two (see `splitting`); 0: never split.
+    pub tablet_split_mib: u64,
 }
 
 impl Default for Config {
@@ -197,6 +200,7 @@ impl Default for Config {
             stream_target_p99_ms: 20,
             stream_p99_growth: 0.0,
             migrations_per_node: 2,
+            tablet_split_mib: 128,
             stream_nice: 10,
         }
     }

@@ -31,6 +31,7 @@ pub mod membership;
 pub mod metrics;
 pub mod migration;
 pub mod operations;
+pub mod splitting;
 pub mod streaming;
 pub mod strong;
 pub mod tls;
@@ -316,6 +317,13 @@ impl Node {
             )
             .run(),
         ));
+        if config.tablet_split_mib > 0 {
+            background.push(tokio::spawn(splitting::run(
+                Arc::clone(&metadata),
+                Arc::clone(&coordinator),
+                config.tablet_split_mib << 20,
+            )));
+        }
         background.push(tokio::spawn(membership::run_failure_detection(
             Arc::clone(&metadata),
             Arc::clone(&coordinator),

@@ -5,6 +5,7 @@ use shoal_cql::ast::{
     AlterTableAction, ColumnDefinition, CreateTable, Literal, Properties, Statement, Term,
 };
 use shoal_cql::response::{ResultBody, SchemaChange};
+use shoal_model::token::Partitioner;
 use shoal_model::CqlType;
 use shoal_schema::{
     validate_name, ColumnKind, ColumnMetadata, KeyspaceConsistency, KeyspaceMetadata, Schema,
@@ -739,6 +740,14 @@ fn apply_table_properties(
             "caching" => options.caching = property_map(value, name)?,
             "compaction" => options.compaction = property_map(value, name)?,
             "compression" => options.compression = property_map(value, name)?,
+            "partitioner" => {
+                let partitioner = property_text(value, name)?;
+                options.partitioner = Partitioner::parse(&partitioner).ok_or_else(|| {
+                    CqlError::config(format!(
+                        "Unknown partitioner '{partitioner}': a table's partitioner is 'murmur3' (keys spread by hash, the default) or 'ordered' (keys kept in order)"
+                    ))
+                })?;
+            }
             "cdc" | "extensions" | "memtable" | "allow_auto_snapshot" | "incremental_backups" => {}
             other => return Err(CqlError::syntax(format!("Unknown property '{other}'"))),
         }
@@ -848,7 +857,13 @@ fn alter_table(
             ));
         }
         AlterTableAction::With(properties) => {
-            apply_table_properties(&mut table.options, properties)?
+            let partitioner = table.options.partitioner;
+            apply_table_properties(&mut table.options, properties)?;
+            ensure(table.options.partitioner == partitioner, || {
+                CqlError::invalid(format!(
+                    "Cannot change the partitioner of table {qualified}: it decides where every stored partition lives"
+                ))
+            })?;
         }
     }
     table.normalize_column_order();

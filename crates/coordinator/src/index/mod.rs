@@ -463,7 +463,7 @@ impl IndexCatalog {
             };
             for spec in specs {
                 let Some(indexed_value) =
-                    spec.value_of(partition_key, section, clustering, &part, &cell)
+                    spec.value_of(&partition_key, section, clustering, &part, &cell)
                 else {
                     continue;
                 };
@@ -695,7 +695,7 @@ impl LocalIndexes for IndexCatalog {
                 };
                 if token >= lookup.from
                     && lookup.predicate.matches(&value)
-                    && !add_candidate(&mut found, token, partition_key, lookup.limit)
+                    && !add_candidate(&mut found, token, &partition_key, lookup.limit)
                 {
                     return Ok(found);
                 }

@@ -218,7 +218,7 @@ impl VectorIndex {
                 continue;
             };
             match deletion {
-                None => self.apply_cell(key, token, partition_key, &cell),
+                None => self.apply_cell(key, token, &partition_key, &cell),
                 Some(deletion) if cell.is_tombstone() => {
                     self.delete(partition, key, &deletion, cell.timestamp.0)
                 }

@@ -320,7 +320,8 @@ fn touched_row(plan: &ModifyPlan, bindings: Bindings<'_>) -> Result<RowAddress, 
     if let Some(where_plan) = plan.reads_lists_of() {
         let restrictions = where_plan.bind(&plan.table, bindings)?;
         let [(token, partition_key)] =
-            <[_; 1]>::try_from(super::partitions(&restrictions)?).map_err(|_| several())?;
+            <[_; 1]>::try_from(super::partitions(&plan.table, &restrictions)?)
+                .map_err(|_| several())?;
         let clustering = match restrictions.clustering_prefixes.as_slice() {
             [] => None,
             [clustering] => Some(clustering.clone()),
@@ -529,7 +530,9 @@ pub(super) async fn execute_batch(
         )?;
         coordinator.check_consistency(&plan.keyspace, consistency, true)?;
         let touched: Vec<(Token, Vec<u8>)> = match plan.reads_lists_of() {
-            Some(where_plan) => super::partitions(&where_plan.bind(&plan.table, *bindings)?)?,
+            Some(where_plan) => {
+                super::partitions(&plan.table, &where_plan.bind(&plan.table, *bindings)?)?
+            }
             None => {
                 let mut scratch = WriteBatch::new();
                 let rows = plan.build(&MemoryEngine::new(), *bindings, None, &mut scratch)?;

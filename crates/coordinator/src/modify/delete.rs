@@ -180,7 +180,7 @@ impl DeletePlan {
         let table = ctx.table;
         let restrictions = self.where_plan.bind(table, bindings)?;
         let mut touched = Vec::new();
-        for (token, partition_key) in partitions(&restrictions)? {
+        for (token, partition_key) in partitions(table, &restrictions)? {
             let prefix = keys::partition_prefix(&table.id, token, &partition_key);
             let tombstone = || Cell::tombstone(ctx.timestamp, ctx.now_seconds).encode();
             if self.targets.is_empty() {

@@ -8,7 +8,6 @@ use crate::values::{json, Bindings, Bound, TypedTerm};
 use crate::{ensure, CqlError};
 use shoal_cql::ast::Insert;
 use shoal_model::keys;
-use shoal_model::token::murmur3_token;
 use shoal_schema::{ColumnKind, TableMetadata};
 use shoal_storage::WriteBatch;
 
@@ -207,7 +206,7 @@ impl InsertPlan {
                 partition_key.len()
             ))
         })?;
-        let token = murmur3_token(&partition_key);
+        let token = table.token(&partition_key);
         let prefix = keys::partition_prefix(&table.id, token, &partition_key);
         if self.clustering_complete {
             let mut row_prefix = prefix.clone();

@@ -32,7 +32,6 @@ use shoal_cql::ast::{Conditions, Statement, Using};
 use shoal_cql::request::Consistency;
 use shoal_cql::request::QueryParameters;
 use shoal_cql::response::ResultBody;
-use shoal_model::token::murmur3_token;
 use shoal_model::{keys, CqlType, Token, Value, WriteTimestamp};
 use shoal_replication::{PartitionSource, WriteType};
 use shoal_schema::{ColumnKind, KeyspaceMetadata, TableMetadata};
@@ -249,7 +248,7 @@ impl ModifyPlan {
             return Ok(CurrentState::Local);
         };
         let restrictions = where_plan.bind(&self.table, bindings)?;
-        let partitions = partitions(&restrictions)?;
+        let partitions = partitions(&self.table, &restrictions)?;
         // A write at ANY reads what one replica has.
         let consistency = match consistency {
             Consistency::Any => Consistency::One,
@@ -412,7 +411,10 @@ fn missing_clustering(table: &TableMetadata, prefix_columns: usize) -> CqlError 
 }
 
 /// The partitions a modification writes.
-fn partitions(restrictions: &Restrictions) -> Result<Vec<(Token, Vec<u8>)>, CqlError> {
+fn partitions(
+    table: &TableMetadata,
+    restrictions: &Restrictions,
+) -> Result<Vec<(Token, Vec<u8>)>, CqlError> {
     let keys = restrictions.partition_keys.as_deref().unwrap_or_default();
     for key in keys {
         ensure(key.len() <= u16::MAX as usize, || {
@@ -422,7 +424,7 @@ fn partitions(restrictions: &Restrictions) -> Result<Vec<(Token, Vec<u8>)>, CqlE
             ))
         })?;
     }
-    Ok(keys.iter().map(|k| (murmur3_token(k), k.clone())).collect())
+    Ok(keys.iter().map(|k| (table.token(k), k.clone())).collect())
 }
 
 /// `(row key prefix, clustering)` of every row the restrictions name in one partition (the

@@ -228,7 +228,7 @@ impl UpdatePlan {
         let table = ctx.table;
         let restrictions = self.where_plan.bind(table, bindings)?;
         let mut touched = Vec::new();
-        for (token, partition_key) in partitions(&restrictions)? {
+        for (token, partition_key) in partitions(table, &restrictions)? {
             let mut static_prefix = keys::partition_prefix(&table.id, token, &partition_key);
             static_prefix.push(keys::SECTION_STATIC_ROW);
             for (prefix, clustering) in row_prefixes(

@@ -116,7 +116,7 @@ enum TokenSource {
 }
 
 impl TokenSource {
-    fn token(&self, bindings: Bindings<'_>) -> Result<i64, CqlError> {
+    fn token(&self, table: &TableMetadata, bindings: Bindings<'_>) -> Result<i64, CqlError> {
         match self {
             TokenSource::Value(term) => match term.value(bindings)? {
                 Value::Bigint(token) => Ok(token),
@@ -127,7 +127,7 @@ impl TokenSource {
                     .iter()
                     .map(|c| c.value(bindings).map(|v| v.serialize()))
                     .collect::<Result<_, _>>()?;
-                Ok(shoal_model::token::murmur3_token(&serialize_partition_key(&serialized)).0)
+                Ok(table.token(&serialize_partition_key(&serialized)).0)
             }
         }
     }
@@ -307,7 +307,7 @@ impl WherePlan {
         let token = |bound: &Option<(TokenSource, bool)>| -> Result<Option<(i64, bool)>, CqlError> {
             bound
                 .as_ref()
-                .map(|(source, inclusive)| Ok((source.token(bindings)?, *inclusive)))
+                .map(|(source, inclusive)| Ok((source.token(table, bindings)?, *inclusive)))
                 .transpose()
         };
         let bound = |slice: &Option<SliceBound>| -> Result<Option<StorageBound>, CqlError> {

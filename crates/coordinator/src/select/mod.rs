@@ -27,7 +27,6 @@ use shoal_cql::ast::Select;
 use shoal_cql::request::QueryParameters;
 use shoal_cql::response::ResultBody;
 use shoal_model::keys::{self, increment_prefix};
-use shoal_model::token::murmur3_token;
 use shoal_model::{CqlType, TableId, Token, Value};
 use shoal_replication::PartitionRef;
 use shoal_schema::{ColumnKind, TableMetadata};
@@ -504,11 +503,14 @@ impl SelectPlan {
     }
 
     /// The named partitions of a bound WHERE clause, for the replication layer.
-    pub(crate) fn partitions(restrictions: &Restrictions) -> Option<Vec<PartitionRef>> {
+    pub(crate) fn partitions(
+        table: &TableMetadata,
+        restrictions: &Restrictions,
+    ) -> Option<Vec<PartitionRef>> {
         let keys = restrictions.partition_keys.as_ref()?;
         Some(
             keys.iter()
-                .map(|key| (murmur3_token(key), key.clone()))
+                .map(|key| (table.token(key), key.clone()))
                 .collect(),
         )
     }
@@ -657,7 +659,7 @@ impl SelectPlan {
         visitor: &mut SelectVisitor<'_>,
     ) -> Result<(), CqlError> {
         for partition_key in partition_keys {
-            let token = murmur3_token(partition_key);
+            let token = self.table.token(partition_key);
             if !token_in_range(token, restrictions.token_lower, restrictions.token_upper) {
                 continue;
             }

@@ -332,3 +332,32 @@ fn a_node_sharing_no_tablet_with_the_busiest_still_gets_its_share_of_primaries()
     assert_even(&primaries);
     assert_eq!(primaries.iter().sum::<usize>(), 12);
 }
+
+#[test]
+fn the_halves_of_a_split_tablet_move_before_older_tablets() {
+    // Three nodes, factor 1: node 1's tablet holding the data splits three times.
+    let mut map = initial(3, 6, 1);
+    let growing = map
+        .tablets()
+        .iter()
+        .find(|tablet| tablet.replicas == [host(1)])
+        .unwrap()
+        .clone();
+    let mut halves = vec![growing.id];
+    for step in 0..3 {
+        let tablet = halves.pop().unwrap();
+        let (after, last) = map.bounds_of(tablet).unwrap();
+        let start = after.map_or(i64::MIN, |after| after.0);
+        let at = Token(start + ((last.0 as i128 - start as i128) / 2) as i64);
+        halves.extend(map.split(tablet, at).unwrap());
+        assert_eq!(halves.len(), step + 2);
+    }
+    let strategy = ReplicationStrategy::Simple { factor: 1 };
+    let mut budget = Budget::new(8);
+    let moves = plan_moves(&map, &strategy, &nodes(3), &mut budget);
+    assert_eq!(moves.len(), 2, "node 1 holds 5 of 9 tablets: two go");
+    assert!(
+        moves.iter().all(|planned| halves.contains(&planned.tablet)),
+        "the moved tablets are split halves, not node 1's older empty ones: {moves:?}"
+    );
+}

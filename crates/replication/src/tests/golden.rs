@@ -113,7 +113,7 @@ fn visible_cells(engine: &dyn Engine) -> Result<Vec<String>, Box<dyn Error>> {
             match (keys::split_partition(key), Cell::decode(value)) {
                 (Some((_, partition_key, _)), Ok(cell)) => shown.push(format!(
                     "{}={}",
-                    String::from_utf8_lossy(partition_key),
+                    String::from_utf8_lossy(&partition_key),
                     show_cell(&cell)
                 )),
                 (_, Err(error)) => failure = Some(error.to_string()),
@@ -390,7 +390,7 @@ impl Runner {
                     let keys: Vec<String> = cells
                         .iter()
                         .filter_map(|(key, _)| keys::split_partition(key))
-                        .map(|(_, key, _)| String::from_utf8_lossy(key).into_owned())
+                        .map(|(_, key, _)| String::from_utf8_lossy(&key).into_owned())
                         .collect();
                     format!("[{}]", keys.join(" "))
                 })
