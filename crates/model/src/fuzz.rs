@@ -116,7 +116,7 @@ proptest! {
 
     #[test]
     fn storage_keys_parse_or_are_refused(bytes in vec(any::<u8>(), 0..80)) {
-        if let Some((_, _, rest)) = keys::split_partition(&bytes) {
+        if let Some((_, rest)) = keys::split_at_partition_end(&bytes) {
             let _ = keys::split_row_key(rest);
             let _ = keys::parse_range_tombstone(rest);
             if let Some((_, _, part)) = keys::split_row_key(rest) {

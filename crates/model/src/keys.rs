@@ -102,12 +102,25 @@ pub fn partition_prefix(table_id: &TableId, token: Token, partition_key: &[u8]) 
 
 /// The table and token a storage key belongs to.
 pub fn table_and_token(key: &[u8]) -> Option<(TableId, Token)> {
-    let table = TableId::of_key(key)?;
+    Some((TableId::of_key(key)?, token_of_key(key)?))
+}
+
+/// The token of a storage key, or of a bare `table id | token` prefix (a scan bound).
+pub fn token_of_key(key: &[u8]) -> Option<Token> {
     let token_bytes = key
         .get(TABLE_ID_LENGTH..TOKEN_PREFIX_LENGTH)?
         .try_into()
         .ok()?;
-    Some((table, Token::from_sortable_bytes(token_bytes)))
+    Some(Token::from_sortable_bytes(token_bytes))
+}
+
+/// Splits a storage key where its partition key ends: `(table id | token | partition key,
+/// the rest)` — the partition's prefix, as [`partition_prefix`] builds it, and what
+/// follows. Nothing is decoded or copied (for callers that compare partitions or read the
+/// row part, cell after cell).
+pub fn split_at_partition_end(key: &[u8]) -> Option<(&[u8], &[u8])> {
+    let length = crate::clustering::escaped_length(key.get(TOKEN_PREFIX_LENGTH..)?)?;
+    Some(key.split_at(TOKEN_PREFIX_LENGTH + length))
 }
 
 /// A storage key split after its partition key: `(token, partition key, the rest)`.
@@ -506,7 +519,7 @@ pub fn base_cell_of(key: &[u8]) -> Option<&[u8]> {
 
 /// An index entry's indexed value (byte-comparable, still escaped) and what follows it.
 fn split_index_entry(entry_key: &[u8]) -> Option<(&[u8], &[u8])> {
-    let (_, _, rest) = split_partition(entry_key)?;
+    let (_, rest) = split_at_partition_end(entry_key)?;
     let rest = rest.strip_prefix(&[SECTION_ROW])?;
     Some(rest.split_at(crate::clustering::escaped_length(rest)?))
 }

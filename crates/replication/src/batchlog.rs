@@ -114,8 +114,7 @@ fn partition_count(batch: &WriteBatch) -> usize {
     let mut count = 0;
     let mut previous: Option<&[u8]> = None;
     for (key, _) in batch.entries() {
-        let partition =
-            keys::split_partition(key).map(|(_, _, rest)| &key[..key.len() - rest.len()]);
+        let partition = keys::split_at_partition_end(key).map(|(partition, _)| partition);
         if partition != previous {
             count += 1;
             previous = partition;

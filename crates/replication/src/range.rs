@@ -362,15 +362,7 @@ impl ReplicatedCursor<'_> {
 
 /// The token a scan position is in (a partition's key, or a bare `table | token` prefix).
 fn token_of(position: &[u8]) -> Token {
-    keys::split_partition(position)
-        .map(|(t, _, _)| t)
-        .or_else(|| {
-            position
-                .get(keys::TABLE_ID_LENGTH..keys::TOKEN_PREFIX_LENGTH)
-                .and_then(|b| <[u8; 8]>::try_from(b).ok())
-                .map(Token::from_sortable_bytes)
-        })
-        .unwrap_or(Token::MIN)
+    keys::token_of_key(position).unwrap_or(Token::MIN)
 }
 
 /// Walks `[lower, upper)` within one token backwards: chunks of the last cells before
@@ -412,12 +404,7 @@ impl ReverseReplicatedCursor<'_> {
     fn fetch_before(&self, end: &[u8]) -> Result<(Cells, Option<Vec<u8>>), CqlError> {
         let proxy = &self.view.proxy;
         let _in_flight = proxy.enter();
-        let token = self
-            .lower
-            .get(keys::TABLE_ID_LENGTH..keys::TOKEN_PREFIX_LENGTH)
-            .and_then(|b| <[u8; 8]>::try_from(b).ok())
-            .map(Token::from_sortable_bytes)
-            .unwrap_or(Token::MIN);
+        let token = token_of(&self.lower);
         if let Some(reader) = &self.view.reader {
             return self.view.runtime.block_on(reader.read_chunk_before(
                 self.view.table,

@@ -112,10 +112,9 @@ impl ShadowTracker {
     /// `None` never purges (shadowing still applies). Keys that do not parse as user
     /// data are kept.
     pub fn judge(&mut self, key: &[u8], cell: &Cell, grace: Option<Grace>) -> Verdict {
-        let Some((_, _, rest)) = keys::split_partition(key) else {
+        let Some((partition, rest)) = keys::split_at_partition_end(key) else {
             return Verdict::Keep;
         };
-        let partition = &key[..key.len() - rest.len()];
         if self.partition != partition {
             *self = ShadowTracker {
                 partition: partition.to_vec(),
@@ -335,10 +334,9 @@ fn seed_mid_partition(
     lower: &[u8],
     first: &[u8],
 ) -> Result<()> {
-    let Some((_, _, rest)) = keys::split_partition(first) else {
+    let Some((partition, rest)) = keys::split_at_partition_end(first) else {
         return Ok(());
     };
-    let partition = &first[..first.len() - rest.len()];
     if partition >= lower {
         return Ok(());
     }
@@ -372,8 +370,7 @@ pub fn without_shadowed(cells: Vec<(Vec<u8>, Vec<u8>)>) -> Vec<(Vec<u8>, Vec<u8>
 /// for a range tombstone the tombstone itself (rows inside the range must still be
 /// checked with [`RangeTombstone::covers`]).
 pub(crate) fn coverage(key: &[u8]) -> Option<(Vec<u8>, Vec<u8>, Option<RangeTombstone>)> {
-    let (_, _, rest) = keys::split_partition(key)?;
-    let partition = &key[..key.len() - rest.len()];
+    let (partition, rest) = keys::split_at_partition_end(key)?;
     let end_of = |prefix: &[u8]| keys::increment_prefix(prefix);
     match *rest.first()? {
         keys::SECTION_PARTITION_DELETION => Some((partition.to_vec(), end_of(partition)?, None)),

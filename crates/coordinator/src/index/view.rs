@@ -92,10 +92,7 @@ impl CandidateView {
 
 /// The token a scan bound starts at (`table id` alone: the first token).
 fn token_of(key: &[u8]) -> Token {
-    key.get(keys::TABLE_ID_LENGTH..keys::TOKEN_PREFIX_LENGTH)
-        .and_then(|bytes| <[u8; 8]>::try_from(bytes).ok())
-        .map(Token::from_sortable_bytes)
-        .unwrap_or(Token::MIN)
+    keys::token_of_key(key).unwrap_or(Token::MIN)
 }
 
 struct CandidateCursor<'v> {

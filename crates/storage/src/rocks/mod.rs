@@ -302,8 +302,8 @@ impl RocksEngine {
         while let Some((key, value)) = cursor.current() {
             let inside = match &range {
                 None => true,
-                Some(range) => keys::split_partition(key)
-                    .and_then(|(_, _, rest)| keys::split_row_key(rest))
+                Some(range) => keys::split_at_partition_end(key)
+                    .and_then(|(_, rest)| keys::split_row_key(rest))
                     .is_some_and(|(_, clustering, _)| range.covers(clustering)),
             };
             if inside && key != deletion_key {
