@@ -164,6 +164,10 @@ pub struct CommonArgs {
     /// Bytes per field (YCSB `fieldlength`).
     #[arg(long, default_value_t = 100)]
     pub field_length: usize,
+    /// How long the client waits for one request before giving up on it (the driver's
+    /// request timeout).
+    #[arg(long, default_value_t = 30)]
+    pub request_timeout_seconds: u64,
     /// Create `usertable` as an ordered table (`WITH partitioner = 'ordered'`): range
     /// reads then return the next keys in key order, as in seed 002's experiment.
     #[arg(long)]
@@ -208,10 +212,20 @@ struct Statements {
 
 async fn connect(common: &CommonArgs) -> anyhow::Result<Session> {
     let connections = NonZeroUsize::new(common.connections.max(1)).unwrap_or(NonZeroUsize::MIN);
+    let profile = scylla::client::execution_profile::ExecutionProfile::builder()
+        .request_timeout(Some(Duration::from_secs(
+            common.request_timeout_seconds.max(1),
+        )))
+        .build();
     common
         .login
-        .connect(&common.contact, PoolSize::PerHost(connections))
+        .apply(SessionBuilder::new())?
+        .known_node(&common.contact)
+        .pool_size(PoolSize::PerHost(connections))
+        .default_execution_profile_handle(profile.into_handle())
+        .build()
         .await
+        .with_context(|| format!("cannot connect to {}", common.contact))
 }
 
 async fn prepare(session: &Session, common: &CommonArgs) -> anyhow::Result<Statements> {

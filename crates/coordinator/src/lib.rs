@@ -172,8 +172,10 @@ impl Coordinator {
             0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
             threads => threads,
         };
+        let reads = schedule::ReadScheduler::new(info.read_scheduling, read_threads);
+        replication.set_scan_stage(reads.chunk_stage());
         Coordinator {
-            reads: schedule::ReadScheduler::new(info.read_scheduling, read_threads),
+            reads,
             indexes,
             schema,
             replication,
@@ -735,59 +737,63 @@ impl Coordinator {
     }
 
     /// Runs a scan (a SELECT not limited to named partitions, or a partition read too
-    /// large to gather whole from its replicas) on a read thread in its turn
-    /// ([`schedule`]), so that it holds neither a runtime worker nor the point requests
-    /// queued behind it on its connection.
+    /// large to gather whole from its replicas) in its turn ([`schedule`]), so that it
+    /// holds neither a runtime worker nor the point requests queued behind it on its
+    /// connection: across the cluster on a scan thread, its chunks served in the turn of
+    /// its ticket on every replica; over this node's data alone on a read thread.
     async fn run_scan(
         self: &Arc<Self>,
         select: &Arc<SelectPlan>,
         parameters: &QueryParameters,
     ) -> Result<ResultBody, CqlError> {
-        let class = select.scan_class(parameters)?;
+        let ticket = select.scan_ticket(parameters)?;
         let coordinator = Arc::clone(self);
         let select = Arc::clone(select);
         let parameters = parameters.clone();
         let runtime = tokio::runtime::Handle::current();
-        self.reads
-            .run(class, move || {
-                let bindings = values::Bindings {
-                    values: &parameters.values,
-                    names: parameters.names.as_deref(),
-                };
-                let source = match select.stored_table() {
-                    Some(table_id) => Arc::clone(&coordinator.replication).scan_source(
-                        table_id,
-                        parameters.consistency,
-                        runtime.clone(),
-                    ),
-                    None => ScanSource::Local,
-                };
-                if let Some(choice) = select.index {
-                    let view =
-                        coordinator.index_view(&select, choice, source, &parameters, runtime)?;
-                    let result = select.execute(&coordinator, &view, &parameters, bindings, None);
-                    return match view.take_error() {
-                        Some(error) => Err(error),
-                        None => result,
-                    };
-                }
-                let engine: &dyn Engine = match &source {
-                    ScanSource::Replicated(view) => view,
-                    ScanSource::Local => coordinator.engine().as_ref(),
-                };
-                let result = select.execute(&coordinator, engine, &parameters, bindings, None);
-                // A replicated scan's reader sees only a storage error; the client gets the
-                // real one (Unavailable, ReadTimeout).
-                let scan_error = match &source {
-                    ScanSource::Replicated(view) => view.take_error(),
-                    ScanSource::Local => None,
-                };
-                match scan_error {
+        let source = match select.stored_table() {
+            Some(table_id) => Arc::clone(&coordinator.replication)
+                .scan_source(table_id, parameters.consistency, runtime.clone())
+                .in_turn_of(ticket),
+            None => ScanSource::Local,
+        };
+        let across_cluster = matches!(source, ScanSource::Replicated(_));
+        let scan = move || {
+            let bindings = values::Bindings {
+                values: &parameters.values,
+                names: parameters.names.as_deref(),
+            };
+            if let Some(choice) = select.index {
+                let view = coordinator.index_view(&select, choice, source, &parameters, runtime)?;
+                let result = select.execute(&coordinator, &view, &parameters, bindings, None);
+                return match view.take_error() {
                     Some(error) => Err(error),
                     None => result,
-                }
-            })
-            .await?
+                };
+            }
+            let engine: &dyn Engine = match &source {
+                ScanSource::Replicated(view) => view.as_ref(),
+                ScanSource::Local => coordinator.engine().as_ref(),
+            };
+            let result = select.execute(&coordinator, engine, &parameters, bindings, None);
+            // A replicated scan's reader sees only a storage error; the client gets the
+            // real one (Unavailable, ReadTimeout).
+            let scan_error = match &source {
+                ScanSource::Replicated(view) => view.take_error(),
+                ScanSource::Local => None,
+            };
+            match scan_error {
+                Some(error) => Err(error),
+                None => result,
+            }
+        };
+        if across_cluster {
+            self.reads.run_coordinated_scan(ticket, scan).await?
+        } else {
+            self.reads
+                .run(schedule::ReadClass::Scan(ticket), scan)
+                .await?
+        }
     }
 
     /// The engine an index query scans: the candidate partitions of the index lookup its

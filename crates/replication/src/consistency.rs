@@ -9,6 +9,10 @@ use std::time::Duration;
 pub const WRITE_TIMEOUT: Duration = Duration::from_millis(2000);
 /// How long a read waits for the replicas its consistency level needs.
 pub const READ_TIMEOUT: Duration = Duration::from_millis(5000);
+/// How long a chunk of a scan waits for its replicas, its turn in their read queues
+/// included (Cassandra's `range_request_timeout`); a chunk still queued after this long is
+/// answered with an error instead of being read, since its coordinator gave up on it.
+pub const RANGE_READ_TIMEOUT: Duration = Duration::from_millis(10_000);
 
 /// What kind of write timed out, as drivers' retry policies read it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -60,13 +60,15 @@ pub mod write;
 mod tests;
 
 pub use barrier::TopologyGuard;
-pub use consistency::{Requirement, WriteType, READ_TIMEOUT, WRITE_TIMEOUT};
+pub use consistency::{Requirement, WriteType, RANGE_READ_TIMEOUT, READ_TIMEOUT, WRITE_TIMEOUT};
 pub use hints::{HintRefused, Hints};
-pub use messages::{BatchId, Cells, CounterUpdate, PartitionRef, ReplicaRequest, ReplicaResponse};
+pub use messages::{
+    BatchId, Cells, CounterUpdate, PartitionRef, ReplicaRequest, ReplicaResponse, ScanTicket,
+};
 pub use proxy::StorageProxy;
 pub use read::PartitionSource;
 pub use repair::RepairReport;
-pub use replica::{ImmediateWriteLog, LocalReplica, WriteLog};
+pub use replica::{ImmediateWriteLog, LocalReplica, ScanStage, WriteLog};
 pub use strategy::{LocalReplication, Replication, ScanSource};
 pub use topology::{Replica, Topology};
 pub use transport::{Liveness, ReplicaTransport};

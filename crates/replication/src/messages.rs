@@ -90,6 +90,46 @@ pub enum ReplicaRequest {
     /// Lead a step of another coordinator's lightweight transaction on a partition this
     /// node is the first replica of ([`crate::paxos_lead`]).
     PaxosLead(crate::paxos_lead::LeadRequest),
+    /// One chunk of a scan: what `Read` answers, served in the scan's turn
+    /// ([`ScanTicket`]) rather than at once.
+    ScanChunk {
+        lower: Vec<u8>,
+        upper: Vec<u8>,
+        limit: u32,
+        scan: ScanTicket,
+    },
+}
+
+/// Which scan a chunk belongs to. Every node serves the chunks of scans by their tickets,
+/// not by when each chunk arrived, so that all nodes give the same scan its turn and scans
+/// finish one after another instead of all progressing together (seed 002; the read
+/// scheduler, `shoal_coordinator::schedule`, orders them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ScanTicket {
+    /// When the coordinator began the scan, in microseconds since the epoch.
+    pub started_micros: u64,
+    /// Random: scans begun in the same microsecond are still ordered alike everywhere.
+    pub id: u64,
+    /// The share of the token ring the scan may cover, in 64ths (1 to 64): a scan over
+    /// fewer tablets is narrower.
+    pub width: u32,
+    /// The rows it may return.
+    pub limit: u64,
+}
+
+impl ScanTicket {
+    /// A ticket for a scan beginning now.
+    pub fn now(width: u32, limit: u64) -> ScanTicket {
+        let started_micros = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_micros() as u64);
+        ScanTicket {
+            started_micros,
+            id: rand::random(),
+            width: width.clamp(1, 64),
+            limit: limit.max(1),
+        }
+    }
 }
 
 /// Counter increments of one partition, for its leader: each a delta cell's key (the
@@ -136,6 +176,9 @@ impl ReplicaRequest {
                 crate::paxos_lead::LeadRequest::Propose { .. } => "PAXOS_LEAD_PROPOSE".into(),
                 crate::paxos_lead::LeadRequest::Release { .. } => "PAXOS_LEAD_RELEASE".into(),
             },
+            ReplicaRequest::ScanChunk { limit, .. } => {
+                format!("RANGE READ of up to {limit} cells")
+            }
         }
     }
 }

@@ -8,9 +8,9 @@
 //! through the [`ReplicaTransport`]).
 
 use crate::barrier::{InFlight, TopologyGuard};
-use crate::consistency::{READ_TIMEOUT, WRITE_TIMEOUT};
+use crate::consistency::{RANGE_READ_TIMEOUT, READ_TIMEOUT, WRITE_TIMEOUT};
 use crate::hints::Hints;
-use crate::messages::{Cells, CellsFrom, ReplicaRequest, ReplicaResponse};
+use crate::messages::{Cells, CellsFrom, ReplicaRequest, ReplicaResponse, ScanTicket};
 use crate::replica::LocalReplica;
 use crate::topology::{replicas_of, write_replicas_of, Replica, TabletReplicas, Topology};
 use crate::transport::{Liveness, ReplicaTransport};
@@ -216,7 +216,13 @@ impl StorageProxy {
         if replica.local {
             let local = Arc::clone(&self.local);
             return Box::pin(async move {
-                let answer = match local.serve(request).await {
+                let response = match request {
+                    ReplicaRequest::ScanChunk { scan, .. } => {
+                        local.serve_scan_chunk(scan, request, None).await
+                    }
+                    request => local.serve(request).await,
+                };
+                let answer = match response {
                     ReplicaResponse::Error(error) => Err(error),
                     response => Ok(response),
                 };
@@ -251,24 +257,39 @@ impl StorageProxy {
         request: ReplicaRequest,
         expected: fn(ReplicaResponse) -> Result<T, ReplicaResponse>,
     ) -> BoxFuture<'static, Result<T, String>> {
-        let read = self.call(replica, request, READ_TIMEOUT);
+        let timeout = match request {
+            ReplicaRequest::ScanChunk { .. } => RANGE_READ_TIMEOUT,
+            _ => READ_TIMEOUT,
+        };
+        let read = self.call(replica, request, timeout);
         Box::pin(async move {
             expected(read.await?).map_err(|other| format!("unexpected answer {other:?}"))
         })
     }
 
-    /// The visible cells of `[lower, upper)` on `replica`, at most `limit`.
+    /// The visible cells of `[lower, upper)` on `replica`, at most `limit`; in the turn
+    /// of `scan` when they are a chunk of one.
     pub(crate) fn read_cells_on(
         &self,
         replica: &Replica,
         lower: &[u8],
         upper: &[u8],
         limit: u32,
+        scan: Option<ScanTicket>,
     ) -> BoxFuture<'static, Result<(Cells, bool), String>> {
-        let request = ReplicaRequest::Read {
-            lower: lower.to_vec(),
-            upper: upper.to_vec(),
-            limit,
+        let (lower, upper) = (lower.to_vec(), upper.to_vec());
+        let request = match scan {
+            Some(scan) => ReplicaRequest::ScanChunk {
+                lower,
+                upper,
+                limit,
+                scan,
+            },
+            None => ReplicaRequest::Read {
+                lower,
+                upper,
+                limit,
+            },
         };
         self.read_on(replica, request, |response| match response {
             ReplicaResponse::Cells { cells, complete } => Ok((cells, complete)),

@@ -19,7 +19,7 @@
 //! groups) gives the view a [`ChunkReader`]: the walk is the same, each chunk is read
 //! where that replication says.
 
-use crate::messages::Cells;
+use crate::messages::{Cells, ScanTicket};
 use crate::proxy::StorageProxy;
 use shoal_cql::request::Consistency;
 use shoal_cql::CqlError;
@@ -39,6 +39,8 @@ pub struct ReplicatedView {
     runtime: tokio::runtime::Handle,
     /// Where chunks are read when not from the replicas the consistency level needs.
     reader: Option<Arc<dyn ChunkReader>>,
+    /// The scan's ticket: its chunks are served in its turn on every replica.
+    turn: Option<ScanTicket>,
     /// The first error a cursor met (Unavailable, ReadTimeout...), for the client: the
     /// reader only sees a storage error.
     error: parking_lot::Mutex<Option<CqlError>>,
@@ -57,8 +59,16 @@ impl ReplicatedView {
             consistency,
             runtime,
             reader: None,
+            turn: None,
             error: Default::default(),
         }
+    }
+
+    /// The view with its chunks served in the turn of `scan` on every replica (the read
+    /// scheduler orders the chunks of scans by their tickets).
+    pub fn in_turn_of(mut self, scan: ScanTicket) -> ReplicatedView {
+        self.turn = Some(scan);
+        self
     }
 
     /// The view with its chunks read by `reader`.
@@ -345,15 +355,26 @@ impl ReplicatedCursor<'_> {
             }
             let state = proxy.topology.state();
             let replicas = proxy.replicas_of(&state, &self.view.table, token_of(&start));
-            let reconciled = proxy
-                .read_replicas(
-                    &replicas,
-                    self.view.consistency,
-                    &start,
-                    &end,
-                    SCAN_CHUNK_CELLS,
-                )
-                .await?;
+            let consistency = self.view.consistency;
+            let reconciled = match self.view.turn {
+                Some(scan) => {
+                    proxy
+                        .read_scan_chunk(
+                            &replicas,
+                            consistency,
+                            &start,
+                            &end,
+                            SCAN_CHUNK_CELLS,
+                            scan,
+                        )
+                        .await?
+                }
+                None => {
+                    proxy
+                        .read_replicas(&replicas, consistency, &start, &end, SCAN_CHUNK_CELLS)
+                        .await?
+                }
+            };
             let resume = reconciled.covered_until.filter(|covered| *covered < end);
             Ok((reconciled.cells, resume))
         }

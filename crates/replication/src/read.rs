@@ -14,8 +14,8 @@
 
 use crate::barrier::TopologyGuard;
 use crate::consistency::Requirement;
-use crate::consistency::{read_timeout, READ_TIMEOUT};
-use crate::messages::{Cells, PartitionRef};
+use crate::consistency::{read_timeout, RANGE_READ_TIMEOUT, READ_TIMEOUT};
+use crate::messages::{Cells, PartitionRef, ScanTicket};
 use crate::proxy::StorageProxy;
 use crate::reconcile::{reconcile, reconcile_before, repairs_for, Answer, Reconciled};
 use crate::replica::cells_digest;
@@ -28,6 +28,7 @@ use shoal_model::{keys, TableId};
 use shoal_storage::{Engine, MemoryEngine, WriteBatch};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Cells of one partition a point read gathers whole; larger partitions are read in
 /// chunks through [`crate::range::ReplicatedView`].
@@ -171,7 +172,7 @@ impl StorageProxy {
                 answered.fetch_add(1, Ordering::Relaxed);
             }
         };
-        let data_read = self.read_cells_on(data_replica, lower, upper, limit);
+        let data_read = self.read_cells_on(data_replica, lower, upper, limit, None);
         let data = async {
             let result = data_read.await;
             count(result.is_ok());
@@ -222,9 +223,41 @@ impl StorageProxy {
         upper: &[u8],
         limit: u32,
     ) -> Result<Reconciled, CqlError> {
+        self.read_replicas_for(replicas, consistency, lower, upper, limit, None)
+            .await
+    }
+
+    /// [`StorageProxy::read_replicas`] for one chunk of `scan`: each replica serves it in
+    /// the scan's turn, and the chunk may wait for its turn up to [`RANGE_READ_TIMEOUT`].
+    pub(crate) async fn read_scan_chunk(
+        &self,
+        replicas: &TabletReplicas,
+        consistency: Consistency,
+        lower: &[u8],
+        upper: &[u8],
+        limit: u32,
+        scan: ScanTicket,
+    ) -> Result<Reconciled, CqlError> {
+        self.read_replicas_for(replicas, consistency, lower, upper, limit, Some(scan))
+            .await
+    }
+
+    async fn read_replicas_for(
+        &self,
+        replicas: &TabletReplicas,
+        consistency: Consistency,
+        lower: &[u8],
+        upper: &[u8],
+        limit: u32,
+        scan: Option<ScanTicket>,
+    ) -> Result<Reconciled, CqlError> {
+        let timeout = match scan {
+            Some(_) => RANGE_READ_TIMEOUT,
+            None => READ_TIMEOUT,
+        };
         let (requirement, answers) = self
-            .gather(replicas, consistency, |replica| {
-                self.read_cells_on(replica, lower, upper, limit)
+            .gather(replicas, consistency, timeout, |replica| {
+                self.read_cells_on(replica, lower, upper, limit, scan)
             })
             .await?;
         let answers: Vec<Answer> = answers
@@ -249,7 +282,7 @@ impl StorageProxy {
         limit: u32,
     ) -> Result<Reconciled, CqlError> {
         let (requirement, answers) = self
-            .gather(replicas, consistency, |replica| {
+            .gather(replicas, consistency, READ_TIMEOUT, |replica| {
                 self.read_cells_before_on(replica, lower, upper, limit)
             })
             .await?;
@@ -269,6 +302,7 @@ impl StorageProxy {
         &self,
         replicas: &TabletReplicas,
         consistency: Consistency,
+        timeout: Duration,
         read: impl Fn(&Replica) -> BoxFuture<'static, Result<T, String>>,
     ) -> Result<(Requirement, Vec<(Replica, T)>), CqlError> {
         let (requirement, chosen, candidates) =
@@ -289,7 +323,7 @@ impl StorageProxy {
             .filter(|c| !chosen.iter().any(|r| r.host_id == c.host_id))
             .collect();
         let mut answers: Vec<(Replica, T)> = Vec::new();
-        let timeout = tokio::time::sleep(READ_TIMEOUT);
+        let timeout = tokio::time::sleep(timeout);
         tokio::pin!(timeout);
         while !requirement.met_by(answers.iter().map(|(r, _)| r.datacenter.as_str())) {
             tokio::select! {

@@ -9,7 +9,7 @@
 
 use crate::barrier::Fence;
 use crate::index::LocalIndexes;
-use crate::messages::{Cells, ReplicaRequest, ReplicaResponse};
+use crate::messages::{Cells, ReplicaRequest, ReplicaResponse, ScanTicket};
 use futures::future::BoxFuture;
 use shoal_cql::CqlError;
 use shoal_model::{keys, TableId};
@@ -36,6 +36,17 @@ impl WriteLog for ImmediateWriteLog {
     }
 }
 
+/// Where this node serves the chunks of scans in their turn, by their [`ScanTicket`]s: the
+/// read scheduler (`shoal_coordinator::schedule`), set once as the node starts.
+pub trait ScanStage: Send + Sync {
+    /// Runs `read` on a read thread in the turn of `scan`.
+    fn run(
+        &self,
+        scan: ScanTicket,
+        read: Box<dyn FnOnce() -> ReplicaResponse + Send>,
+    ) -> BoxFuture<'static, ReplicaResponse>;
+}
+
 /// This node as a replica: its engine, its write log, and the fence that keeps out
 /// requests routed by a tablet map a topology barrier has retired ([`crate::barrier`]).
 pub struct LocalReplica {
@@ -49,6 +60,9 @@ pub struct LocalReplica {
     indexes: std::sync::OnceLock<Arc<dyn LocalIndexes>>,
     /// This node's side of Paxos rounds ([`crate::paxos`]).
     paxos: crate::paxos::PaxosReplica,
+    /// Where scan chunks wait for their turn; set once as the node starts (without one,
+    /// in tests, they are served at once).
+    scan_stage: std::sync::OnceLock<Arc<dyn ScanStage>>,
 }
 
 impl LocalReplica {
@@ -64,12 +78,38 @@ impl LocalReplica {
             fenced: std::sync::atomic::AtomicU64::new(0),
             indexes: std::sync::OnceLock::new(),
             paxos: crate::paxos::PaxosReplica::default(),
+            scan_stage: std::sync::OnceLock::new(),
         }
     }
 
     /// Keeps `indexes` in step with every write this replica applies from now on.
     pub fn set_indexes(&self, indexes: Arc<dyn LocalIndexes>) {
         let _ = self.indexes.set(indexes);
+    }
+
+    /// Serves the chunks of scans in their turn on `stage` from now on.
+    pub fn set_scan_stage(&self, stage: Arc<dyn ScanStage>) {
+        let _ = self.scan_stage.set(stage);
+    }
+
+    /// Serves a chunk of a scan (`ReplicaRequest::ScanChunk`) in the scan's turn: for
+    /// another coordinator when `topology_version` says by which tablet map it was routed
+    /// (refused if the fence has moved past it), for this node's own scans otherwise.
+    pub fn serve_scan_chunk(
+        self: &Arc<Self>,
+        scan: ScanTicket,
+        request: ReplicaRequest,
+        topology_version: Option<u64>,
+    ) -> BoxFuture<'static, ReplicaResponse> {
+        let local = Arc::clone(self);
+        let read = move || match topology_version {
+            Some(version) => local.serve_read_routed(request, version),
+            None => local.serve_read(request),
+        };
+        match self.scan_stage.get() {
+            Some(stage) => stage.run(scan, Box::new(read)),
+            None => Box::pin(async move { read() }),
+        }
     }
 
     /// Takes in one partition's Paxos state as another replica of a tablet moving here
@@ -114,7 +154,8 @@ impl LocalReplica {
         self.serve(request).await
     }
 
-    /// [`LocalReplica::serve_routed`] for the reads (`Read`, `Digest`, `ReadBefore`),
+    /// [`LocalReplica::serve_routed`] for the reads (`Read`, `ScanChunk`, `Digest`,
+    /// `ReadBefore`),
     /// which need no runtime: what a read thread runs. Other requests are refused.
     pub fn serve_read_routed(
         &self,
@@ -129,7 +170,7 @@ impl LocalReplica {
         self.serve_read(request)
     }
 
-    /// Answers `Read`, `Digest` and `ReadBefore` from this node's engine.
+    /// Answers `Read`, `ScanChunk`, `Digest` and `ReadBefore` from this node's engine.
     fn serve_read(&self, request: ReplicaRequest) -> ReplicaResponse {
         let engine = self.engine.as_ref();
         match request {
@@ -137,6 +178,12 @@ impl LocalReplica {
                 lower,
                 upper,
                 limit,
+            }
+            | ReplicaRequest::ScanChunk {
+                lower,
+                upper,
+                limit,
+                ..
             } => match read_visible(engine, &lower, &upper, limit) {
                 Ok((cells, complete)) => ReplicaResponse::Cells { cells, complete },
                 Err(error) => ReplicaResponse::Error(error),
@@ -209,6 +256,7 @@ impl LocalReplica {
                 Err(error) => ReplicaResponse::Error(error.message),
             },
             read @ (ReplicaRequest::Read { .. }
+            | ReplicaRequest::ScanChunk { .. }
             | ReplicaRequest::Digest { .. }
             | ReplicaRequest::ReadBefore { .. }) => self.serve_read(read),
             ReplicaRequest::RangeHashes { bounds } => {

@@ -34,7 +34,19 @@ pub enum ScanSource {
     /// This node's engine.
     Local,
     /// A view across the table's replicas.
-    Replicated(ReplicatedView),
+    Replicated(Box<ReplicatedView>),
+}
+
+impl ScanSource {
+    /// The source with its chunks served in the turn of `scan` on every replica.
+    pub fn in_turn_of(self, scan: crate::messages::ScanTicket) -> ScanSource {
+        match self {
+            ScanSource::Replicated(view) => {
+                ScanSource::Replicated(Box::new((*view).in_turn_of(scan)))
+            }
+            ScanSource::Local => ScanSource::Local,
+        }
+    }
 }
 
 /// How a table's data reaches its replicas.
@@ -109,6 +121,10 @@ pub trait Replication: Send + Sync + 'static {
     /// Keeps this node's secondary indexes in step with every write it applies as a
     /// replica ([`crate::index`]).
     fn set_local_indexes(&self, indexes: Arc<dyn crate::index::LocalIndexes>);
+
+    /// Serves the chunks of scans this node is asked for in their turn on `stage` (the
+    /// read scheduler's read threads).
+    fn set_scan_stage(&self, stage: Arc<dyn crate::replica::ScanStage>);
 
     /// Base partitions with an entry for a value in a secondary index, in token order
     /// from `lookup.from`, as seen by enough replicas for `consistency`.
@@ -207,7 +223,12 @@ impl Replication for StorageProxy {
         if self.member_count() < 2 {
             return ScanSource::Local;
         }
-        ScanSource::Replicated(ReplicatedView::new(self, table, consistency, runtime))
+        ScanSource::Replicated(Box::new(ReplicatedView::new(
+            self,
+            table,
+            consistency,
+            runtime,
+        )))
     }
 
     fn truncate(&self, table: TableId) -> BoxFuture<'_, Result<(), CqlError>> {
@@ -248,6 +269,10 @@ impl Replication for StorageProxy {
 
     fn set_local_indexes(&self, indexes: Arc<dyn crate::index::LocalIndexes>) {
         self.local.set_indexes(indexes);
+    }
+
+    fn set_scan_stage(&self, stage: Arc<dyn crate::replica::ScanStage>) {
+        self.local.set_scan_stage(stage);
     }
 
     fn index_candidates(
@@ -432,6 +457,10 @@ impl Replication for LocalReplication {
 
     fn set_local_indexes(&self, indexes: Arc<dyn crate::index::LocalIndexes>) {
         self.local.set_indexes(indexes);
+    }
+
+    fn set_scan_stage(&self, stage: Arc<dyn crate::replica::ScanStage>) {
+        self.local.set_scan_stage(stage);
     }
 
     fn index_candidates(

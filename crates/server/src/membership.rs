@@ -568,18 +568,22 @@ pub async fn follow_metadata(
     }
 }
 
-/// Serves a replica request from another coordinator. A read of one partition takes its
-/// turn in the read scheduler (`shoal_coordinator::schedule`) as a point read for another
-/// coordinator — on the connection's task when no scan is queued or running. Everything
-/// else is served at once, chunks of a range included: the scan they belong to holds a
-/// read thread on its coordinator while it waits for them, so queueing them behind this
-/// node's scans (which may be waiting for chunks from that coordinator) could deadlock.
+/// Serves a replica request from another coordinator. A chunk of a scan takes its turn in
+/// the read scheduler (`shoal_coordinator::schedule`) by its scan's ticket; a read of one
+/// partition as a point read for another coordinator — on the connection's task when no
+/// scan work is queued or running. Everything else is served at once.
 async fn serve_replica_request(
     proxy: &Arc<StorageProxy>,
     coordinator: &Arc<Coordinator>,
     request: ReplicaRequest,
     topology_version: u64,
 ) -> ReplicaResponse {
+    if let ReplicaRequest::ScanChunk { scan, .. } = request {
+        return proxy
+            .local()
+            .serve_scan_chunk(scan, request, Some(topology_version))
+            .await;
+    }
     let range = match &request {
         ReplicaRequest::Read { lower, upper, .. }
         | ReplicaRequest::Digest { lower, upper, .. }

@@ -35,7 +35,7 @@ pub struct CandidateView {
 /// Where an index query reads its candidates' rows.
 pub enum Rows {
     /// A view across the table's replicas (a scan on the scan stage).
-    Replicated(shoal_replication::range::ReplicatedView),
+    Replicated(Box<shoal_replication::range::ReplicatedView>),
     /// An engine: this node's, or the candidates' partitions as reconciled from their
     /// replicas.
     Engine(Arc<dyn Engine>),
@@ -76,7 +76,7 @@ impl CandidateView {
 
     fn inner(&self) -> &dyn Engine {
         match &self.rows {
-            Rows::Replicated(view) => view,
+            Rows::Replicated(view) => view.as_ref(),
             Rows::Engine(engine) => engine.as_ref(),
         }
     }

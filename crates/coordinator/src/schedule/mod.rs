@@ -1,39 +1,86 @@
-//! The read scheduler: every node's reads — point reads and scans — ordered by
-//! [`policy`] and run on a fixed set of read threads (seed 002).
+//! The read scheduler: every node's reads — point reads, scans and the chunks of scans —
+//! ordered by [`policy`] and run on a fixed set of read threads (seed 002).
 //!
-//! A scan (one page of a token range or a whole table) is queued as one request; point
-//! reads are queued only while a scan is queued or running (otherwise they are served on
-//! the connection's task at once: nothing could overtake them and a thread hop would only
-//! cost). With [`Ordering::PointFirst`] every queued point read goes before any queued
-//! scan, and a running scan lets queued point reads through at its *checkpoints*
-//! ([`checkpoint`], every few rows it visits): the scan's thread serves them in place and
-//! then carries on, so a long scan never keeps a point read waiting for more than a
-//! checkpoint's worth of rows. Aging bounds how long a scan can be overtaken. With
-//! [`Ordering::Fifo`] (the `read_scheduling = "fifo"` switch, for comparison) every read
-//! is queued and served in arrival order, as in Cassandra's read stage.
+//! Work on the **read threads** never waits for another node: scans of this node's own
+//! data (a one-node cluster) and chunks of scans — asked by this node's scans or by
+//! another coordinator's — each in the turn of its scan's [`ScanTicket`], so every node
+//! serves the scans under way in the same order and they finish one after another.
 //!
-//! The queue is bounded: a read arriving at a full queue is refused with `Overloaded`.
-//! Queue lengths, reads served and their queue wait per class are counted
-//! ([`ReadScheduler::statistics`]) for `shoal admin` and the metrics.
+//! **Point reads first.** In the point-first orders ([`Ordering::PointFirst`]) a point
+//! read never waits for scan work: it is served on the connection's task at once, and
+//! all scan work — on the read threads and the scan threads — runs at a lower CPU
+//! priority ([`SCAN_THREAD_NICE`]), so when point reads want the CPU they get it. (Queued
+//! behind a read thread busy with a chunk, a point read would wait for that chunk each
+//! time; decision 0014 has the figures.) Scan work cannot
+//! starve: a niced thread keeps a share of the CPU under any load (Linux gives niceness
+//! 10 about a tenth of a normal thread's weight), and among scans the ticket order bounds
+//! overtaking. With [`Ordering::Fifo`] (the `read_scheduling = "fifo"` switch, for
+//! comparison) every read is queued and served in arrival order at one priority, as in
+//! Cassandra's read stage.
+//!
+//! A scan across the cluster is *coordinated* on its own **scan threads**: it spends most
+//! of its time waiting for chunks, so it must not hold a read thread those chunks (its
+//! own, or those of the scans of the node it waits for) need. Coordinated scans start in
+//! the order of their tickets too, at most [`SCANS_PER_READ_THREAD`] per read thread at
+//! once, which bounds the chunks in flight and the memory they buffer.
+//!
+//! The queues are bounded: a read arriving at a full queue is refused with `Overloaded`;
+//! a chunk still queued after [`RANGE_READ_TIMEOUT`] (its coordinator has given up on it)
+//! is answered with an error instead of being read. Queue lengths, reads served and their
+//! queue wait per class are counted ([`ReadScheduler::statistics`]) for `shoal admin` and
+//! the metrics.
 
 pub mod policy;
 
-pub use policy::{Ordering, ReadClass};
+pub use policy::{Ordering, ReadClass, ScanTicket};
 
+use futures::future::BoxFuture;
 use parking_lot::{Condvar, Mutex};
 use policy::ReadQueue;
 use shoal_cql::CqlError;
-use std::cell::RefCell;
+use shoal_replication::{ReplicaResponse, ScanStage, RANGE_READ_TIMEOUT};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering as Atomic};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Reads queued at most before new ones are refused with `Overloaded`.
 pub const QUEUE_CAPACITY: usize = 4096;
-/// How long a scan may be overtaken by point reads before it is served next.
+/// How long queued scan work may be held off by queued point reads before it is served
+/// next (see [`policy`]).
 pub const AGING_BOUND: Duration = Duration::from_millis(50);
-/// Rows a scan visits between two checkpoints.
-pub const CHECKPOINT_ROWS: u32 = 32;
+/// Scans coordinated at once per read thread.
+pub const SCANS_PER_READ_THREAD: usize = 2;
+/// The niceness of the read and scan threads in point-first orders: the CPU scan work
+/// spends reading, merging and encoding rows goes to point reads first when they want it.
+pub const SCAN_THREAD_NICE: u8 = 10;
+
+/// Lowers the calling thread's CPU priority to `nice` (0: unchanged, up to 19: the
+/// lowest) under Linux's batch policy, for a thread that only ever does background or
+/// bulk work (a thread cannot raise its priority back without privileges).
+pub fn lower_thread_priority(nice: u8) {
+    if nice == 0 {
+        return;
+    }
+    use thread_priority::unix::{
+        set_thread_priority_and_policy, thread_native_id, NormalThreadSchedulePolicy,
+        ThreadSchedulePolicy,
+    };
+    use thread_priority::{ThreadPriority, ThreadPriorityValue};
+    // thread-priority maps 0..=99 onto niceness 19..=-20.
+    let nice = u32::from(nice.min(19));
+    let value = 99 - ((nice + 20) * 99).div_ceil(39).min(99);
+    let Ok(value) = ThreadPriorityValue::try_from(value as u8) else {
+        return;
+    };
+    let policy = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Batch);
+    if let Err(error) = set_thread_priority_and_policy(
+        thread_native_id(),
+        ThreadPriority::Crossplatform(value),
+        policy,
+    ) {
+        tracing::debug!(?error, "could not lower a thread's priority");
+    }
+}
 
 type Task = Box<dyn FnOnce() + Send>;
 
@@ -45,17 +92,40 @@ struct ClassCounters {
     waited_micros: AtomicU64,
 }
 
+/// A queue and the threads serving it.
 struct Shared {
     queue: Mutex<ReadQueue<Task>>,
     ready: Condvar,
-    /// Scans queued or running: point reads are queued only while there are any (or
-    /// always, in FIFO order).
-    scans: AtomicUsize,
     counters: [ClassCounters; 3],
     stopping: AtomicBool,
 }
 
 impl Shared {
+    fn new(ordering: Ordering) -> Arc<Shared> {
+        Arc::new(Shared {
+            queue: Mutex::new(ReadQueue::new(ordering, AGING_BOUND, QUEUE_CAPACITY)),
+            ready: Condvar::new(),
+            counters: Default::default(),
+            stopping: AtomicBool::new(false),
+        })
+    }
+
+    /// Starts `threads` threads serving the queue, at niceness `nice`.
+    fn start_threads(self: &Arc<Self>, name: &str, threads: usize, nice: u8) {
+        for number in 0..threads.max(1) {
+            let shared = Arc::clone(self);
+            let spawned = std::thread::Builder::new()
+                .name(format!("{name}-{number}"))
+                .spawn(move || {
+                    lower_thread_priority(nice);
+                    serve_queue(shared)
+                });
+            if let Err(error) = spawned {
+                tracing::error!(%error, "could not start a {name} thread");
+            }
+        }
+    }
+
     fn served(&self, class: ReadClass, arrived: Instant) {
         let counters = &self.counters[class.index()];
         counters.queued.fetch_sub(1, Atomic::Relaxed);
@@ -64,40 +134,44 @@ impl Shared {
             .waited_micros
             .fetch_add(arrived.elapsed().as_micros() as u64, Atomic::Relaxed);
     }
-}
 
-thread_local! {
-    /// On a read thread running a scan: the scheduler whose point reads it lets through.
-    static RUNNING_SCAN: RefCell<Option<Arc<Shared>>> = const { RefCell::new(None) };
-    /// Rows visited since the last checkpoint that served.
-    static ROWS_SINCE_CHECKPOINT: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-}
-
-/// Called for every row a read visits. On a read thread running a scan, every
-/// [`CHECKPOINT_ROWS`] rows it serves the point reads queued meanwhile (unless the order
-/// is FIFO); anywhere else it does nothing.
-pub fn checkpoint() {
-    RUNNING_SCAN.with(|running| {
-        let running = running.borrow();
-        let Some(shared) = running.as_ref() else {
-            return;
-        };
-        let rows = ROWS_SINCE_CHECKPOINT.with(|rows| {
-            let next = rows.get() + 1;
-            rows.set(if next >= CHECKPOINT_ROWS { 0 } else { next });
-            next
+    /// Queues `read` in its turn; its answer comes on the receiver. `Overloaded` when the
+    /// queue is full.
+    fn submit<R: Send + 'static>(
+        self: &Arc<Self>,
+        class: ReadClass,
+        read: impl FnOnce() -> R + Send + 'static,
+    ) -> Result<tokio::sync::oneshot::Receiver<R>, CqlError> {
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let counters = &self.counters[class.index()];
+        counters.queued.fetch_add(1, Atomic::Relaxed);
+        // The task never panics: a read that does answers its client with an error (its
+        // sender is dropped), and the thread lives on.
+        let task: Task = Box::new(move || {
+            if let Ok(result) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)) {
+                let _ = answer.send(result);
+            }
         });
-        if rows < CHECKPOINT_ROWS {
-            return;
+        let pushed = self.queue.lock().push(class, Instant::now(), task);
+        if pushed.is_err() {
+            counters.queued.fetch_sub(1, Atomic::Relaxed);
+            return Err(CqlError::overloaded(format!(
+                "Too many reads queued on this node ({QUEUE_CAPACITY}); retry later"
+            )));
         }
-        loop {
-            let Some((class, arrived, task)) = shared.queue.lock().pop_point() else {
-                return;
-            };
-            shared.served(class, arrived);
-            task();
+        self.ready.notify_one();
+        Ok(answered)
+    }
+
+    fn stop(&self) {
+        {
+            // Under the queue's lock: a thread checks `stopping` under it before it
+            // waits, so it either sees it set or is already waiting for the wake-up.
+            let _queue = self.queue.lock();
+            self.stopping.store(true, Atomic::Release);
         }
-    });
+        self.ready.notify_all();
+    }
 }
 
 /// What one class of reads has seen since the node started.
@@ -110,32 +184,34 @@ pub struct ClassStatistics {
     pub waited: Duration,
 }
 
-/// The read threads and their queue.
+/// The read threads, the scan threads and their queues.
 pub struct ReadScheduler {
-    shared: Arc<Shared>,
+    /// Point reads, local scans and chunks.
+    reads: Arc<Shared>,
+    /// Scans coordinated across the cluster.
+    coordinated: Arc<Shared>,
     ordering: Ordering,
 }
 
 impl ReadScheduler {
-    /// `threads` read threads serving reads in `ordering`.
+    /// `threads` read threads (and [`SCANS_PER_READ_THREAD`] scan threads per read
+    /// thread) serving reads in `ordering`.
     pub fn new(ordering: Ordering, threads: usize) -> ReadScheduler {
-        let shared = Arc::new(Shared {
-            queue: Mutex::new(ReadQueue::new(ordering, AGING_BOUND, QUEUE_CAPACITY)),
-            ready: Condvar::new(),
-            scans: AtomicUsize::new(0),
-            counters: Default::default(),
-            stopping: AtomicBool::new(false),
-        });
-        for number in 0..threads.max(1) {
-            let shared = Arc::clone(&shared);
-            let spawned = std::thread::Builder::new()
-                .name(format!("shoal-read-{number}"))
-                .spawn(move || read_thread(shared));
-            if let Err(error) = spawned {
-                tracing::error!(%error, "could not start a read thread");
-            }
+        let threads = threads.max(1);
+        let reads = Shared::new(ordering);
+        // In arrival order every read is equal, as in Cassandra.
+        let nice = match ordering {
+            Ordering::Fifo => 0,
+            Ordering::PointFirst { .. } => SCAN_THREAD_NICE,
+        };
+        reads.start_threads("shoal-read", threads, nice);
+        let coordinated = Shared::new(ordering);
+        coordinated.start_threads("shoal-scan", threads * SCANS_PER_READ_THREAD, nice);
+        ReadScheduler {
+            reads,
+            coordinated,
+            ordering,
         }
-        ReadScheduler { shared, ordering }
     }
 
     /// The order reads are served in.
@@ -143,90 +219,108 @@ impl ReadScheduler {
         self.ordering
     }
 
-    /// True when a point read may run on the caller's task now: nothing queued or running
-    /// could go before it (and the order is not FIFO).
+    /// True when point reads run on the caller's task at once rather than queued: in the
+    /// point-first orders, where nothing goes before them.
     pub fn point_read_inline(&self) -> bool {
-        self.ordering != Ordering::Fifo && self.shared.scans.load(Atomic::Acquire) == 0
+        self.ordering != Ordering::Fifo
     }
 
     /// Runs `read` on a read thread in its turn; `Overloaded` when the queue is full.
+    /// `read` must not wait for other nodes (a scan across the cluster is
+    /// [`ReadScheduler::run_coordinated_scan`]).
     pub async fn run<R: Send + 'static>(
         &self,
         class: ReadClass,
         read: impl FnOnce() -> R + Send + 'static,
     ) -> Result<R, CqlError> {
-        let (answer, answered) = tokio::sync::oneshot::channel();
-        let is_scan = matches!(class, ReadClass::Scan { .. });
-        let shared = Arc::clone(&self.shared);
-        let counters = &self.shared.counters[class.index()];
-        counters.queued.fetch_add(1, Atomic::Relaxed);
-        // The task never panics: a read that does answers its client with an error (its
-        // sender is dropped), and the read thread lives on.
-        let task: Task = Box::new(move || {
-            let previous = is_scan
-                .then(|| RUNNING_SCAN.with(|running| running.replace(Some(Arc::clone(&shared)))));
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(read));
-            if let Some(previous) = previous {
-                RUNNING_SCAN.with(|running| running.replace(previous));
-                shared.scans.fetch_sub(1, Atomic::Release);
-            }
-            if let Ok(result) = result {
-                let _ = answer.send(result);
-            }
-        });
-        if is_scan {
-            self.shared.scans.fetch_add(1, Atomic::AcqRel);
-        }
-        let pushed = self.shared.queue.lock().push(class, Instant::now(), task);
-        if pushed.is_err() {
-            counters.queued.fetch_sub(1, Atomic::Relaxed);
-            if is_scan {
-                self.shared.scans.fetch_sub(1, Atomic::Release);
-            }
-            return Err(CqlError::overloaded(format!(
-                "Too many reads queued on this node ({QUEUE_CAPACITY}); retry later"
-            )));
-        }
-        self.shared.ready.notify_one();
+        let answered = self.reads.submit(class, read)?;
         answered
             .await
             .map_err(|_| CqlError::server("the read failed unexpectedly"))
     }
 
-    /// Per class: reads queued now, served so far and the time they waited.
+    /// Runs a scan across the cluster on a scan thread in the turn of `scan`.
+    pub async fn run_coordinated_scan<R: Send + 'static>(
+        &self,
+        scan: ScanTicket,
+        read: impl FnOnce() -> R + Send + 'static,
+    ) -> Result<R, CqlError> {
+        let answered = self.coordinated.submit(ReadClass::Scan(scan), read)?;
+        answered
+            .await
+            .map_err(|_| CqlError::server("the scan failed unexpectedly"))
+    }
+
+    /// The read threads as the stage where this node serves the chunks of scans.
+    pub fn chunk_stage(&self) -> Arc<dyn ScanStage> {
+        Arc::new(ChunkTurns(Arc::clone(&self.reads)))
+    }
+
+    /// Per class: reads queued now, served so far and the time they waited; the last row
+    /// (`coordinated_scan`) counts the scans coordinated across the cluster.
     pub fn statistics(&self) -> Vec<ClassStatistics> {
-        [
-            ReadClass::LocalPoint,
-            ReadClass::RemotePoint,
-            ReadClass::Scan { width: 0, limit: 0 },
-        ]
-        .into_iter()
-        .map(|class| {
-            let counters = &self.shared.counters[class.index()];
+        let statistics = |shared: &Shared, class: ReadClass, name: &'static str| {
+            let counters = &shared.counters[class.index()];
             ClassStatistics {
-                class: class.name(),
+                class: name,
                 queued: counters.queued.load(Atomic::Relaxed),
                 served: counters.served.load(Atomic::Relaxed),
                 waited: Duration::from_micros(counters.waited_micros.load(Atomic::Relaxed)),
             }
+        };
+        let any_scan = ReadClass::Scan(ScanTicket {
+            started_micros: 0,
+            id: 0,
+            width: 1,
+            limit: 1,
+        });
+        let mut rows: Vec<ClassStatistics> =
+            [ReadClass::LocalPoint, ReadClass::RemotePoint, any_scan]
+                .into_iter()
+                .map(|class| statistics(&self.reads, class, class.name()))
+                .collect();
+        rows.push(statistics(&self.coordinated, any_scan, "coordinated_scan"));
+        rows
+    }
+}
+
+/// Chunks of scans served in their turn on the read threads.
+struct ChunkTurns(Arc<Shared>);
+
+impl ScanStage for ChunkTurns {
+    fn run(
+        &self,
+        scan: ScanTicket,
+        read: Box<dyn FnOnce() -> ReplicaResponse + Send>,
+    ) -> BoxFuture<'static, ReplicaResponse> {
+        let queued = Instant::now();
+        let submitted = self.0.submit(ReadClass::Scan(scan), move || {
+            if queued.elapsed() >= RANGE_READ_TIMEOUT {
+                return ReplicaResponse::Error(format!(
+                    "the chunk waited longer than {RANGE_READ_TIMEOUT:?} for its turn"
+                ));
+            }
+            read()
+        });
+        Box::pin(async move {
+            match submitted {
+                Ok(answered) => answered.await.unwrap_or_else(|_| {
+                    ReplicaResponse::Error("the read failed unexpectedly".into())
+                }),
+                Err(refused) => ReplicaResponse::Error(refused.message),
+            }
         })
-        .collect()
     }
 }
 
 impl Drop for ReadScheduler {
     fn drop(&mut self) {
-        {
-            // Under the queue's lock: a read thread checks `stopping` under it before it
-            // waits, so it either sees it set or is already waiting for the wake-up.
-            let _queue = self.shared.queue.lock();
-            self.shared.stopping.store(true, Atomic::Release);
-        }
-        self.shared.ready.notify_all();
+        self.reads.stop();
+        self.coordinated.stop();
     }
 }
 
-fn read_thread(shared: Arc<Shared>) {
+fn serve_queue(shared: Arc<Shared>) {
     loop {
         let next = {
             let mut queue = shared.queue.lock();
@@ -250,58 +344,96 @@ fn read_thread(shared: Arc<Shared>) {
 mod tests {
     use super::*;
 
+    /// Keeps the one read thread of `stage` busy (with the chunk of a scan begun first)
+    /// until the sender is dropped or sent to; returns once the chunk is running.
+    fn occupy(
+        stage: &Arc<dyn ScanStage>,
+    ) -> (
+        std::sync::mpsc::Sender<()>,
+        BoxFuture<'static, ReplicaResponse>,
+    ) {
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let (started, running) = std::sync::mpsc::channel::<()>();
+        let busy = stage.run(
+            ticket(0),
+            Box::new(move || {
+                let _ = started.send(());
+                let _ = released.recv_timeout(Duration::from_secs(10));
+                ReplicaResponse::Applied
+            }),
+        );
+        running
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the read thread took the chunk");
+        (release, busy)
+    }
+
+    /// A ticket for a scan begun `began_ms` after some moment.
+    fn ticket(began_ms: u64) -> ScanTicket {
+        ScanTicket {
+            started_micros: 1_800_000_000_000_000 + began_ms * 1000,
+            id: began_ms,
+            width: 1,
+            limit: 100,
+        }
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_point_read_queued_behind_a_running_scan_is_served_at_its_next_checkpoint() {
-        let scheduler = Arc::new(ReadScheduler::new(
+    async fn chunks_queued_behind_a_busy_read_thread_are_served_by_their_scans_tickets() {
+        for ordering in [
             Ordering::PointFirst { narrow_first: true },
-            1,
-        ));
-        let (started, scan_started) = std::sync::mpsc::channel();
-        let point_done = Arc::new(AtomicBool::new(false));
-        let seen = Arc::clone(&point_done);
-        // A scan that checks in until the point read has been served (or gives up).
-        let scan = {
-            let scheduler = Arc::clone(&scheduler);
-            tokio::spawn(async move {
-                scheduler
-                    .run(
-                        ReadClass::Scan {
-                            width: 8,
-                            limit: 1000,
-                        },
-                        move || {
-                            let _ = started.send(());
-                            let begun = Instant::now();
-                            while !seen.load(Atomic::Acquire)
-                                && begun.elapsed() < Duration::from_secs(10)
-                            {
-                                checkpoint();
-                                std::thread::yield_now();
-                            }
-                            seen.load(Atomic::Acquire)
-                        },
-                    )
-                    .await
-            })
-        };
-        scan_started.recv().unwrap();
-        assert!(!scheduler.point_read_inline(), "a scan is running");
-        let done = Arc::clone(&point_done);
-        let answer = scheduler
-            .run(ReadClass::LocalPoint, move || {
-                done.store(true, Atomic::Release);
-                42
-            })
-            .await
-            .unwrap();
-        assert_eq!(answer, 42);
-        // The one read thread was busy with the scan: the point read ran at a checkpoint,
-        // and the scan saw it done before it finished.
-        assert!(scan.await.unwrap().unwrap());
-        assert!(scheduler.point_read_inline(), "no scan any more");
-        let statistics = scheduler.statistics();
-        assert_eq!(statistics[0].served, 1);
-        assert_eq!(statistics[2].served, 1);
-        assert!(statistics.iter().all(|s| s.queued == 0));
+            Ordering::PointFirst {
+                narrow_first: false,
+            },
+            Ordering::Fifo,
+        ] {
+            let scheduler = ReadScheduler::new(ordering, 1);
+            assert_eq!(scheduler.point_read_inline(), ordering != Ordering::Fifo);
+            // The one read thread is busy until released: everything after it queues.
+            let stage = scheduler.chunk_stage();
+            let (release, busy) = occupy(&stage);
+            let served = Arc::new(Mutex::new(Vec::new()));
+            let chunk = |name: &'static str, began_ms: u64| {
+                let served = Arc::clone(&served);
+                stage.run(
+                    ticket(began_ms),
+                    Box::new(move || {
+                        served.lock().push(name);
+                        ReplicaResponse::Applied
+                    }),
+                )
+            };
+            // The later scan's chunk arrives first.
+            let later = chunk("later scan", 20);
+            let earlier = chunk("earlier scan", 10);
+            let _ = release.send(());
+            let (busy, later, earlier) = futures::join!(busy, later, earlier);
+            assert!(matches!(busy, ReplicaResponse::Applied));
+            assert!(matches!(later, ReplicaResponse::Applied));
+            assert!(matches!(earlier, ReplicaResponse::Applied));
+            let expected = match ordering {
+                Ordering::Fifo => ["later scan", "earlier scan"],
+                Ordering::PointFirst { .. } => ["earlier scan", "later scan"],
+            };
+            assert_eq!(*served.lock(), expected, "{ordering:?}");
+            let statistics = scheduler.statistics();
+            assert_eq!(statistics[2].class, "scan");
+            assert_eq!(statistics[2].served, 3);
+            assert!(statistics.iter().all(|s| s.queued == 0));
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_coordinated_scan_runs_on_a_scan_thread_while_the_read_threads_are_busy() {
+        let scheduler = ReadScheduler::new(Ordering::PointFirst { narrow_first: true }, 1);
+        let (release, busy) = occupy(&scheduler.chunk_stage());
+        // A coordinated scan waits for chunks; it must not need the read thread.
+        let scan = scheduler.run_coordinated_scan(ticket(1), || 7);
+        let answer = tokio::time::timeout(Duration::from_secs(10), scan).await;
+        let _ = release.send(());
+        assert_eq!(answer.expect("the scan ran at once").unwrap(), 7);
+        assert!(matches!(busy.await, ReplicaResponse::Applied));
+        assert_eq!(scheduler.statistics()[3].class, "coordinated_scan");
+        assert_eq!(scheduler.statistics()[3].served, 1);
     }
 }

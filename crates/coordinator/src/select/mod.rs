@@ -459,16 +459,17 @@ impl SelectPlan {
         positive_int(&self.limit, bindings)
     }
 
-    /// How the read scheduler sees this scan: its width is the share of the token ring
+    /// The ticket of one execution of this scan, beginning now: how the read scheduler
+    /// ranks it on every node. Its width is the share of the token ring
     /// it may cover in 64ths (tablets are ranges of the ring, so a scan spanning fewer
     /// tablets is narrower), its limit the rows one page of it may return. A scan that
     /// stops after a LIMIT smaller than a page ends where those rows end, wherever its
     /// range does: how far that is is not known before it runs, so it counts as one 64th
     /// and such scans are ordered by their limits.
-    pub(crate) fn scan_class(
+    pub(crate) fn scan_ticket(
         &self,
         parameters: &QueryParameters,
-    ) -> Result<crate::schedule::ReadClass, CqlError> {
+    ) -> Result<crate::schedule::ScanTicket, CqlError> {
         let bindings = Bindings {
             values: &parameters.values,
             names: parameters.names.as_deref(),
@@ -491,10 +492,7 @@ impl SelectPlan {
         } else {
             ((share * 64.0).ceil() as u32).clamp(1, 64)
         };
-        Ok(crate::schedule::ReadClass::Scan {
-            width,
-            limit: limit.min(page),
-        })
+        Ok(crate::schedule::ScanTicket::now(width, limit.min(page)))
     }
 
     /// The table's id, unless it is virtual.

@@ -784,8 +784,6 @@ impl Visitor for SelectVisitor<'_> {
     }
 
     fn row(&mut self, header: &PartitionHeader, mut row: Row) -> Flow {
-        // A scan on a read thread lets queued point reads through now and then.
-        crate::schedule::checkpoint();
         if let Some(slices) = &self.row_slices {
             if !in_slices(slices, &row.clustering) {
                 return Flow::Continue;

@@ -191,32 +191,11 @@ pub struct Streaming {
     policy: StreamPolicy,
 }
 
-/// Lowers the calling thread's CPU priority to `nice` (0: unchanged, up to 19: the
-/// lowest) under Linux's batch policy, for a thread that only ever does streaming work (a
-/// thread cannot raise its priority back without privileges).
+/// Lowers the calling thread's CPU priority (see
+/// [`shoal_coordinator::schedule::lower_thread_priority`]), for a thread that only ever does
+/// streaming work.
 pub fn lower_priority(nice: u8) {
-    if nice == 0 {
-        return;
-    }
-    use thread_priority::unix::{
-        set_thread_priority_and_policy, thread_native_id, NormalThreadSchedulePolicy,
-        ThreadSchedulePolicy,
-    };
-    use thread_priority::{ThreadPriority, ThreadPriorityValue};
-    // thread-priority maps 0..=99 onto niceness 19..=-20.
-    let nice = u32::from(nice.min(19));
-    let value = 99 - ((nice + 20) * 99).div_ceil(39).min(99);
-    let Ok(value) = ThreadPriorityValue::try_from(value as u8) else {
-        return;
-    };
-    let policy = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Batch);
-    if let Err(error) = set_thread_priority_and_policy(
-        thread_native_id(),
-        ThreadPriority::Crossplatform(value),
-        policy,
-    ) {
-        tracing::debug!(?error, "could not lower a streaming thread's priority");
-    }
+    shoal_coordinator::schedule::lower_thread_priority(nice);
 }
 
 /// The first bytes of a key, as hex (to show where a range starts).

@@ -132,7 +132,7 @@ impl Replication for NodeReplication {
         if self.strong.is_strong(&table) {
             let view = ReplicatedView::new(Arc::clone(&self.proxy), table, consistency, runtime)
                 .reading_with(Arc::clone(&self.strong) as Arc<dyn ChunkReader>);
-            return ScanSource::Replicated(view);
+            return ScanSource::Replicated(Box::new(view));
         }
         Replication::scan_source(Arc::clone(&self.proxy), table, consistency, runtime)
     }
@@ -176,6 +176,10 @@ impl Replication for NodeReplication {
 
     fn set_local_indexes(&self, indexes: Arc<dyn LocalIndexes>) {
         Replication::set_local_indexes(self.proxy.as_ref(), indexes)
+    }
+
+    fn set_scan_stage(&self, stage: Arc<dyn shoal_replication::ScanStage>) {
+        Replication::set_scan_stage(self.proxy.as_ref(), stage)
     }
 
     fn index_candidates(
