@@ -22,7 +22,7 @@ from linearizability import check
 from test_cluster import ADDRESSES, wait_until
 from test_nemesis import cluster, nftables, register_client, registers_under_nemesis  # noqa: F401  (fixtures)
 
-KEYS = 8
+KEYS = 16
 CLIENTS_PER_COORDINATOR = 2
 ROUNDS = int(os.environ.get("SHOAL_LWT_NEMESIS_ROUNDS", "1"))
 

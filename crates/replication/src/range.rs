@@ -355,26 +355,16 @@ impl ReplicatedCursor<'_> {
             }
             let state = proxy.topology.state();
             let replicas = proxy.replicas_of(&state, &self.view.table, token_of(&start));
-            let consistency = self.view.consistency;
-            let reconciled = match self.view.turn {
-                Some(scan) => {
-                    proxy
-                        .read_scan_chunk(
-                            &replicas,
-                            consistency,
-                            &start,
-                            &end,
-                            SCAN_CHUNK_CELLS,
-                            scan,
-                        )
-                        .await?
-                }
-                None => {
-                    proxy
-                        .read_replicas(&replicas, consistency, &start, &end, SCAN_CHUNK_CELLS)
-                        .await?
-                }
-            };
+            let reconciled = proxy
+                .read_replicas_for(
+                    &replicas,
+                    self.view.consistency,
+                    &start,
+                    &end,
+                    SCAN_CHUNK_CELLS,
+                    self.view.turn,
+                )
+                .await?;
             let resume = reconciled.covered_until.filter(|covered| *covered < end);
             Ok((reconciled.cells, resume))
         }

@@ -227,22 +227,10 @@ impl StorageProxy {
             .await
     }
 
-    /// [`StorageProxy::read_replicas`] for one chunk of `scan`: each replica serves it in
-    /// the scan's turn, and the chunk may wait for its turn up to [`RANGE_READ_TIMEOUT`].
-    pub(crate) async fn read_scan_chunk(
-        &self,
-        replicas: &TabletReplicas,
-        consistency: Consistency,
-        lower: &[u8],
-        upper: &[u8],
-        limit: u32,
-        scan: ScanTicket,
-    ) -> Result<Reconciled, CqlError> {
-        self.read_replicas_for(replicas, consistency, lower, upper, limit, Some(scan))
-            .await
-    }
-
-    async fn read_replicas_for(
+    /// [`StorageProxy::read_replicas`], for one chunk of `scan` when there is one: each
+    /// replica then serves it in the scan's turn, and the chunk may wait for its turn up
+    /// to [`RANGE_READ_TIMEOUT`].
+    pub(crate) async fn read_replicas_for(
         &self,
         replicas: &TabletReplicas,
         consistency: Consistency,
