@@ -319,7 +319,7 @@ impl Incoming {
         std::thread::Builder::new()
             .name("shoal-ingest".into())
             .spawn(move || {
-                super::lower_priority(nice);
+                shoal_coordinator::schedule::lower_thread_priority(nice);
                 let ingested = chunks
                     .iter()
                     .map(|chunk| Chunk::entries(chunk))

@@ -17,8 +17,8 @@
 //!   `stream_throughput_mib_per_s`.
 //! - The CPU work of streaming — reading the source's range, building and ingesting the
 //!   destination's files — runs on threads of its own at a lower operating-system priority
-//!   (`stream_nice`, [`lower_priority`]): when client requests want the CPU they get it
-//!   first, and streaming takes what is left.
+//!   (`stream_nice`, [`shoal_coordinator::schedule::lower_thread_priority`]): when client
+//!   requests want the CPU they get it first, and streaming takes what is left.
 //!
 //! Writes that arrive while a tablet streams reach the destination through the normal
 //! write path (the tablet is in `WriteBoth`), so nothing written after the source's view
@@ -189,13 +189,6 @@ pub struct Streaming {
     pub outgoing: Outgoing,
     pub throttle: Arc<Throttle>,
     policy: StreamPolicy,
-}
-
-/// Lowers the calling thread's CPU priority (see
-/// [`shoal_coordinator::schedule::lower_thread_priority`]), for a thread that only ever does
-/// streaming work.
-pub fn lower_priority(nice: u8) {
-    shoal_coordinator::schedule::lower_thread_priority(nice);
 }
 
 /// The first bytes of a key, as hex (to show where a range starts).

@@ -99,7 +99,7 @@ impl Outgoing {
         std::thread::Builder::new()
             .name("shoal-stream-out".into())
             .spawn(move || {
-                super::lower_priority(nice);
+                shoal_coordinator::schedule::lower_thread_priority(nice);
                 let keep =
                     |key: &[u8]| paxos_of.is_none_or(|table| paxos::is_state_of(key, &table));
                 read_range(engine.as_ref(), &throttle, &start, &upper, keep, &sender)
