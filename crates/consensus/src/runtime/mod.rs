@@ -36,8 +36,17 @@ const COMMAND_QUEUE: usize = 8192;
 const COMMANDS_PER_TURN: usize = 1024;
 
 /// Applies committed entries (for a table: writes their cells to the engine).
+///
+/// The node's task hands over every entry committed since its last turn, one
+/// [`StateMachine::apply`] each, then calls [`StateMachine::finish_applying`] once before
+/// anybody waiting for those entries hears of them: a machine may collect a turn's
+/// entries and write them together there.
 pub trait StateMachine: Send + 'static {
     fn apply(&mut self, group: GroupId, index: LogIndex, payload: &Bytes);
+
+    /// Every entry handed to [`StateMachine::apply`] so far must be visible when this
+    /// returns (not yet durable: that is [`StateMachine::make_durable`]).
+    fn finish_applying(&mut self) {}
 
     /// What the state machine keeps of `group` besides its data, as of the last entry
     /// applied (for a table: the clock that orders timestamps): carried with a snapshot.
@@ -498,7 +507,9 @@ fn write_log(
 }
 
 /// A proposal's term and whom to tell once its index is applied.
-type Waiting = (Term, oneshot::Sender<Result<(), ProposeError>>);
+type Waiting = (Term, ProposalAnswer);
+/// Where a proposer hears whether its entry was committed.
+type ProposalAnswer = oneshot::Sender<Result<(), ProposeError>>;
 /// A settled read's group, the index it waits for and where its answer goes.
 type SettledRead = (
     GroupId,
@@ -804,6 +815,9 @@ impl NodeTask {
 
     /// Performs every output the protocol produced.
     fn perform(&mut self) {
+        // Proposers hear of their entries once the turn's entries are applied together.
+        let mut decided: Vec<(ProposalAnswer, Result<(), ProposeError>)> = Vec::new();
+        let mut applied_any = false;
         for output in self.raft.take_outputs() {
             match output {
                 Output::Persist(batch) => {
@@ -833,6 +847,7 @@ impl NodeTask {
                 } => {
                     if entry.kind == EntryKind::Data && !entry.payload.is_empty() {
                         self.state_machine.apply(group, index, &entry.payload);
+                        applied_any = true;
                     }
                     self.counters
                         .entries_committed
@@ -843,11 +858,17 @@ impl NodeTask {
                         } else {
                             Err(ProposeError::Superseded)
                         };
-                        let _ = done.send(result);
+                        decided.push((done, result));
                     }
                 }
                 Output::LeaderChanged { .. } => {}
             }
+        }
+        if applied_any {
+            self.state_machine.finish_applying();
+        }
+        for (done, result) in decided {
+            let _ = done.send(result);
         }
         for (answer, index) in self.read_answers.drain(..) {
             let _ = answer.send(index);

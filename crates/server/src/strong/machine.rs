@@ -95,11 +95,15 @@ pub fn order_after(clock: i64, cells: &mut [(Vec<u8>, Vec<u8>)]) -> i64 {
     newest.saturating_add(shift)
 }
 
-/// Applies committed entries to this node's engine, in each group's log order.
+/// Applies committed entries to this node's engine, in each group's log order. The
+/// entries of one turn of the consensus task (many groups', often dozens) are written as
+/// one engine write when the turn ends, not one write each.
 pub struct EngineMachine {
     engine: Arc<dyn Engine>,
     /// The newest timestamp each group applied.
     clocks: HashMap<GroupId, i64>,
+    /// Cells of the entries applied this turn, not yet written.
+    pending: WriteBatch,
 }
 
 impl EngineMachine {
@@ -107,6 +111,20 @@ impl EngineMachine {
         EngineMachine {
             engine,
             clocks: HashMap::new(),
+            pending: WriteBatch::new(),
+        }
+    }
+
+    /// Writes the cells applied since the last write.
+    fn write_pending(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut self.pending);
+        // The log is the durable record: the engine's own log need not be synced here
+        // (a restart replays the log).
+        if let Err(error) = self.engine.write(&batch) {
+            tracing::error!(%error, "cannot apply strongly consistent tables' entries");
         }
     }
 }
@@ -123,15 +141,13 @@ impl StateMachine for EngineMachine {
         };
         let clock = self.clocks.entry(group).or_insert(i64::MIN);
         *clock = order_after(*clock, &mut cells);
-        let mut batch = WriteBatch::new();
         for (key, value) in cells {
-            batch.merge(key, value);
+            self.pending.merge(key, value);
         }
-        // The log is the durable record: the engine's own log need not be synced here
-        // (a restart replays the log).
-        if let Err(error) = self.engine.write(&batch) {
-            tracing::error!(?group, ?index, %error, "cannot apply a strongly consistent table's entry");
-        }
+    }
+
+    fn finish_applying(&mut self) {
+        self.write_pending();
     }
 
     /// The group's clock: a member that starts from a snapshot moves the entries after it
@@ -144,6 +160,7 @@ impl StateMachine for EngineMachine {
     /// The engine's write-ahead log is synced: every entry applied is durable in the
     /// table's storage, and the consensus log may forget it.
     fn make_durable(&mut self) -> Result<(), String> {
+        self.write_pending();
         self.engine.sync().map_err(|error| error.to_string())
     }
 
@@ -222,9 +239,11 @@ mod tests {
             .collect();
         let engine = Arc::new(shoal_storage::MemoryEngine::new());
         let mut machine = EngineMachine::new(Arc::clone(&engine) as Arc<dyn Engine>);
+        // One turn of the consensus task: the three entries are written together.
         for (index, payload) in log.iter().enumerate() {
             machine.apply(GroupId(1), LogIndex(index as u64 + 1), payload);
         }
+        machine.finish_applying();
         // The last entry in the log wins, although its own stamp was not the newest.
         let (cells, _) =
             shoal_replication::replica::read_visible(engine.as_ref(), b"key", b"kez", 10)
@@ -243,13 +262,16 @@ mod tests {
         let first = Arc::new(shoal_storage::MemoryEngine::new());
         let mut member = EngineMachine::new(Arc::clone(&first) as Arc<dyn Engine>);
         member.apply(GroupId(1), LogIndex(1), &entry(500, "old"));
+        member.finish_applying();
         let snapshot = member.snapshot_state(GroupId(1));
         member.apply(GroupId(1), LogIndex(2), &entry(100, "late"));
+        member.finish_applying();
 
         let second = Arc::new(shoal_storage::MemoryEngine::new());
         let mut newcomer = EngineMachine::new(Arc::clone(&second) as Arc<dyn Engine>);
         newcomer.restore_state(GroupId(1), &snapshot);
         newcomer.apply(GroupId(1), LogIndex(2), &entry(100, "late"));
+        newcomer.finish_applying();
         let read = |engine: &shoal_storage::MemoryEngine| {
             shoal_replication::replica::read_visible(engine, b"key", b"kez", 10)
                 .expect("reads")
