@@ -754,7 +754,7 @@ impl Coordinator {
         let source = match select.stored_table() {
             Some(table_id) => Arc::clone(&coordinator.replication)
                 .scan_source(table_id, parameters.consistency, runtime.clone())
-                .in_turn_of(ticket),
+                .in_turn_of(ticket, select.table.cells_per_row()),
             None => ScanSource::Local,
         };
         let across_cluster = matches!(source, ScanSource::Replicated(_));

@@ -12,7 +12,8 @@
 //! - [`proxy`] — [`StorageProxy`] and the one path to a replica, local or remote
 //!   ([`StorageProxy::call`]); [`write`] fans writes out, [`read`] does digest and full
 //!   reads with read repair, [`reconcile`] merges answers, [`range`] scans across
-//!   tablets, [`truncate`] clears a table everywhere.
+//!   tablets (as many at once as [`estimates`] of their cells say the LIMIT needs),
+//!   [`truncate`] clears a table everywhere.
 //! - [`barrier`] — topology barriers: the epochs of requests under way and the fence
 //!   that keeps stale coordinators out while tablets move.
 //! - [`replica`] — the replica side: [`LocalReplica`] answers [`messages`] from any
@@ -39,6 +40,7 @@ pub mod barrier;
 pub mod batchlog;
 pub mod consistency;
 pub mod counter;
+pub mod estimates;
 pub mod hints;
 pub mod index;
 pub mod messages;

@@ -2,7 +2,7 @@
 //! replication, the same whether the replica is this node or another.
 
 use serde::{Deserialize, Serialize};
-use shoal_model::{TableId, Token};
+use shoal_model::{TableId, TabletId, Token};
 
 /// Cells as stored: `(key, encoded cell)`, in key order.
 pub type Cells = Vec<(Vec<u8>, Vec<u8>)>;
@@ -188,7 +188,10 @@ impl ReplicaResponse {
     pub fn describe(&self) -> String {
         match self {
             ReplicaResponse::Applied => "applied".into(),
-            ReplicaResponse::Cells { cells, complete } => format!(
+            ReplicaResponse::Cells { cells, complete }
+            | ReplicaResponse::ScanCells {
+                cells, complete, ..
+            } => format!(
                 "{} cells{}",
                 cells.len(),
                 if *complete { "" } else { " (limit reached)" }
@@ -258,4 +261,19 @@ pub enum ReplicaResponse {
     },
     /// The answer to `PaxosLead`.
     PaxosLed(crate::paxos_lead::LeadResponse),
+    /// The answer to `ScanChunk`: the cells read as for `Cells`, and what the replica
+    /// holds of the table's tablets (seed 002's piggybacked estimates).
+    ScanCells {
+        cells: Cells,
+        complete: bool,
+        estimates: std::sync::Arc<TabletCells>,
+    },
+}
+
+/// A replica's estimate of the cells it holds in each of a table's tablets that it
+/// replicates. A coordinator sizes a scan's parallel fetches by them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TabletCells {
+    pub table: TableId,
+    pub tablets: Vec<(TabletId, u64)>,
 }

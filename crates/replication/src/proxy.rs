@@ -45,7 +45,7 @@ pub struct StorageProxy {
     /// Partitions whose transactions it hands to their leader while they are busy.
     pub(crate) hot_partitions: crate::paxos_lead::HotPartitions,
     /// Cells per tablet of each table, as the scans it coordinated found them.
-    pub(crate) scan_estimates: crate::range::ScanEstimates,
+    pub(crate) scan_estimates: Arc<crate::estimates::ScanEstimates>,
 }
 
 /// Counts of repairs coordinated by this node since it started.
@@ -72,6 +72,7 @@ impl StorageProxy {
         local: Arc<LocalReplica>,
         hints: Arc<Hints>,
     ) -> StorageProxy {
+        local.tablet_cells.follow(Arc::clone(&topology));
         StorageProxy {
             topology,
             transport,
@@ -255,7 +256,7 @@ impl StorageProxy {
         &self,
         replica: &Replica,
         request: ReplicaRequest,
-        expected: fn(ReplicaResponse) -> Result<T, ReplicaResponse>,
+        expected: impl FnOnce(ReplicaResponse) -> Result<T, ReplicaResponse> + Send + 'static,
     ) -> BoxFuture<'static, Result<T, String>> {
         let timeout = match request {
             ReplicaRequest::ScanChunk { .. } => RANGE_READ_TIMEOUT,
@@ -291,8 +292,17 @@ impl StorageProxy {
                 limit,
             },
         };
-        self.read_on(replica, request, |response| match response {
+        let estimates = Arc::clone(&self.scan_estimates);
+        self.read_on(replica, request, move |response| match response {
             ReplicaResponse::Cells { cells, complete } => Ok((cells, complete)),
+            ReplicaResponse::ScanCells {
+                cells,
+                complete,
+                estimates: tablet_cells,
+            } => {
+                estimates.record(&tablet_cells);
+                Ok((cells, complete))
+            }
             other => Err(other),
         })
     }

@@ -7,10 +7,11 @@
 //! so `ORDER BY … DESC LIMIT n` on a large partition fetches only its end.
 //!
 //! A forward scan is one round trip per chunk of one tablet — one per tablet when tablets
-//! hold few cells. So once the table's cells per tablet are known ([`ScanEstimates`],
-//! learnt from the whole tablets this node's scans read), the cursor fetches the next
-//! several tablets at once, as many as make one chunk ([`tablets_to_fetch`]), and passes
-//! their cells on in key order (a tablet cut short by the chunk limit is continued first).
+//! hold few cells. So once the cells per tablet are known ([`crate::estimates`]: what the
+//! replicas piggyback on their replies), the cursor fetches the tablet it is in and as
+//! many following ones at once as the scan's LIMIT needs, at most one chunk's worth
+//! ([`tablets_to_fetch`]), and passes their cells on in key order (a tablet cut short by
+//! the chunk limit is continued first); it asks for more only when the rows fall short.
 //!
 //! Scans run on blocking threads (the coordinator's scan stage); a cursor waits for each
 //! chunk (or batch of chunks) on the runtime handle it was given.
@@ -19,11 +20,12 @@
 //! groups) gives the view a [`ChunkReader`]: the walk is the same, each chunk is read
 //! where that replication says.
 
+use crate::estimates::{tablets_to_fetch, MAX_PARALLEL_TABLETS};
 use crate::messages::{Cells, ScanTicket};
 use crate::proxy::StorageProxy;
 use shoal_cql::request::Consistency;
 use shoal_cql::CqlError;
-use shoal_model::{keys, TableId, Token};
+use shoal_model::{keys, TableId, TabletId, Token};
 use shoal_storage::{Cursor, Engine, GarbageReport, WriteBatch};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -41,6 +43,9 @@ pub struct ReplicatedView {
     reader: Option<Arc<dyn ChunkReader>>,
     /// The scan's ticket: its chunks are served in its turn on every replica.
     turn: Option<ScanTicket>,
+    /// The cells the scan wants first (its LIMIT in cells, at most one chunk): how many
+    /// tablets it fetches at once, and how many cells it asks of each.
+    wanted_cells: u32,
     /// The first error a cursor met (Unavailable, ReadTimeout...), for the client: the
     /// reader only sees a storage error.
     error: parking_lot::Mutex<Option<CqlError>>,
@@ -60,14 +65,20 @@ impl ReplicatedView {
             runtime,
             reader: None,
             turn: None,
+            wanted_cells: SCAN_CHUNK_CELLS,
             error: Default::default(),
         }
     }
 
-    /// The view with its chunks served in the turn of `scan` on every replica (the read
-    /// scheduler orders the chunks of scans by their tickets).
-    pub fn in_turn_of(mut self, scan: ScanTicket) -> ReplicatedView {
+    /// The view for `scan`: its chunks served in its turn on every replica (the read
+    /// scheduler orders the chunks of scans by their tickets), and as many tablets fetched
+    /// at once as its limit of rows of about `cells_per_row` cells needs.
+    pub fn in_turn_of(mut self, scan: ScanTicket, cells_per_row: u32) -> ReplicatedView {
         self.turn = Some(scan);
+        self.wanted_cells = scan
+            .limit
+            .saturating_mul(u64::from(cells_per_row.max(1)))
+            .min(u64::from(SCAN_CHUNK_CELLS)) as u32;
         self
     }
 
@@ -136,10 +147,9 @@ struct Part {
     whole_tablet: bool,
 }
 
-/// A forward scan over `[.., upper)`: tablet by tablet, in key order. Where tablets hold
-/// few cells, the next several are fetched at once — as many, by the table's estimate of
-/// cells per tablet ([`ScanEstimates`]), as one chunk's worth, at most
-/// [`MAX_PARALLEL_TABLETS`] — instead of one round trip after another.
+/// A forward scan over `[.., upper)`: tablet by tablet, in key order. The tablet it is in
+/// and as many following ones as the cells it wants need, by their estimates
+/// ([`crate::estimates`]), are fetched at once, instead of one round trip after another.
 struct ReplicatedCursor<'v> {
     view: &'v ReplicatedView,
     /// Parts fetched and not yet passed, in key order.
@@ -147,47 +157,11 @@ struct ReplicatedCursor<'v> {
     /// Where the next part starts; `None` when the range is exhausted.
     next: Option<Vec<u8>>,
     upper: Vec<u8>,
+    /// Cells asked of a replica per chunk: first what the scan wants, then twice as many
+    /// each round up to [`SCAN_CHUNK_CELLS`] — a scan whose rows are filtered out, or
+    /// wider than estimated, soon fetches whole chunks.
+    chunk_cells: u32,
     error: Option<String>,
-}
-
-/// Tablets a forward scan fetches at once at most.
-pub const MAX_PARALLEL_TABLETS: usize = 8;
-
-/// What this node has learnt of each table's tablets from the scans it coordinated:
-/// visible cells per tablet (a moving average of whole tablets read), which sizes how many
-/// tablets a scan fetches at once.
-#[derive(Default)]
-pub struct ScanEstimates {
-    cells_per_tablet: parking_lot::Mutex<std::collections::HashMap<TableId, f64>>,
-}
-
-impl ScanEstimates {
-    /// The estimate for `table`'s tablets; `None` before a whole tablet was read.
-    pub fn cells_per_tablet(&self, table: &TableId) -> Option<f64> {
-        self.cells_per_tablet.lock().get(table).copied()
-    }
-
-    /// A whole tablet of `table` held `cells` visible cells.
-    pub fn observe(&self, table: TableId, cells: u64) {
-        let mut estimates = self.cells_per_tablet.lock();
-        let estimate = estimates.entry(table).or_insert(cells as f64);
-        *estimate = 0.75 * *estimate + 0.25 * cells as f64;
-    }
-}
-
-/// How many tablets to fetch at once, the first included: the fewest whose estimated cells,
-/// not counting the first (the scan may start in its middle), make one chunk — at most
-/// `available` and [`MAX_PARALLEL_TABLETS`]. One without an estimate.
-pub fn tablets_to_fetch(cells_per_tablet: Option<f64>, available: usize) -> usize {
-    let Some(per_tablet) = cells_per_tablet else {
-        return 1;
-    };
-    let wanted = f64::from(SCAN_CHUNK_CELLS);
-    let after_first = (wanted / per_tablet.max(1.0)).ceil() as usize;
-    (1 + after_first)
-        .min(MAX_PARALLEL_TABLETS)
-        .min(available)
-        .max(1)
 }
 
 impl ReplicatedCursor<'_> {
@@ -205,7 +179,9 @@ impl ReplicatedCursor<'_> {
             match front.resume.take() {
                 Some(resume) => {
                     let end = front.end.clone();
-                    match self.fetch(&resume, &end) {
+                    let fetched = self.fetch(&resume, &end);
+                    self.grow_chunks();
+                    match fetched {
                         Ok((cells, resume)) => {
                             let front = self.segments.front_mut().expect("the front segment");
                             front.fetched += cells.len() as u64;
@@ -227,6 +203,10 @@ impl ReplicatedCursor<'_> {
                 }
             }
         }
+    }
+
+    fn grow_chunks(&mut self) {
+        self.chunk_cells = self.chunk_cells.saturating_mul(2).min(SCAN_CHUNK_CELLS);
     }
 
     fn fail(&mut self, error: CqlError) {
@@ -260,6 +240,7 @@ impl ReplicatedCursor<'_> {
             .view
             .runtime
             .block_on(futures::future::join_all(fetches));
+        self.grow_chunks();
         for (part, answer) in parts.into_iter().zip(fetched) {
             match answer {
                 Ok((cells, resume)) => self.segments.push_back(Segment {
@@ -297,10 +278,16 @@ impl ReplicatedCursor<'_> {
         let mut lower = start.to_vec();
         // The first part is a whole tablet only when the scan starts where it does.
         let mut whole = lower == first_start;
-        let wanted = tablets_to_fetch(
-            self.view.proxy.scan_estimates.cells_per_tablet(table),
-            MAX_PARALLEL_TABLETS,
-        );
+        let following: Vec<TabletId> = tablets
+            .tablets()
+            .iter()
+            .skip_while(|tablet| tablet.last_token < token)
+            .skip(1)
+            .take(MAX_PARALLEL_TABLETS - 1)
+            .map(|tablet| tablet.id)
+            .collect();
+        let estimates = self.view.proxy.scan_estimates.cells_in(table, &following);
+        let wanted = tablets_to_fetch(&estimates, f64::from(self.chunk_cells));
         loop {
             let tablet = tablets.tablet_for(token);
             let tablet_end = if tablet.last_token == Token::MAX {
@@ -347,7 +334,7 @@ impl ReplicatedCursor<'_> {
                         token_of(&start),
                         start,
                         end.clone(),
-                        SCAN_CHUNK_CELLS,
+                        self.chunk_cells,
                         self.view.consistency,
                     )
                     .await?;
@@ -361,7 +348,7 @@ impl ReplicatedCursor<'_> {
                     self.view.consistency,
                     &start,
                     &end,
-                    SCAN_CHUNK_CELLS,
+                    self.chunk_cells,
                     self.view.turn,
                 )
                 .await?;
@@ -565,6 +552,7 @@ impl Engine for ReplicatedView {
             segments: VecDeque::new(),
             next: Some(lower.to_vec()),
             upper: upper.to_vec(),
+            chunk_cells: self.wanted_cells,
             error: None,
         };
         cursor.fill();

@@ -63,6 +63,8 @@ pub struct LocalReplica {
     /// Where scan chunks wait for their turn; set once as the node starts (without one,
     /// in tests, they are served at once).
     scan_stage: std::sync::OnceLock<Arc<dyn ScanStage>>,
+    /// The cells this node holds per tablet, told with every scan chunk it serves.
+    pub tablet_cells: crate::estimates::TabletCellEstimator,
 }
 
 impl LocalReplica {
@@ -79,6 +81,7 @@ impl LocalReplica {
             indexes: std::sync::OnceLock::new(),
             paxos: crate::paxos::PaxosReplica::default(),
             scan_stage: std::sync::OnceLock::new(),
+            tablet_cells: Default::default(),
         }
     }
 
@@ -178,14 +181,29 @@ impl LocalReplica {
                 lower,
                 upper,
                 limit,
-            }
-            | ReplicaRequest::ScanChunk {
+            } => match read_visible(engine, &lower, &upper, limit) {
+                Ok((cells, complete)) => ReplicaResponse::Cells { cells, complete },
+                Err(error) => ReplicaResponse::Error(error),
+            },
+            // A scan's chunk, and what this node holds of the table's tablets.
+            ReplicaRequest::ScanChunk {
                 lower,
                 upper,
                 limit,
                 ..
             } => match read_visible(engine, &lower, &upper, limit) {
-                Ok((cells, complete)) => ReplicaResponse::Cells { cells, complete },
+                Ok((cells, complete)) => {
+                    let estimates = keys::table_and_token(&lower)
+                        .and_then(|(table, _)| self.tablet_cells.estimates(engine, table));
+                    match estimates {
+                        Some(estimates) => ReplicaResponse::ScanCells {
+                            cells,
+                            complete,
+                            estimates,
+                        },
+                        None => ReplicaResponse::Cells { cells, complete },
+                    }
+                }
                 Err(error) => ReplicaResponse::Error(error),
             },
             ReplicaRequest::Digest {

@@ -39,10 +39,10 @@ pub enum ScanSource {
 
 impl ScanSource {
     /// The source with its chunks served in the turn of `scan` on every replica.
-    pub fn in_turn_of(self, scan: crate::messages::ScanTicket) -> ScanSource {
+    pub fn in_turn_of(self, scan: crate::messages::ScanTicket, cells_per_row: u32) -> ScanSource {
         match self {
             ScanSource::Replicated(view) => {
-                ScanSource::Replicated(Box::new((*view).in_turn_of(scan)))
+                ScanSource::Replicated(Box::new((*view).in_turn_of(scan, cells_per_row)))
             }
             ScanSource::Local => ScanSource::Local,
         }

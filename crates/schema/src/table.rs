@@ -181,6 +181,17 @@ pub struct TableMetadata {
 }
 
 impl TableMetadata {
+    /// The cells a row of this table is stored as, about: one per regular column and the
+    /// row marker (a collection's elements are cells of their own, so this is a floor).
+    pub fn cells_per_row(&self) -> u32 {
+        let regular = self
+            .columns
+            .iter()
+            .filter(|c| c.kind == ColumnKind::Regular)
+            .count();
+        u32::try_from(regular + 1).unwrap_or(u32::MAX)
+    }
+
     pub fn column(&self, name: &str) -> Option<&ColumnMetadata> {
         self.columns.iter().find(|c| c.name == name)
     }

@@ -205,6 +205,13 @@ pub trait Engine: Send + Sync + 'static {
         None
     }
 
+    /// Approximate number of entries (cells) stored in each of `ranges` (`[lower,
+    /// upper)` each), if the engine can tell: what a replica tells coordinators of the
+    /// tablets it holds, so that a scan asks for as many at once as its LIMIT needs.
+    fn approximate_range_cells(&self, _ranges: &[(Vec<u8>, Vec<u8>)]) -> Option<Vec<u64>> {
+        None
+    }
+
     /// Writes a consistent copy of everything stored (data and metadata) into
     /// `directory`, which must not exist: hard links to the immutable files where the
     /// file system allows, so a snapshot is cheap and takes little space at first.

@@ -212,4 +212,21 @@ impl Engine for MemoryEngine {
             .map(|(k, v)| (k.len() + v.len()) as u64)
             .sum()
     }
+
+    /// Exact: the entries stored in each range.
+    fn approximate_range_cells(&self, ranges: &[(Vec<u8>, Vec<u8>)]) -> Option<Vec<u64>> {
+        let data = self.data.read();
+        Some(
+            ranges
+                .iter()
+                .map(|(lower, upper)| {
+                    data.range::<[u8], _>((
+                        std::ops::Bound::Included(lower.as_slice()),
+                        std::ops::Bound::Excluded(upper.as_slice()),
+                    ))
+                    .count() as u64
+                })
+                .collect(),
+        )
+    }
 }

@@ -95,6 +95,7 @@ impl ReplicaTransport for SimTransport {
                     };
                     let response = replica.serve_routed(request, topology_version).await;
                     if let ReplicaResponse::Cells { cells, .. }
+                    | ReplicaResponse::ScanCells { cells, .. }
                     | ReplicaResponse::CellsFrom { cells, .. } = &response
                     {
                         network
