@@ -29,7 +29,8 @@ use std::time::{Duration, Instant};
 /// How long a replica answers with the same estimates before it asks its engine again.
 pub const ESTIMATES_FRESH_FOR: Duration = Duration::from_secs(1);
 
-/// Tablets fetched at once at most.
+/// Tablets fetched at once at most, unless the node is configured otherwise
+/// (`scan_parallel_tablets`).
 pub const MAX_PARALLEL_TABLETS: usize = 8;
 
 /// Tablets a coordinator keeps estimates of per table, at most (split tablets leave their
@@ -151,14 +152,14 @@ impl ScanEstimates {
 
 /// How many tablets to fetch at once, the first included: the first (the scan may start
 /// anywhere in it, so its cells do not count), then the fewest of the `following`
-/// tablets whose estimated cells add up to `wanted` — at most [`MAX_PARALLEL_TABLETS`]
-/// and never more than there are. A following tablet nothing is known of ends the set
-/// before it: the scan asks for it once it knows more.
-pub fn tablets_to_fetch(following: &[Option<f64>], wanted: f64) -> usize {
+/// tablets whose estimated cells add up to `wanted` — at most `most` and never more than
+/// there are. A following tablet nothing is known of ends the set before it: the scan
+/// asks for it once it knows more.
+pub fn tablets_to_fetch(following: &[Option<f64>], wanted: f64, most: usize) -> usize {
     let mut count = 1;
     let mut covered = 0.0;
     for estimate in following {
-        if covered >= wanted || count >= MAX_PARALLEL_TABLETS {
+        if covered >= wanted || count >= most {
             break;
         }
         let Some(cells) = estimate else {

@@ -46,6 +46,8 @@ pub struct StorageProxy {
     pub(crate) hot_partitions: crate::paxos_lead::HotPartitions,
     /// Cells per tablet of each table, as the scans it coordinated found them.
     pub(crate) scan_estimates: Arc<crate::estimates::ScanEstimates>,
+    /// Tablets a scan fetches at once at most.
+    pub(crate) parallel_tablets: usize,
 }
 
 /// Counts of repairs coordinated by this node since it started.
@@ -88,7 +90,14 @@ impl StorageProxy {
             paxos_leases: Arc::default(),
             hot_partitions: Default::default(),
             scan_estimates: Default::default(),
+            parallel_tablets: crate::estimates::MAX_PARALLEL_TABLETS,
         }
+    }
+
+    /// The proxy with scans fetching at most `tablets` tablets at once (at least one).
+    pub fn fetching_tablets_at_once(mut self, tablets: usize) -> StorageProxy {
+        self.parallel_tablets = tablets.max(1);
+        self
     }
 
     /// Enters the current epoch; call it before reading the tablet map and hold it until

@@ -20,7 +20,7 @@
 //! groups) gives the view a [`ChunkReader`]: the walk is the same, each chunk is read
 //! where that replication says.
 
-use crate::estimates::{tablets_to_fetch, MAX_PARALLEL_TABLETS};
+use crate::estimates::tablets_to_fetch;
 use crate::messages::{Cells, ScanTicket};
 use crate::proxy::StorageProxy;
 use shoal_cql::request::Consistency;
@@ -283,11 +283,15 @@ impl ReplicatedCursor<'_> {
             .iter()
             .skip_while(|tablet| tablet.last_token < token)
             .skip(1)
-            .take(MAX_PARALLEL_TABLETS - 1)
+            .take(self.view.proxy.parallel_tablets.saturating_sub(1))
             .map(|tablet| tablet.id)
             .collect();
         let estimates = self.view.proxy.scan_estimates.cells_in(table, &following);
-        let wanted = tablets_to_fetch(&estimates, f64::from(self.chunk_cells));
+        let wanted = tablets_to_fetch(
+            &estimates,
+            f64::from(self.chunk_cells),
+            self.view.proxy.parallel_tablets,
+        );
         loop {
             let tablet = tablets.tablet_for(token);
             let tablet_end = if tablet.last_token == Token::MAX {

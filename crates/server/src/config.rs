@@ -99,6 +99,10 @@ pub struct Config {
     pub read_scheduling: ReadScheduling,
     /// Threads serving scans, and point reads while scans run (0: one per core).
     pub read_threads: usize,
+    /// Tablets a scan fetches at once at most, sized by the replicas' estimates of their
+    /// cells (1: one tablet after another, as Cassandra's range reads without a
+    /// concurrency factor).
+    pub scan_parallel_tablets: usize,
     /// Datacenter and rack this node reports.
     pub datacenter: String,
     pub rack: String,
@@ -176,6 +180,7 @@ impl Default for Config {
             worker_threads: 0,
             read_scheduling: ReadScheduling::NarrowFirst,
             read_threads: 0,
+            scan_parallel_tablets: shoal_replication::estimates::MAX_PARALLEL_TABLETS,
             datacenter: "datacenter1".into(),
             rack: "rack1".into(),
             commitlog_sync: CommitLogSync::Periodic,
@@ -225,6 +230,11 @@ impl Config {
         anyhow::ensure!(
             self.read_threads <= 1024,
             "read_threads must be at most 1024 (0 means one per core)"
+        );
+        anyhow::ensure!(
+            (1..=64).contains(&self.scan_parallel_tablets),
+            "scan_parallel_tablets must be between 1 and 64 (got {})",
+            self.scan_parallel_tablets
         );
         anyhow::ensure!(
             self.internode_port != self.cql_port,

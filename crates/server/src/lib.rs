@@ -194,13 +194,16 @@ impl Node {
             std::time::Duration::from_millis(config.max_hint_window_ms),
             config.max_hints_mib * 1024 * 1024,
         ));
-        let proxy = Arc::new(StorageProxy::new(
-            Arc::clone(&metadata) as Arc<dyn shoal_replication::Topology>,
-            Arc::clone(&transport) as Arc<dyn ReplicaTransport>,
-            Arc::clone(&liveness),
-            replica,
-            hints,
-        ));
+        let proxy = Arc::new(
+            StorageProxy::new(
+                Arc::clone(&metadata) as Arc<dyn shoal_replication::Topology>,
+                Arc::clone(&transport) as Arc<dyn ReplicaTransport>,
+                Arc::clone(&liveness),
+                replica,
+                hints,
+            )
+            .fetching_tablets_at_once(config.scan_parallel_tablets),
+        );
         let schema = Arc::new(
             SchemaStore::open(Arc::clone(&engine))
                 .map_err(|e| anyhow::anyhow!("cannot load the schema: {}", e.message))?,

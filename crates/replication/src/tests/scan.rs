@@ -18,23 +18,37 @@ use std::time::Duration;
 #[test]
 fn a_scan_fetches_its_tablet_and_the_fewest_following_ones_that_cover_what_it_wants() {
     // Nothing known of the next tablets: the one the scan is in, alone.
-    assert_eq!(tablets_to_fetch(&[], 100.0), 1);
-    assert_eq!(tablets_to_fetch(&[None, None], 100.0), 1);
+    assert_eq!(tablets_to_fetch(&[], 100.0, MAX_PARALLEL_TABLETS), 1);
+    assert_eq!(
+        tablets_to_fetch(&[None, None], 100.0, MAX_PARALLEL_TABLETS),
+        1
+    );
     // The first tablet does not count (the scan may start near its end): one following
     // tablet holding enough.
-    assert_eq!(tablets_to_fetch(&[Some(500.0), Some(500.0)], 100.0), 2);
+    assert_eq!(
+        tablets_to_fetch(&[Some(500.0), Some(500.0)], 100.0, MAX_PARALLEL_TABLETS),
+        2
+    );
     // Following tablets are added until their cells cover what is wanted.
     let forty = [Some(40.0); 5];
-    assert_eq!(tablets_to_fetch(&forty, 100.0), 4);
-    assert_eq!(tablets_to_fetch(&forty, 80.0), 3);
+    assert_eq!(tablets_to_fetch(&forty, 100.0, MAX_PARALLEL_TABLETS), 4);
+    assert_eq!(tablets_to_fetch(&forty, 80.0, MAX_PARALLEL_TABLETS), 3);
     // A tablet nothing is known of ends the set before it.
-    assert_eq!(tablets_to_fetch(&[Some(40.0), None, Some(40.0)], 100.0), 2);
+    assert_eq!(
+        tablets_to_fetch(&[Some(40.0), None, Some(40.0)], 100.0, MAX_PARALLEL_TABLETS),
+        2
+    );
     // Empty tablets: as many as allowed, never more than there are.
     assert_eq!(
-        tablets_to_fetch(&[Some(0.0); 20], 100.0),
+        tablets_to_fetch(&[Some(0.0); 20], 100.0, MAX_PARALLEL_TABLETS),
         MAX_PARALLEL_TABLETS
     );
-    assert_eq!(tablets_to_fetch(&[Some(0.0); 2], 100.0), 3);
+    assert_eq!(
+        tablets_to_fetch(&[Some(0.0); 2], 100.0, MAX_PARALLEL_TABLETS),
+        3
+    );
+    // Fan-out turned off (`scan_parallel_tablets = 1`): one tablet after another.
+    assert_eq!(tablets_to_fetch(&[Some(0.0); 20], 100.0, 1), 1);
 }
 
 #[test]
