@@ -65,19 +65,19 @@ impl TabletCellEstimator {
         let state = topology.state();
         let tablets = state.tables.get(&table)?.tablets.tablets();
         let mut after: Option<Token> = None;
-        let mut held = Vec::new();
+        let (mut held, mut ranges) = (Vec::new(), Vec::new());
         for tablet in tablets {
             let range = keys::token_range(&table, after, tablet.last_token);
             after = Some(tablet.last_token);
             if tablet.replicas.contains(&me) {
-                held.push((tablet.id, range));
+                held.push(tablet.id);
+                ranges.push(range);
             }
         }
-        let ranges: Vec<(Vec<u8>, Vec<u8>)> = held.iter().map(|(_, range)| range.clone()).collect();
         let cells = engine.approximate_range_cells(&ranges)?;
         let estimates = Arc::new(TabletCells {
             table,
-            tablets: held.iter().map(|(id, _)| *id).zip(cells).collect(),
+            tablets: held.into_iter().zip(cells).collect(),
         });
         self.fresh
             .lock()

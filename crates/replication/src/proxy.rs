@@ -44,7 +44,8 @@ pub struct StorageProxy {
     pub(crate) paxos_leases: Arc<crate::paxos_lead::Leases>,
     /// Partitions whose transactions it hands to their leader while they are busy.
     pub(crate) hot_partitions: crate::paxos_lead::HotPartitions,
-    /// Cells per tablet of each table, as the scans it coordinated found them.
+    /// Cells per tablet of each table, as replicas told it with their scan replies (and
+    /// as the whole tablets its scans read).
     pub(crate) scan_estimates: Arc<crate::estimates::ScanEstimates>,
     /// Tablets a scan fetches at once at most.
     pub(crate) parallel_tablets: usize,
