@@ -169,9 +169,9 @@ impl RocksEngine {
         // rewrites the files of that level the flushed keys fall in — nearly all of it — so
         // compacting twice as much at a time halves that rewriting. Measured with
         // `bench/write-path --skip-cassandra` (1M keys, the same binary with and without,
-        // two runs of 3 rounds): 19% and 20% less server CPU per write, 9% and 3% more
-        // writes/s; see `bench/results/2026-11-27-write-path` for what that is worth beside
-        // the machine's drift. Point reads check the extra files' prefix filters, which stay
+        // 3 rounds): at 8 files 19% less server CPU per write and 9% more writes/s; at 12
+        // files, another run, 20% less and 3% more. See `bench/results/2026-11-27-write-path`
+        // for what that is worth beside the machine's drift. Point reads check the extra files' prefix filters, which stay
         // in the cache (`set_pin_l0_filter_and_index_blocks_in_cache`).
         data_options.set_level_zero_file_num_compaction_trigger(LEVEL0_FILES_BEFORE_COMPACTION);
         data_options.set_merge_operator_associative("shoal_last_write_wins", merge_last_write_wins);
@@ -248,6 +248,16 @@ impl RocksEngine {
         self.db
             .cf_handle(DATA_FAMILY)
             .ok_or_else(|| StorageError::Corrupt("missing data column family".into()))
+    }
+
+    /// An integer property of the data column family; 0 when RocksDB does not give it.
+    fn data_property(&self, name: &str) -> u64 {
+        let Ok(data) = self.data() else { return 0 };
+        self.db
+            .property_int_value_cf(data, name)
+            .ok()
+            .flatten()
+            .unwrap_or(0)
     }
 
     fn metadata(&self) -> Result<&rocksdb::ColumnFamily> {
@@ -590,19 +600,12 @@ impl Engine for RocksEngine {
     /// low. `None` while nothing has been flushed.
     fn approximate_range_cells(&self, ranges: &[(Vec<u8>, Vec<u8>)]) -> Option<Vec<u64>> {
         let data = self.data().ok()?;
-        let property = |name: &str| {
-            self.db
-                .property_int_value_cf(data, name)
-                .ok()
-                .flatten()
-                .unwrap_or(0)
-        };
-        let on_disk = property("rocksdb.total-sst-files-size");
+        let on_disk = self.data_property("rocksdb.total-sst-files-size");
         if on_disk == 0 {
             return None;
         }
-        let entries_per_byte = property("rocksdb.estimate-num-keys") as f64
-            / (on_disk + property("rocksdb.cur-size-all-mem-tables")) as f64;
+        let entries_per_byte = self.data_property("rocksdb.estimate-num-keys") as f64
+            / (on_disk + self.data_property("rocksdb.cur-size-all-mem-tables")) as f64;
         let ranges: Vec<rocksdb::Range> = ranges
             .iter()
             .map(|(lower, upper)| rocksdb::Range::new(lower, upper))
@@ -686,19 +689,7 @@ impl Engine for RocksEngine {
     }
 
     fn approximate_size_bytes(&self) -> u64 {
-        let Ok(data) = self.data() else { return 0 };
-        let live = self
-            .db
-            .property_int_value_cf(data, "rocksdb.estimate-live-data-size")
-            .ok()
-            .flatten()
-            .unwrap_or(0);
-        let memtables = self
-            .db
-            .property_int_value_cf(data, "rocksdb.cur-size-all-mem-tables")
-            .ok()
-            .flatten()
-            .unwrap_or(0);
-        live + memtables
+        self.data_property("rocksdb.estimate-live-data-size")
+            + self.data_property("rocksdb.cur-size-all-mem-tables")
     }
 }
