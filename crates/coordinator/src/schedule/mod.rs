@@ -24,9 +24,11 @@
 //! the order of their tickets too, at most [`SCANS_PER_READ_THREAD`] per read thread at
 //! once, which bounds the chunks in flight and the memory they buffer.
 //!
-//! The queues are bounded: a read arriving at a full queue is refused with `Overloaded`;
-//! a chunk still queued after [`RANGE_READ_TIMEOUT`] (its coordinator has given up on it)
-//! is answered with an error instead of being read. Queue lengths, reads served and their
+//! The queues are bounded: a read arriving at a full queue is refused with `Overloaded`.
+//! Scan work is not done for nobody: a scan or a chunk still queued after
+//! [`RANGE_READ_TIMEOUT`] (its client or coordinator has given up on it) is answered with
+//! an error instead of being read, and a queued read whose requester went away (its
+//! connection closed) is dropped unread. Queue lengths, reads served and their
 //! queue wait per class are counted ([`ReadScheduler::statistics`]) for `shoal admin` and
 //! the metrics.
 
@@ -135,24 +137,35 @@ impl Shared {
             .fetch_add(arrived.elapsed().as_micros() as u64, Atomic::Relaxed);
     }
 
-    /// Queues `read` in its turn; its answer comes on the receiver. `Overloaded` when the
-    /// queue is full.
+    /// Queues `read` in its turn; its answer comes on the receiver: `Err(waited)` instead
+    /// when it was still queued `deadline` after it arrived. A read whose receiver is gone
+    /// by its turn is not run. `Overloaded` when the queue is full.
     fn submit<R: Send + 'static>(
         self: &Arc<Self>,
         class: ReadClass,
+        deadline: Option<Duration>,
         read: impl FnOnce() -> R + Send + 'static,
-    ) -> Result<tokio::sync::oneshot::Receiver<R>, CqlError> {
+    ) -> Result<tokio::sync::oneshot::Receiver<Result<R, Duration>>, CqlError> {
         let (answer, answered) = tokio::sync::oneshot::channel();
         let counters = &self.counters[class.index()];
         counters.queued.fetch_add(1, Atomic::Relaxed);
+        let arrived = Instant::now();
         // The task never panics: a read that does answers its client with an error (its
         // sender is dropped), and the thread lives on.
         let task: Task = Box::new(move || {
+            if answer.is_closed() {
+                return;
+            }
+            let waited = arrived.elapsed();
+            if deadline.is_some_and(|deadline| waited >= deadline) {
+                let _ = answer.send(Err(waited));
+                return;
+            }
             if let Ok(result) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)) {
-                let _ = answer.send(result);
+                let _ = answer.send(Ok(result));
             }
         });
-        let pushed = self.queue.lock().push(class, Instant::now(), task);
+        let pushed = self.queue.lock().push(class, arrived, task);
         if pushed.is_err() {
             counters.queued.fetch_sub(1, Atomic::Relaxed);
             return Err(CqlError::overloaded(format!(
@@ -191,6 +204,8 @@ pub struct ReadScheduler {
     /// Scans coordinated across the cluster.
     coordinated: Arc<Shared>,
     ordering: Ordering,
+    /// How long scan work may wait in a queue: [`RANGE_READ_TIMEOUT`].
+    scan_deadline: Duration,
 }
 
 impl ReadScheduler {
@@ -211,7 +226,15 @@ impl ReadScheduler {
             reads,
             coordinated,
             ordering,
+            scan_deadline: RANGE_READ_TIMEOUT,
         }
+    }
+
+    /// The scheduler with `deadline` instead of [`RANGE_READ_TIMEOUT`] for scan work
+    /// (tests).
+    pub fn with_scan_deadline(mut self, deadline: Duration) -> ReadScheduler {
+        self.scan_deadline = deadline;
+        self
     }
 
     /// The order reads are served in.
@@ -228,32 +251,56 @@ impl ReadScheduler {
     /// Runs `read` on a read thread in its turn; `Overloaded` when the queue is full.
     /// `read` must not wait for other nodes (a scan across the cluster is
     /// [`ReadScheduler::run_coordinated_scan`]).
+    /// A scan (a [`ReadClass::Scan`]) still queued after [`RANGE_READ_TIMEOUT`] is
+    /// refused with `Overloaded` instead.
     pub async fn run<R: Send + 'static>(
         &self,
         class: ReadClass,
         read: impl FnOnce() -> R + Send + 'static,
     ) -> Result<R, CqlError> {
-        let answered = self.reads.submit(class, read)?;
-        answered
-            .await
-            .map_err(|_| CqlError::server("the read failed unexpectedly"))
+        let deadline = matches!(class, ReadClass::Scan(_)).then_some(self.scan_deadline);
+        let answered = self.reads.submit(class, deadline, read)?;
+        match answered.await {
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(waited)) => Err(self.waited_too_long("a read thread", waited)),
+            Err(_) => Err(CqlError::server("the read failed unexpectedly")),
+        }
     }
 
-    /// Runs a scan across the cluster on a scan thread in the turn of `scan`.
+    /// Runs a scan across the cluster on a scan thread in the turn of `scan`; refused with
+    /// `Overloaded` when it is still queued after [`RANGE_READ_TIMEOUT`].
     pub async fn run_coordinated_scan<R: Send + 'static>(
         &self,
         scan: ScanTicket,
         read: impl FnOnce() -> R + Send + 'static,
     ) -> Result<R, CqlError> {
-        let answered = self.coordinated.submit(ReadClass::Scan(scan), read)?;
-        answered
-            .await
-            .map_err(|_| CqlError::server("the scan failed unexpectedly"))
+        let answered =
+            self.coordinated
+                .submit(ReadClass::Scan(scan), Some(self.scan_deadline), read)?;
+        match answered.await {
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(waited)) => Err(self.waited_too_long("a scan thread", waited)),
+            Err(_) => Err(CqlError::server("the scan failed unexpectedly")),
+        }
     }
 
     /// The read threads as the stage where this node serves the chunks of scans.
     pub fn chunk_stage(&self) -> Arc<dyn ScanStage> {
-        Arc::new(ChunkTurns(Arc::clone(&self.reads)))
+        Arc::new(ChunkTurns {
+            reads: Arc::clone(&self.reads),
+            deadline: self.scan_deadline,
+        })
+    }
+
+    /// The error for a scan still queued after its deadline: its client has given up on
+    /// it (drivers time requests out after 12 s), so it is not run for nobody.
+    fn waited_too_long(&self, stage: &str, waited: Duration) -> CqlError {
+        CqlError::overloaded(format!(
+            "The scan waited {:.1} s for {stage} on this node, longer than {:.1} s: the node \
+             is busy with other scans; retry later",
+            waited.as_secs_f64(),
+            self.scan_deadline.as_secs_f64()
+        ))
     }
 
     /// Per class: reads queued now, served so far and the time they waited; the last row
@@ -285,7 +332,11 @@ impl ReadScheduler {
 }
 
 /// Chunks of scans served in their turn on the read threads.
-struct ChunkTurns(Arc<Shared>);
+struct ChunkTurns {
+    reads: Arc<Shared>,
+    /// How long a chunk may wait for its turn before it is answered with an error.
+    deadline: Duration,
+}
 
 impl ScanStage for ChunkTurns {
     fn run(
@@ -293,20 +344,19 @@ impl ScanStage for ChunkTurns {
         scan: ScanTicket,
         read: Box<dyn FnOnce() -> ReplicaResponse + Send>,
     ) -> BoxFuture<'static, ReplicaResponse> {
-        let queued = Instant::now();
-        let submitted = self.0.submit(ReadClass::Scan(scan), move || {
-            if queued.elapsed() >= RANGE_READ_TIMEOUT {
-                return ReplicaResponse::Error(format!(
-                    "the chunk waited longer than {RANGE_READ_TIMEOUT:?} for its turn"
-                ));
-            }
-            read()
-        });
+        let deadline = self.deadline;
+        let submitted = self
+            .reads
+            .submit(ReadClass::Scan(scan), Some(deadline), read);
         Box::pin(async move {
             match submitted {
-                Ok(answered) => answered.await.unwrap_or_else(|_| {
-                    ReplicaResponse::Error("the read failed unexpectedly".into())
-                }),
+                Ok(answered) => match answered.await {
+                    Ok(Ok(response)) => response,
+                    Ok(Err(waited)) => ReplicaResponse::Error(format!(
+                        "the chunk waited {waited:?} for its turn, longer than {deadline:?}"
+                    )),
+                    Err(_) => ReplicaResponse::Error("the read failed unexpectedly".into()),
+                },
                 Err(refused) => ReplicaResponse::Error(refused.message),
             }
         })
@@ -343,6 +393,7 @@ fn serve_queue(shared: Arc<Shared>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::FutureExt;
 
     /// Keeps the one read thread of `stage` busy (with the chunk of a scan begun first)
     /// until the sender is dropped or sent to; returns once the chunk is running.
@@ -421,6 +472,84 @@ mod tests {
             assert_eq!(statistics[2].served, 3);
             assert!(statistics.iter().all(|s| s.queued == 0));
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_scan_queued_past_its_deadline_is_refused_unread() {
+        let deadline = Duration::from_millis(50);
+        let scheduler = ReadScheduler::new(Ordering::PointFirst { narrow_first: true }, 1)
+            .with_scan_deadline(deadline);
+        let stage = scheduler.chunk_stage();
+        let (release, busy) = occupy(&stage);
+        let ran = Arc::new(AtomicBool::new(false));
+        let scan = {
+            let ran = Arc::clone(&ran);
+            scheduler.run(ReadClass::Scan(ticket(1)), move || {
+                ran.store(true, Atomic::SeqCst)
+            })
+        };
+        let chunk = {
+            let ran = Arc::clone(&ran);
+            stage.run(
+                ticket(2),
+                Box::new(move || {
+                    ran.store(true, Atomic::SeqCst);
+                    ReplicaResponse::Applied
+                }),
+            )
+        };
+        // Both are queued (submitted on their first poll) before the read thread frees up,
+        // which happens only after their deadline.
+        let released = async {
+            tokio::time::sleep(deadline * 3).await;
+            let _ = release.send(());
+        };
+        let (scan, chunk, ()) = futures::join!(scan, chunk, released);
+        let refused = scan.expect_err("a scan queued past its deadline is refused");
+        assert_eq!(
+            refused.code,
+            shoal_cql::ErrorCode::Overloaded,
+            "{refused:?}"
+        );
+        assert!(
+            refused.message.contains("busy with other scans"),
+            "{refused:?}"
+        );
+        assert!(matches!(chunk, ReplicaResponse::Error(ref m) if m.contains("for its turn")));
+        assert!(!ran.load(Atomic::SeqCst), "neither was read");
+        assert!(matches!(busy.await, ReplicaResponse::Applied));
+        // A point read has no deadline: queued as long, it is still served (FIFO queues it).
+        let fifo = ReadScheduler::new(Ordering::Fifo, 1).with_scan_deadline(deadline);
+        let (release, busy) = occupy(&fifo.chunk_stage());
+        let point = fifo.run(ReadClass::LocalPoint, || 5);
+        let released = async {
+            tokio::time::sleep(deadline * 3).await;
+            let _ = release.send(());
+        };
+        let (point, ()) = futures::join!(point, released);
+        assert_eq!(point.unwrap(), 5);
+        assert!(matches!(busy.await, ReplicaResponse::Applied));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_queued_read_whose_requester_went_away_is_not_run() {
+        let scheduler = ReadScheduler::new(Ordering::PointFirst { narrow_first: true }, 1);
+        let (release, busy) = occupy(&scheduler.chunk_stage());
+        let ran = Arc::new(AtomicBool::new(false));
+        let abandoned = {
+            let ran = Arc::clone(&ran);
+            scheduler.run(ReadClass::Scan(ticket(1)), move || {
+                ran.store(true, Atomic::SeqCst)
+            })
+        };
+        // Polled once (so queued), then dropped, as when the client's connection closes.
+        assert!(abandoned.now_or_never().is_none());
+        // A read queued after it is served after it: by then the abandoned one had its turn.
+        let after = scheduler.run(ReadClass::Scan(ticket(2)), || 9);
+        let _ = release.send(());
+        assert_eq!(after.await.unwrap(), 9);
+        assert!(!ran.load(Atomic::SeqCst), "the abandoned read was not run");
+        assert!(matches!(busy.await, ReplicaResponse::Applied));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
