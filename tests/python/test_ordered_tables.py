@@ -129,3 +129,34 @@ def test_text_keys_are_kept_in_byte_order_even_when_they_share_a_prefix(cluster)
         assert "partitioner = 'ordered'" in described
     finally:
         driver.shutdown()
+
+
+TABLETS_PER_NODE = 8  # what a table is created with, per node (shoal_cluster::TABLETS_PER_NODE)
+
+
+def test_tablets_emptied_by_a_truncate_merge_back_to_what_the_table_was_created_with(cluster, loaded):
+    """Runs last: it empties `ordered.events`. The split pieces, now holding nothing, are
+    brought onto the same nodes by the balancer and merged, until the table has the
+    tablets it was created with; the table serves reads and writes throughout."""
+    created_with = TABLETS_PER_NODE * len(cluster.running())
+    wait_until(lambda: len(data_tablets(cluster)) >= 4, timeout=120, message="the load split its tablets")
+    assert len(cluster.ring("ordered", "events")) > created_with
+    driver, session = connect(cluster)
+    try:
+        session.execute("TRUNCATE ordered.events")
+        for address in cluster.running():
+            cluster.admin("compact", host=address)
+
+        def merged_back():
+            tablets = cluster.ring("ordered", "events")
+            return len(tablets) == created_with and not any(tablet["moving"] for tablet in tablets)
+
+        wait_until(merged_back, timeout=180, message=f"the emptied table merged back to {created_with} tablets")
+        # Keys across the whole former range land in the merged tablets and read back in order.
+        insert = session.prepare("INSERT INTO ordered.events (k, pad) VALUES (?, ?)")
+        keys = list(range(FIRST_KEY, FIRST_KEY + ROWS, 97))
+        for k in keys:
+            session.execute(insert, (k, b"x"))
+        assert [row.k for row in session.execute("SELECT k FROM ordered.events")] == keys
+    finally:
+        driver.shutdown()

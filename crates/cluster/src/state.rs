@@ -125,6 +125,10 @@ pub struct TablePlacement {
     /// follow the even layout that token-aware drivers can route hashed keys by.
     #[serde(default)]
     pub split: bool,
+    /// The tablets the table was created with: merging never takes it below them. 0 for
+    /// tables placed before this was recorded (their floor is today's layout's count).
+    #[serde(default)]
+    pub created_with: usize,
 }
 
 /// What the replicated log carries.
@@ -188,6 +192,16 @@ pub enum Command {
         tablet: TabletId,
         at: Token,
     },
+    /// Marks a small tablet and the one after it to be merged (`TabletMap::plan_merge`):
+    /// the balancer moves the second onto the first's nodes.
+    PlanTabletMerge { table: TableId, first: TabletId },
+    /// Merges two neighbouring tablets held by the same nodes into one
+    /// (`TabletMap::merge`). No data moves.
+    MergeTablets {
+        table: TableId,
+        first: TabletId,
+        second: TabletId,
+    },
 }
 
 /// What applying a command did.
@@ -223,7 +237,11 @@ fn rejected(reason: impl Into<String>) -> CommandOutcome {
 
 impl ClusterState {
     pub fn apply(&mut self, command: Command) -> CommandOutcome {
-        let changes_topology = !matches!(command, Command::ChangeRoles { .. });
+        // Marking tablets to merge changes no routing: only what the balancer plans.
+        let changes_topology = !matches!(
+            command,
+            Command::ChangeRoles { .. } | Command::PlanTabletMerge { .. }
+        );
         let outcome = match command {
             Command::AddMember(member) => self.add_member(member),
             Command::ChangeSchema {
@@ -289,6 +307,42 @@ impl ClusterState {
                     Err(reason) => rejected(reason),
                 }
             }
+            Command::PlanTabletMerge { table, first } => {
+                let Some(created_with) = self.merge_floor(&table) else {
+                    return rejected("no such table");
+                };
+                let Some(placement) = self.tables.get_mut(&table) else {
+                    return rejected("no such table");
+                };
+                let after_merges =
+                    placement.tablets.tablets().len() - placement.tablets.merges().count();
+                if after_merges <= created_with {
+                    return rejected(format!(
+                        "the table would have fewer than the {created_with} tablets it is \
+                         created with"
+                    ));
+                }
+                match placement.tablets.plan_merge(first) {
+                    Ok(_) => CommandOutcome::Applied,
+                    Err(reason) => rejected(reason),
+                }
+            }
+            Command::MergeTablets {
+                table,
+                first,
+                second,
+            } => {
+                let Some(placement) = self.tables.get_mut(&table) else {
+                    return rejected("no such table");
+                };
+                match placement.tablets.merge(first, second) {
+                    Ok(_) => {
+                        placement.split = true;
+                        CommandOutcome::Applied
+                    }
+                    Err(reason) => rejected(reason),
+                }
+            }
             Command::SetPrimaries { table, primaries } => {
                 let Some(placement) = self.tables.get_mut(&table) else {
                     return rejected("no such table");
@@ -345,11 +399,12 @@ impl ClusterState {
                 Some(existing) => TablePlacement {
                     strategy,
                     tablets: existing.tablets.clone(),
-                    split: existing.split,
+                    ..*existing
                 },
                 None => match self.place(&strategy) {
                     Ok(tablets) => TablePlacement {
                         strategy,
+                        created_with: tablets.tablets().len(),
                         tablets,
                         split: false,
                     },
@@ -515,6 +570,18 @@ impl ClusterState {
             .collect()
     }
 
+    /// The fewest tablets merging may leave `table` with: the tablets it was created with
+    /// (`None`: no such table).
+    pub fn merge_floor(&self, table: &TableId) -> Option<usize> {
+        let placement = self.tables.get(table)?;
+        Some(match placement.created_with {
+            0 => self.tablet_count(),
+            created_with => created_with,
+        })
+    }
+
+    /// The tablets a table is placed with when it is created: [`TABLETS_PER_NODE`] per
+    /// node.
     fn tablet_count(&self) -> usize {
         TABLETS_PER_NODE * self.descriptors().len().max(1)
     }
@@ -761,6 +828,84 @@ mod tests {
             .collect();
         assert_eq!(ring.len(), 3 * TABLETS_PER_NODE);
         assert!(!ring.contains(&Token(first.last_token.0 - 1000)));
+    }
+
+    #[test]
+    fn neighbouring_tablets_marked_and_merged_become_one_with_the_same_replicas() {
+        let mut state = three_nodes_one_table(3);
+        let tablets = state.tables[&TABLE].tablets.tablets().to_vec();
+        let (first, second) = (tablets[0].clone(), tablets[1].clone());
+        let plan = Command::PlanTabletMerge {
+            table: TABLE,
+            first: first.id,
+        };
+        // Never below the tablets a table is created with.
+        assert!(matches!(
+            state.apply(plan.clone()),
+            CommandOutcome::Rejected(_)
+        ));
+        let last = tablets.last().unwrap();
+        let split = Command::SplitTablet {
+            table: TABLE,
+            tablet: last.id,
+            at: Token(last.last_token.0 - 1000),
+        };
+        assert_eq!(state.apply(split), CommandOutcome::Applied);
+        let version = state.topology_version;
+        assert_eq!(state.apply(plan.clone()), CommandOutcome::Applied);
+        assert_eq!(state.topology_version, version, "no routing changed");
+        assert!(matches!(state.apply(plan), CommandOutcome::Rejected(_)));
+        let merge = Command::MergeTablets {
+            table: TABLE,
+            first: first.id,
+            second: second.id,
+        };
+        assert_eq!(state.apply(merge.clone()), CommandOutcome::Applied);
+        assert!(state.topology_version > version, "routing changed");
+        let merged = &state.tables[&TABLE].tablets.tablets()[0];
+        assert_eq!(merged.last_token, second.last_token);
+        assert_eq!(merged.replicas, first.replicas);
+        assert_eq!(state.tables[&TABLE].tablets.tablets().len(), tablets.len());
+        // Applied once: the same merge again names tablets that are gone.
+        assert!(matches!(state.apply(merge), CommandOutcome::Rejected(_)));
+        // Back at the tablets it was created with: no more merges.
+        let merged = state.tables[&TABLE].tablets.tablets()[0].id;
+        assert!(matches!(
+            state.apply(Command::PlanTabletMerge {
+                table: TABLE,
+                first: merged
+            }),
+            CommandOutcome::Rejected(_)
+        ));
+    }
+
+    #[test]
+    fn a_table_merges_down_to_the_tablets_it_was_created_with_not_to_todays_layout() {
+        let mut state = three_nodes_one_table(1);
+        let created_with = state.tables[&TABLE].tablets.tablets().len();
+        assert_eq!(state.merge_floor(&TABLE), Some(created_with));
+        // A fourth node would give a new table more tablets; this one's floor stays.
+        state.apply(Command::AddMember(member(4)));
+        assert_eq!(state.merge_floor(&TABLE), Some(created_with));
+        let last = state.tables[&TABLE]
+            .tablets
+            .tablets()
+            .last()
+            .unwrap()
+            .clone();
+        let split = Command::SplitTablet {
+            table: TABLE,
+            tablet: last.id,
+            at: Token(last.last_token.0 - 1000),
+        };
+        assert_eq!(state.apply(split), CommandOutcome::Applied);
+        let first = state.tables[&TABLE].tablets.tablets()[0].id;
+        let plan = Command::PlanTabletMerge {
+            table: TABLE,
+            first,
+        };
+        assert_eq!(state.apply(plan), CommandOutcome::Applied);
+        assert_eq!(state.merge_floor(&TableId([0xee; 16])), None);
     }
 
     #[test]

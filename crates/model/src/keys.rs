@@ -49,9 +49,11 @@ pub const COLUMN_ROW_MARKER: u8 = 0x01;
 pub const COLUMN_COLLECTION_DELETION: u8 = 0x02;
 pub const COLUMN_CELL: u8 = 0x03;
 
-/// The version of this key layout and of the cell encoding; a data directory written
-/// with another version is refused at start-up rather than misread.
-pub const STORAGE_FORMAT_VERSION: u32 = 3;
+/// The version of this key layout, of the cell encoding and of the cluster metadata kept
+/// beside the data (a node's Raft log and state); a data directory written with another
+/// version is refused at start-up rather than misread. 4: tablet maps record the tablets
+/// to merge and tables the tablets they were created with.
+pub const STORAGE_FORMAT_VERSION: u32 = 4;
 
 /// Kinds of clustering bound in a range tombstone key.
 pub const BOUND_INCLUSIVE: u8 = 1;

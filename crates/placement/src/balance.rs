@@ -10,9 +10,13 @@
 //!    node on a rack the tablet does not use yet.
 //! 2. **Replica counts**: a tablet with fewer replicas than its factor (in a datacenter,
 //!    for NetworkTopologyStrategy) gets one more; one with more loses one.
-//! 3. **Even load**: while the most loaded node holds more than one replica more than the
+//! 3. **Neighbours to merge** ([`TabletMap::plan_merge`]): the second of the pair moves,
+//!    one replica at a time, onto the nodes of the first, so that the two can be merged
+//!    without data moving at the merge.
+//! 4. **Even load**: while the most loaded node holds more than one replica more than the
 //!    least loaded one, a tablet moves from the first to the second — the newest one it
 //!    has (split halves get the newest ids, so a growing ordered table's data moves first).
+//!    Tablets to be merged stay where they are, or they would be moved apart again.
 //!
 //! Load counts a move under way as done. Each node takes part in at most
 //! [`Budget::per_node`] moves at once (as the one giving a replica up or receiving it), so
@@ -243,8 +247,54 @@ pub fn plan_moves(
                 moves.push(planned);
             }
         }
-        // 3: even load.
+        // 3: neighbours to merge come together.
+        for planned in colocate_merges(map, group, budget, &moving) {
+            account(&mut loads, &planned);
+            budget.charge(planned.leaving.filter(|h| alive(h)), planned.pending);
+            moving.insert(planned.tablet);
+            moves.push(planned);
+        }
+        // 4: even load.
         balance_group(map, group, &mut loads, budget, &mut moving, &mut moves);
+    }
+    moves
+}
+
+/// For each pair of neighbours to merge (neither moving) whose replicas in `group`
+/// differ: one replica of the second moves from a node the first does not use to one it
+/// does (a node that may receive replicas, with room in the budget).
+fn colocate_merges(
+    map: &TabletMap,
+    group: &Group<'_>,
+    budget: &Budget,
+    moving: &BTreeSet<TabletId>,
+) -> Vec<Move> {
+    let mut budget = budget.clone();
+    let mut moves = Vec::new();
+    for (first, second) in map.merges() {
+        if moving.contains(&first.id) || moving.contains(&second.id) {
+            continue;
+        }
+        let (wanted, held) = (
+            group.members_of(&first.replicas),
+            group.members_of(&second.replicas),
+        );
+        let leaving = held
+            .iter()
+            .find(|host| !wanted.contains(host) && budget.has_room(host));
+        let pending = wanted.iter().find(|host| {
+            !held.contains(host)
+                && budget.has_room(host)
+                && group.receivers().any(|n| n.id == **host)
+        });
+        if let (Some(leaving), Some(pending)) = (leaving, pending) {
+            budget.charge(Some(*leaving), Some(*pending));
+            moves.push(Move {
+                tablet: second.id,
+                leaving: Some(*leaving),
+                pending: Some(*pending),
+            });
+        }
     }
     moves
 }
@@ -268,6 +318,10 @@ fn balance_group(
     moving: &mut BTreeSet<TabletId>,
     moves: &mut Vec<Move>,
 ) {
+    let merging: BTreeSet<TabletId> = map
+        .merges()
+        .flat_map(|(first, second)| [first.id, second.id])
+        .collect();
     // Each round moves one replica; a bound keeps a bug from looping forever.
     for _ in 0..map.tablets().len() * 4 + 8 {
         let mut by_load: Vec<(usize, HostId)> = loads.iter().map(|(h, l)| (*l, *h)).collect();
@@ -289,6 +343,7 @@ fn balance_group(
                 // grew, so that an ordered table's data — not its empty tablets — spreads.
                 let candidate = map.tablets().iter().filter(|tablet| {
                     if moving.contains(&tablet.id)
+                        || merging.contains(&tablet.id)
                         || !tablet.replicas.contains(&heavy)
                         || tablet.replicas.contains(&light)
                     {

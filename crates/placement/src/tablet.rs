@@ -19,6 +19,7 @@
 
 use serde::{Deserialize, Serialize};
 use shoal_model::{HostId, TabletId, Token};
+use std::collections::BTreeSet;
 use std::fmt;
 
 /// One replica move, unique in the cluster's life (the metadata hands them out in order).
@@ -188,16 +189,24 @@ pub fn apply_move(
     next
 }
 
-/// A table's tablets, in token order, covering the whole ring.
+/// A table's tablets, in token order, covering the whole ring, and the pairs of
+/// neighbours that are to be merged.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TabletMap {
     tablets: Vec<Tablet>,
+    /// Tablets to be merged with the one after them, once both have the same replicas
+    /// (the balancer moves the second onto the first's nodes first).
+    #[serde(default)]
+    merging: BTreeSet<TabletId>,
 }
 
 impl TabletMap {
     /// A map of `tablets`, which must be in token order and end at `Token::MAX`.
     pub fn new(tablets: Vec<Tablet>) -> TabletMap {
-        TabletMap { tablets }
+        TabletMap {
+            tablets,
+            merging: BTreeSet::new(),
+        }
     }
 
     /// The tablets, in token order.
@@ -251,7 +260,8 @@ impl TabletMap {
     /// keep its replicas — every replica already holds both, since data is stored by token,
     /// so no data moves — and get new ids, the next unused ones of this map (so an id is
     /// never reused: state keyed by the old id cannot be mistaken for a half's). A tablet
-    /// that is moving is not split, nor at a token outside it. Returns the new ids.
+    /// that is moving or to be merged is not split, nor at a token outside it. Returns the
+    /// new ids.
     pub fn split(&mut self, id: TabletId, at: Token) -> Result<[TabletId; 2], String> {
         let index = self
             .tablets
@@ -261,6 +271,9 @@ impl TabletMap {
         let tablet = &self.tablets[index];
         if tablet.transition.is_some() {
             return Err(format!("{id} is moving"));
+        }
+        if self.in_merge(id) {
+            return Err(format!("{id} is to be merged"));
         }
         let after = index
             .checked_sub(1)
@@ -284,6 +297,80 @@ impl TabletMap {
         };
         self.tablets.splice(index..=index, [lower, upper]);
         Ok(ids)
+    }
+
+    /// Marks the tablet `first` and the one after it to be merged ([`TabletMap::merge`]
+    /// once they have the same replicas). Neither may be moving or marked already; `first`
+    /// must not be the last tablet. Returns the second's id.
+    pub fn plan_merge(&mut self, first: TabletId) -> Result<TabletId, String> {
+        let index = self
+            .tablets
+            .iter()
+            .position(|tablet| tablet.id == first)
+            .ok_or_else(|| format!("no {first} to merge"))?;
+        let second = self
+            .tablets
+            .get(index + 1)
+            .ok_or_else(|| format!("{first} is the last tablet: nothing follows it"))?;
+        for tablet in [&self.tablets[index], second] {
+            if tablet.transition.is_some() {
+                return Err(format!("{} is moving", tablet.id));
+            }
+            if self.in_merge(tablet.id) {
+                return Err(format!("{} is to be merged already", tablet.id));
+            }
+        }
+        let second = second.id;
+        self.merging.insert(first);
+        Ok(second)
+    }
+
+    /// The pairs of neighbouring tablets to be merged: (first, second).
+    pub fn merges(&self) -> impl Iterator<Item = (&Tablet, &Tablet)> {
+        self.tablets
+            .windows(2)
+            .filter(|pair| self.merging.contains(&pair[0].id))
+            .map(|pair| (&pair[0], &pair[1]))
+    }
+
+    /// True when `id` is either tablet of a pair to be merged.
+    pub fn in_merge(&self, id: TabletId) -> bool {
+        self.merges()
+            .any(|(first, second)| first.id == id || second.id == id)
+    }
+
+    /// Merges the tablet `first` with `second`, the one right after it, into one tablet
+    /// `(first's start, second's last]` with a new id (never one used before) and
+    /// `first`'s replicas, primary first. Both must be at rest and held by the same nodes,
+    /// so no data moves. Returns the new id.
+    pub fn merge(&mut self, first: TabletId, second: TabletId) -> Result<TabletId, String> {
+        let index = self
+            .tablets
+            .iter()
+            .position(|tablet| tablet.id == first)
+            .ok_or_else(|| format!("no {first} to merge"))?;
+        let (lower, upper) = match &self.tablets[index..] {
+            [lower, upper, ..] if upper.id == second => (lower, upper),
+            _ => return Err(format!("{second} does not follow {first}")),
+        };
+        if lower.transition.is_some() || upper.transition.is_some() {
+            return Err(format!("{first} or {second} is moving"));
+        }
+        let held_by = |tablet: &Tablet| tablet.replicas.iter().copied().collect::<BTreeSet<_>>();
+        if held_by(lower) != held_by(upper) {
+            return Err(format!("{first} and {second} are held by different nodes"));
+        }
+        // The ids only ever grow: the merged tablet's is above both halves'.
+        let id = TabletId(self.tablets.iter().map(|t| t.id.0).max().unwrap_or(0) + 1);
+        let merged = Tablet {
+            id,
+            last_token: upper.last_token,
+            replicas: lower.replicas.clone(),
+            transition: None,
+        };
+        self.tablets.splice(index..=index + 1, [merged]);
+        self.merging.remove(&first);
+        Ok(id)
     }
 
     /// Transitions under way.
@@ -373,6 +460,54 @@ mod tests {
         let mut first = TabletMap::new(vec![tablet(0, i64::MAX)]);
         assert!(first.split(TabletId(0), Token::MIN).is_err());
         assert!(first.split(TabletId(0), Token(i64::MIN + 1)).is_ok());
+    }
+
+    #[test]
+    fn neighbours_held_by_the_same_nodes_merge_into_one_tablet_with_a_new_id() {
+        let tablet = |id: u64, last: i64, replicas: &[u8]| Tablet {
+            id: TabletId(id),
+            last_token: Token(last),
+            replicas: replicas.iter().map(|h| host(*h)).collect(),
+            transition: None,
+        };
+        let mut map = TabletMap::new(vec![
+            tablet(4, -100, &[1, 2]),
+            tablet(7, 0, &[2, 1]),
+            tablet(5, 100, &[3, 1]),
+            tablet(6, i64::MAX, &[1, 2]),
+        ]);
+        // Nothing follows the last tablet; an unknown one cannot be marked.
+        assert!(map.plan_merge(TabletId(6)).is_err());
+        assert!(map.plan_merge(TabletId(9)).is_err());
+        assert_eq!(map.plan_merge(TabletId(7)), Ok(TabletId(5)));
+        assert!(map.in_merge(TabletId(7)) && map.in_merge(TabletId(5)));
+        // A tablet in a pair is neither marked again, nor split.
+        assert!(map.plan_merge(TabletId(4)).is_err());
+        assert!(map.plan_merge(TabletId(5)).is_err());
+        assert!(map.split(TabletId(5), Token(50)).is_err());
+        // Held by different nodes: not merged until the balancer has moved the second.
+        assert!(map.merge(TabletId(7), TabletId(5)).is_err());
+        map.get_mut(TabletId(5)).unwrap().replicas = vec![host(1), host(2)];
+        // Only a tablet with the one right after it.
+        assert!(map.merge(TabletId(4), TabletId(5)).is_err());
+        assert_eq!(map.merge(TabletId(7), TabletId(5)), Ok(TabletId(8)));
+        let layout: Vec<(u64, i64)> = map
+            .tablets()
+            .iter()
+            .map(|t| (t.id.0, t.last_token.0))
+            .collect();
+        assert_eq!(layout, [(4, -100), (8, 100), (6, i64::MAX)]);
+        // The first's replicas, primary first; the mark is gone with the pair.
+        assert_eq!(map.tablet_for(Token(1)).replicas, vec![host(2), host(1)]);
+        assert_eq!(map.tablet_for(Token(-99)).id, TabletId(8));
+        assert_eq!(map.merges().count(), 0);
+        // A moving tablet is neither marked nor merged.
+        map.get_mut(TabletId(6)).unwrap().transition = moving(MigrationStage::Allocated).transition;
+        assert!(map.plan_merge(TabletId(8)).is_err());
+        assert!(map.merge(TabletId(8), TabletId(6)).is_err());
+        // The merged id is above every id the map had, so no id is used twice.
+        map.get_mut(TabletId(6)).unwrap().transition = None;
+        assert_eq!(map.merge(TabletId(4), TabletId(8)), Ok(TabletId(9)));
     }
 
     #[test]

@@ -35,8 +35,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
 /// The internode protocol version every frame carries; a peer speaking another one is
-/// disconnected with a message saying so.
-pub const PROTOCOL_VERSION: u8 = 1;
+/// disconnected with a message saying so. 2: tablet maps carry the tablets to merge, and
+/// the metadata log the commands that merge them.
+pub const PROTOCOL_VERSION: u8 = 2;
 /// `version | request id` after the length.
 const HEADER_BYTES: usize = 9;
 /// The largest frame a peer may send (hints and scan chunks stay far below).

@@ -324,6 +324,7 @@ impl Node {
             background.push(tokio::spawn(splitting::run(
                 Arc::clone(&metadata),
                 Arc::clone(&coordinator),
+                Arc::clone(&peers),
                 config.tablet_split_mib << 20,
             )));
         }

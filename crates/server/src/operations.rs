@@ -79,6 +79,14 @@ pub enum Operation {
     /// The read scheduler: its order, and per class of reads the queue length, reads
     /// served and their mean queue wait.
     ReadStats,
+    /// This node's on-disk bytes of `table` in the tokens `(after, last]` (a tablet's
+    /// primary answers, for a neighbour deciding whether the two tablets are small enough
+    /// to merge: `crate::splitting`).
+    TabletBytes {
+        table: shoal_model::TableId,
+        after: Option<shoal_model::Token>,
+        last: shoal_model::Token,
+    },
 }
 
 /// What a node needs to carry out operations.
@@ -265,6 +273,9 @@ impl NodeOperations {
             }
             Operation::Cleanup { keyspace } => self.cleanup(keyspace.as_deref()),
             Operation::Info => Ok(self.info()),
+            Operation::TabletBytes { table, after, last } => Ok(json!({
+                "bytes": crate::splitting::range_bytes(engine.as_ref(), &table, after, last)
+            })),
             Operation::Ring { keyspace, table } => self.ring(&keyspace, &table),
             Operation::SetTraceProbability { probability } => {
                 self.coordinator

@@ -1,4 +1,4 @@
-//! Splitting the tablets of ordered tables as they grow.
+//! Splitting the tablets of ordered tables as they grow, and merging them as they shrink.
 //!
 //! An ordered table (`WITH partitioner = 'ordered'`) keeps its partitions in key order, so
 //! its keys are not spread by a hash: sequential inserts — increasing ids, timestamps —
@@ -16,16 +16,34 @@
 //! - the balancer then moves halves to other nodes like any tablet, so a growing table
 //!   spreads over the whole cluster.
 //!
-//! One split per node per check keeps the metadata log and the balancer calm. A tablet
-//! whose bytes all sit on one token (keys sharing their first eight bytes) cannot be
-//! split. Tablets of strongly consistent keyspaces are not split: their Raft group would
-//! have to split with them, which is not built.
+//! When the data goes away (deleted, expired, truncated), the pieces are merged back:
+//!
+//! - a tablet whose bytes and its right neighbour's (asked of that tablet's primary when
+//!   this node does not hold it) are together under a quarter of `tablet_split_mib` is
+//!   marked to merge with it (`Command::PlanTabletMerge`) — a quarter, so that a merged
+//!   tablet is far from being split again;
+//! - the balancer moves the neighbour onto the tablet's nodes (and leaves the pair alone
+//!   while it evens out load);
+//! - once both are held by the same nodes, the tablet's primary merges them
+//!   (`Command::MergeTablets`): again no data moves.
+//!
+//! A table never merges below the tablets it was created with ([`TABLETS_PER_NODE`] per
+//! node then). One split or merge step per node per check keeps the metadata log and the
+//! balancer calm. A tablet whose bytes all sit on one token (keys sharing their first eight
+//! bytes) cannot be split. Tablets of strongly consistent keyspaces are neither split nor
+//! merged: their Raft groups would have to split and merge with them, which is not built.
+//! A pair marked to merge stays marked if it grows again before the merge; the merged
+//! tablet is then split like any other.
+//!
+//! [`TABLETS_PER_NODE`]: shoal_cluster::TABLETS_PER_NODE
 
-use shoal_cluster::{ClusterMetadata, Command, CommandOutcome};
+use crate::internode::{Message, Peers, Reply};
+use crate::operations::Operation;
+use shoal_cluster::{ClusterMetadata, ClusterState, Command, CommandOutcome};
 use shoal_coordinator::Coordinator;
 use shoal_model::token::Partitioner;
-use shoal_model::{keys, TableId, Token};
-use shoal_schema::KeyspaceConsistency;
+use shoal_model::{keys, HostId, TableId, TabletId, Token};
+use shoal_schema::{KeyspaceConsistency, TableMetadata};
 use shoal_storage::Engine;
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,20 +51,50 @@ use std::time::Duration;
 /// How often a node measures the tablets it leads.
 pub const CHECK_EVERY: Duration = Duration::from_secs(1);
 
-/// Splits this node's oversized tablets of ordered tables, for as long as the node runs.
-pub async fn run(metadata: Arc<ClusterMetadata>, coordinator: Arc<Coordinator>, split_bytes: u64) {
+/// Two neighbouring tablets merge when together they hold less than the split size
+/// divided by this.
+pub const MERGE_FRACTION: u64 = 4;
+
+/// How long a tablet's primary has to tell its bytes.
+const ASK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Splits this node's oversized tablets of ordered tables and merges its small ones, for
+/// as long as the node runs.
+pub async fn run(
+    metadata: Arc<ClusterMetadata>,
+    coordinator: Arc<Coordinator>,
+    peers: Arc<Peers>,
+    split_bytes: u64,
+) {
+    let merge_bytes = split_bytes / MERGE_FRACTION;
     loop {
         tokio::time::sleep(CHECK_EVERY).await;
-        let Some(split) = oversized_tablet(&metadata, &coordinator, split_bytes) else {
+        let step = match oversized_tablet(&metadata, &coordinator, split_bytes) {
+            Some(split) => Some(split),
+            None => merge_step(&metadata, &coordinator, &peers, merge_bytes).await,
+        };
+        let Some(step) = step else {
             continue;
         };
-        match metadata.propose(split.clone()).await {
-            Ok(CommandOutcome::Applied) => tracing::info!(?split, "split a tablet"),
-            // The tablet moved or was split meanwhile: measured again next time.
-            Ok(outcome) => tracing::debug!(?split, ?outcome, "tablet split not applied"),
-            Err(error) => tracing::warn!(%error, "could not propose a tablet split"),
+        match metadata.propose(step.clone()).await {
+            Ok(CommandOutcome::Applied) => tracing::info!(?step, "changed a table's tablets"),
+            // The tablets moved or changed meanwhile: measured again next time.
+            Ok(outcome) => tracing::debug!(?step, ?outcome, "tablet split or merge not applied"),
+            Err(error) => tracing::warn!(%error, "could not propose a tablet split or merge"),
         }
     }
+}
+
+/// The ordered tables of keyspaces that are not strongly consistent.
+fn ordered_tables(coordinator: &Coordinator) -> Vec<Arc<TableMetadata>> {
+    let schema = coordinator.schema();
+    schema
+        .user_keyspaces()
+        .filter(|keyspace| keyspace.consistency != KeyspaceConsistency::Strong)
+        .flat_map(|keyspace| keyspace.tables.values())
+        .filter(|table| table.options.partitioner == Partitioner::Ordered)
+        .cloned()
+        .collect()
 }
 
 /// The split of the first tablet this node leads that holds more than `split_bytes`.
@@ -57,14 +105,8 @@ fn oversized_tablet(
 ) -> Option<Command> {
     let me = metadata.me().host_id;
     let state = metadata.state();
-    let schema = coordinator.schema();
     let engine = coordinator.engine().as_ref();
-    let ordered_tables = schema
-        .user_keyspaces()
-        .filter(|keyspace| keyspace.consistency != KeyspaceConsistency::Strong)
-        .flat_map(|keyspace| keyspace.tables.values())
-        .filter(|table| table.options.partitioner == Partitioner::Ordered);
-    for table in ordered_tables {
+    for table in ordered_tables(coordinator) {
         let Some(placement) = state.tables.get(&table.id) else {
             continue;
         };
@@ -91,8 +133,167 @@ fn oversized_tablet(
     None
 }
 
+/// A pair of neighbouring tablets, the first led by this node, that may be merged.
+struct MergeCandidate {
+    table: TableId,
+    first: TabletId,
+    first_bounds: (Option<Token>, Token),
+    second_bounds: (Option<Token>, Token),
+    /// `None`: this node holds the second tablet; else its primary, to ask.
+    second_primary: Option<HostId>,
+}
+
+/// The next merge step this node should propose: a marked pair now held by the same
+/// nodes merged, else the first pair of small neighbours marked.
+async fn merge_step(
+    metadata: &ClusterMetadata,
+    coordinator: &Coordinator,
+    peers: &Peers,
+    merge_bytes: u64,
+) -> Option<Command> {
+    let me = metadata.me().host_id;
+    let tables = ordered_tables(coordinator);
+    let candidates = {
+        let state = metadata.state();
+        if let Some(ready) = ready_merge(&state, &tables, me) {
+            return Some(ready);
+        }
+        merge_candidates(&state, &tables, me)
+    };
+    let engine = coordinator.engine().as_ref();
+    for candidate in candidates {
+        let (after, last) = candidate.first_bounds;
+        let first_bytes = range_bytes(engine, &candidate.table, after, last);
+        if first_bytes >= merge_bytes {
+            continue;
+        }
+        let (after, last) = candidate.second_bounds;
+        let second_bytes = match candidate.second_primary {
+            None => Some(range_bytes(engine, &candidate.table, after, last)),
+            Some(primary) => {
+                let state = metadata.state();
+                let address = state.member_by_host(&primary).map(|m| m.internode_address);
+                drop(state);
+                match address {
+                    Some(address) => ask_bytes(peers, address, candidate.table, after, last).await,
+                    None => None,
+                }
+            }
+        };
+        if second_bytes.is_some_and(|second| first_bytes + second < merge_bytes) {
+            return Some(Command::PlanTabletMerge {
+                table: candidate.table,
+                first: candidate.first,
+            });
+        }
+    }
+    None
+}
+
+/// A pair marked to merge whose first tablet this node leads, held by the same nodes and
+/// at rest: its merge.
+fn ready_merge(state: &ClusterState, tables: &[Arc<TableMetadata>], me: HostId) -> Option<Command> {
+    for table in tables {
+        let Some(placement) = state.tables.get(&table.id) else {
+            continue;
+        };
+        for (first, second) in placement.tablets.merges() {
+            let held_alike = first.replicas.len() == second.replicas.len()
+                && first.replicas.iter().all(|h| second.replicas.contains(h));
+            if first.replicas.first() == Some(&me)
+                && held_alike
+                && first.transition.is_none()
+                && second.transition.is_none()
+            {
+                return Some(Command::MergeTablets {
+                    table: table.id,
+                    first: first.id,
+                    second: second.id,
+                });
+            }
+        }
+    }
+    None
+}
+
+/// Pairs of neighbours at rest and not marked, the first led by this node, of tables with
+/// more tablets than they are created with.
+fn merge_candidates(
+    state: &ClusterState,
+    tables: &[Arc<TableMetadata>],
+    me: HostId,
+) -> Vec<MergeCandidate> {
+    let mut candidates = Vec::new();
+    for table in tables {
+        let Some(placement) = state.tables.get(&table.id) else {
+            continue;
+        };
+        let tablets = placement.tablets.tablets();
+        let marked = placement.tablets.merges().count();
+        let floor = state.merge_floor(&table.id).unwrap_or(usize::MAX);
+        if tablets.len().saturating_sub(marked) <= floor {
+            continue;
+        }
+        let mut after = None;
+        for pair in tablets.windows(2) {
+            let (first, second) = (&pair[0], &pair[1]);
+            let first_bounds = (after, first.last_token);
+            after = Some(first.last_token);
+            let at_rest = |id| !placement.tablets.in_merge(id);
+            if first.replicas.first() != Some(&me)
+                || first.transition.is_some()
+                || second.transition.is_some()
+                || !at_rest(first.id)
+                || !at_rest(second.id)
+            {
+                continue;
+            }
+            let second_primary = if second.replicas.contains(&me) {
+                None
+            } else {
+                match second.replicas.first() {
+                    Some(primary) => Some(*primary),
+                    None => continue,
+                }
+            };
+            candidates.push(MergeCandidate {
+                table: table.id,
+                first: first.id,
+                first_bounds,
+                second_bounds: (Some(first.last_token), second.last_token),
+                second_primary,
+            });
+        }
+    }
+    candidates
+}
+
+/// The bytes the node at `address` holds of `table` in `(after, last]`; `None` when it
+/// does not answer in time.
+async fn ask_bytes(
+    peers: &Peers,
+    address: std::net::SocketAddr,
+    table: TableId,
+    after: Option<Token>,
+    last: Token,
+) -> Option<u64> {
+    let question = Message::Operate(Operation::TabletBytes { table, after, last });
+    match peers.call(address, &question, ASK_TIMEOUT).await {
+        Ok(Reply::Operated(answer)) => serde_json::from_str::<serde_json::Value>(&answer)
+            .ok()?
+            .get("bytes")?
+            .as_u64(),
+        _ => None,
+    }
+}
+
 /// On-disk bytes of `table` in the tokens `(after, last]`.
-fn range_bytes(engine: &dyn Engine, table: &TableId, after: Option<Token>, last: Token) -> u64 {
+pub(crate) fn range_bytes(
+    engine: &dyn Engine,
+    table: &TableId,
+    after: Option<Token>,
+    last: Token,
+) -> u64 {
     let (lower, upper) = keys::token_range(table, after, last);
     engine.approximate_range_bytes(&lower, &upper).unwrap_or(0)
 }

@@ -361,3 +361,39 @@ fn the_halves_of_a_split_tablet_move_before_older_tablets() {
         "the moved tablets are split halves, not node 1's older empty ones: {moves:?}"
     );
 }
+
+#[test]
+fn the_second_of_a_pair_to_merge_moves_onto_the_first_ones_nodes_and_stays_there() {
+    let strategy = ReplicationStrategy::Simple { factor: 1 };
+    let mut map = initial(3, 6, 1);
+    let (first, second) = (map.tablets()[1].clone(), map.tablets()[2].clone());
+    assert_ne!(first.replicas, second.replicas, "placed round-robin");
+    map.plan_merge(first.id).unwrap();
+    let (settled, made, _) = settle(map, &strategy, &nodes(3), 4);
+    // The first move brought them together; evening the load out moved other tablets.
+    assert_eq!(
+        made[0],
+        Move {
+            tablet: second.id,
+            leaving: Some(second.replicas[0]),
+            pending: Some(first.replicas[0]),
+        }
+    );
+    assert!(made[1..]
+        .iter()
+        .all(|m| m.tablet != first.id && m.tablet != second.id));
+    assert_even(&replica_counts(&settled, &nodes(3)));
+    let mut merged = settled.clone();
+    let id = merged.merge(first.id, second.id).unwrap();
+    assert_eq!(merged.get(id).unwrap().replicas, first.replicas);
+    // Once merged, load evens out again.
+    let (after, _, _) = settle(merged, &strategy, &nodes(3), 4);
+    assert_even(&replica_counts(&after, &nodes(3)));
+    // With the factor's replicas on the same nodes already, there is nothing to move.
+    let mut together = initial(3, 6, 3);
+    let pair = together.tablets()[0].id;
+    together.plan_merge(pair).unwrap();
+    let mut budget = Budget::new(4);
+    let three = ReplicationStrategy::Simple { factor: 3 };
+    assert!(plan_moves(&together, &three, &nodes(3), &mut budget).is_empty());
+}
