@@ -1,9 +1,19 @@
-//! Internode messaging: one multiplexed TCP connection per peer and direction.
+//! Internode messaging: two multiplexed TCP connections per peer and direction, one for
+//! small messages and one for bulk.
 //!
 //! A frame is `u32 length | u8 protocol version | u64 request id | bincode payload`. The caller's side
-//! ([`Peers`]) keeps one connection per peer address: any number of requests are in
-//! flight on it, each waiting for the response with its id; a writer task coalesces every
-//! frame that is ready into one socket write. The serving side ([`serve`]) runs the
+//! ([`Peers`]) keeps one connection per peer address and [`Lane`]: any number of requests
+//! are in flight on it, each waiting for the response with its id; a writer task coalesces
+//! every frame that is ready into one socket write.
+//!
+//! **Why two lanes.** A connection is one byte stream: a frame waits for every frame queued
+//! before it to be written, read and decoded. A scan chunk's reply is megabytes; a point
+//! read's is a few hundred bytes. On one connection, a point read answered while a
+//! node streams chunks to the same peer waits behind them — milliseconds per chunk — which
+//! is what seed 002's scheduling removes everywhere else. So, as Cassandra 4.0 splits small
+//! and large messages over separate connections, the requests whose replies are bulk
+//! ([`Message::lane`]: scan chunks and streaming) travel on a connection of their own, and
+//! their replies are written, read and decoded there. The serving side ([`serve`]) runs the
 //! requests of a connection concurrently as futures of the connection's own task (no task
 //! per request, as for CQL connections — decision 0004) and coalesces the responses.
 //!
@@ -50,6 +60,16 @@ const MAX_REQUESTS_RUNNING: usize = 1024;
 const RECONNECT_BACKOFF: Duration = Duration::from_millis(300);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// Which of a peer's connections a message (and its reply) travels on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Lane {
+    /// Everything whose reply is small: point reads and writes, Paxos, consensus
+    /// forwarding, failure detection, metadata, operations.
+    Small,
+    /// Requests answered with megabytes: scan chunks and streaming.
+    Bulk,
+}
+
 /// What one node asks another.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Message {
@@ -86,6 +106,20 @@ pub enum Message {
     /// A strongly consistent tablet's write or read, sent to its Raft leader
     /// (`crate::strong`).
     Strong(crate::strong::StrongRequest),
+}
+
+impl Message {
+    /// The connection this message and its reply travel on.
+    pub fn lane(&self) -> Lane {
+        match self {
+            Message::Replica {
+                request: ReplicaRequest::ScanChunk { .. } | ReplicaRequest::ReadBefore { .. },
+                ..
+            }
+            | Message::Stream(_) => Lane::Bulk,
+            _ => Lane::Small,
+        }
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -225,10 +259,11 @@ struct PeerConnection {
     dropped: AtomicU64,
 }
 
-/// The messages exchanged with one peer over this node's connection to it.
+/// The messages exchanged with one peer over this node's connections to it (both lanes).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct PeerStatistics {
     pub address: SocketAddr,
+    /// The small-message connection is up.
     pub connected: bool,
     /// Waiting for an answer now.
     pub pending: usize,
@@ -242,7 +277,7 @@ pub struct Peers {
     /// The address outgoing connections leave from (the node's own, as in Cassandra, so
     /// that a firewall rule can cut one node off by address); `None`: the system's choice.
     source: Option<std::net::IpAddr>,
-    connections: Mutex<HashMap<SocketAddr, Arc<PeerConnection>>>,
+    connections: Mutex<HashMap<(SocketAddr, Lane), Arc<PeerConnection>>>,
     failed_connects: Mutex<HashMap<SocketAddr, Instant>>,
     next_id: AtomicU64,
     /// Set on shutdown: no new connections.
@@ -319,8 +354,8 @@ impl Peers {
         self
     }
 
-    async fn connection(&self, to: SocketAddr) -> Result<Arc<PeerConnection>, String> {
-        if let Some(existing) = self.connections.lock().get(&to) {
+    async fn connection(&self, to: SocketAddr, lane: Lane) -> Result<Arc<PeerConnection>, String> {
+        if let Some(existing) = self.connections.lock().get(&(to, lane)) {
             if !existing.closed.load(Ordering::Acquire) {
                 return Ok(Arc::clone(existing));
             }
@@ -371,7 +406,9 @@ impl Peers {
                 start_connection(reader, writer)
             }
         };
-        self.connections.lock().insert(to, Arc::clone(&connection));
+        self.connections
+            .lock()
+            .insert((to, lane), Arc::clone(&connection));
         Ok(connection)
     }
 
@@ -383,7 +420,7 @@ impl Peers {
         timeout: Duration,
     ) -> Result<Reply, String> {
         let deadline = tokio::time::Instant::now() + timeout;
-        let connection = tokio::time::timeout_at(deadline, self.connection(to))
+        let connection = tokio::time::timeout_at(deadline, self.connection(to, message.lane()))
             .await
             .map_err(|_| format!("connecting to {to} timed out"))??;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -416,20 +453,26 @@ impl Peers {
 
     /// The messages exchanged with each peer over the current connections, by address.
     pub fn statistics(&self) -> Vec<PeerStatistics> {
-        let mut statistics: Vec<PeerStatistics> = self
-            .connections
-            .lock()
-            .iter()
-            .map(|(address, connection)| PeerStatistics {
-                address: *address,
-                connected: !connection.closed.load(Ordering::Acquire),
-                pending: connection.pending.lock().len(),
-                completed: connection.completed.load(Ordering::Relaxed),
-                dropped: connection.dropped.load(Ordering::Relaxed),
-            })
-            .collect();
-        statistics.sort_by_key(|s| s.address);
-        statistics
+        let mut by_address: std::collections::BTreeMap<SocketAddr, PeerStatistics> =
+            std::collections::BTreeMap::new();
+        for ((address, lane), connection) in self.connections.lock().iter() {
+            let peer = by_address
+                .entry(*address)
+                .or_insert_with(|| PeerStatistics {
+                    address: *address,
+                    connected: false,
+                    pending: 0,
+                    completed: 0,
+                    dropped: 0,
+                });
+            if *lane == Lane::Small {
+                peer.connected = !connection.closed.load(Ordering::Acquire);
+            }
+            peer.pending += connection.pending.lock().len();
+            peer.completed += connection.completed.load(Ordering::Relaxed);
+            peer.dropped += connection.dropped.load(Ordering::Relaxed);
+        }
+        by_address.into_values().collect()
     }
 
     /// Closes every connection and refuses new ones.
@@ -597,6 +640,48 @@ mod tests {
         let error = encode_frame_within(1, &reply, 500).unwrap_err();
         assert!(error.contains("exceeds the frame limit"), "{error}");
         assert!(encode_frame_within(1, &reply, 2000).is_ok());
+    }
+
+    #[test]
+    fn scan_chunks_and_streaming_travel_apart_from_small_messages() {
+        let replica = |request| Message::Replica {
+            request,
+            topology_version: 1,
+        };
+        let bulk = [
+            replica(ReplicaRequest::ScanChunk {
+                lower: b"a".to_vec(),
+                upper: b"z".to_vec(),
+                limit: 4096,
+                scan: shoal_replication::ScanTicket::now(1, 100),
+            }),
+            replica(ReplicaRequest::ReadBefore {
+                lower: b"a".to_vec(),
+                upper: b"z".to_vec(),
+                limit: 4096,
+            }),
+            Message::Stream(crate::streaming::StreamRequest::Next { session: 1 }),
+        ];
+        for message in &bulk {
+            assert_eq!(message.lane(), Lane::Bulk, "{message:?}");
+        }
+        let small = [
+            replica(ReplicaRequest::Read {
+                lower: b"a".to_vec(),
+                upper: b"z".to_vec(),
+                limit: u32::MAX,
+            }),
+            replica(ReplicaRequest::Apply(vec![(b"k".to_vec(), b"c".to_vec())])),
+            Message::Ping {
+                from: HostId([1; 16]),
+                schema_version: [0; 16],
+                load_bytes: 0,
+            },
+            Message::Status,
+        ];
+        for message in &small {
+            assert_eq!(message.lane(), Lane::Small, "{message:?}");
+        }
     }
 
     #[tokio::test]
