@@ -49,6 +49,9 @@ pub struct StorageProxy {
     pub(crate) scan_estimates: Arc<crate::estimates::ScanEstimates>,
     /// Tablets a scan fetches at once at most.
     pub(crate) parallel_tablets: usize,
+    /// How long a scan chunk may take, its wait for its turn on the replica included
+    /// (`range_request_timeout_ms`; [`RANGE_READ_TIMEOUT`] by default).
+    pub(crate) range_timeout: std::time::Duration,
 }
 
 /// Counts of repairs coordinated by this node since it started.
@@ -92,7 +95,14 @@ impl StorageProxy {
             hot_partitions: Default::default(),
             scan_estimates: Default::default(),
             parallel_tablets: crate::estimates::MAX_PARALLEL_TABLETS,
+            range_timeout: RANGE_READ_TIMEOUT,
         }
+    }
+
+    /// The proxy with scan chunks given `timeout` instead of [`RANGE_READ_TIMEOUT`].
+    pub fn with_range_timeout(mut self, timeout: std::time::Duration) -> StorageProxy {
+        self.range_timeout = timeout;
+        self
     }
 
     /// The proxy with scans fetching at most `tablets` tablets at once (at least one).
@@ -269,7 +279,7 @@ impl StorageProxy {
         expected: impl FnOnce(ReplicaResponse) -> Result<T, ReplicaResponse> + Send + 'static,
     ) -> BoxFuture<'static, Result<T, String>> {
         let timeout = match request {
-            ReplicaRequest::ScanChunk { .. } => RANGE_READ_TIMEOUT,
+            ReplicaRequest::ScanChunk { .. } => self.range_timeout,
             _ => READ_TIMEOUT,
         };
         let read = self.call(replica, request, timeout);

@@ -14,7 +14,7 @@
 
 use crate::barrier::TopologyGuard;
 use crate::consistency::Requirement;
-use crate::consistency::{read_timeout, RANGE_READ_TIMEOUT, READ_TIMEOUT};
+use crate::consistency::{read_timeout, READ_TIMEOUT};
 use crate::messages::{Cells, PartitionRef, ScanTicket};
 use crate::proxy::StorageProxy;
 use crate::reconcile::{reconcile, reconcile_before, repairs_for, Answer, Reconciled};
@@ -229,7 +229,7 @@ impl StorageProxy {
 
     /// [`StorageProxy::read_replicas`], for one chunk of `scan` when there is one: each
     /// replica then serves it in the scan's turn, and the chunk may wait for its turn up
-    /// to [`RANGE_READ_TIMEOUT`].
+    /// to the range timeout (`crate::RANGE_READ_TIMEOUT` unless configured).
     pub(crate) async fn read_replicas_for(
         &self,
         replicas: &TabletReplicas,
@@ -240,7 +240,7 @@ impl StorageProxy {
         scan: Option<ScanTicket>,
     ) -> Result<Reconciled, CqlError> {
         let timeout = match scan {
-            Some(_) => RANGE_READ_TIMEOUT,
+            Some(_) => self.range_timeout,
             None => READ_TIMEOUT,
         };
         let (requirement, answers) = self

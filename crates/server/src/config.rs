@@ -103,6 +103,10 @@ pub struct Config {
     /// cells (1: one tablet after another, as Cassandra's range reads without a
     /// concurrency factor).
     pub scan_parallel_tablets: usize,
+    /// How long a range read's work may wait for its turn — a scan for a scan thread, a
+    /// chunk on a replica — before it is refused (Cassandra's `range_request_timeout`):
+    /// by then a client with the drivers' default timeouts has given up on it.
+    pub range_request_timeout_ms: u64,
     /// Datacenter and rack this node reports.
     pub datacenter: String,
     pub rack: String,
@@ -181,6 +185,7 @@ impl Default for Config {
             read_scheduling: ReadScheduling::NarrowFirst,
             read_threads: 0,
             scan_parallel_tablets: shoal_replication::estimates::MAX_PARALLEL_TABLETS,
+            range_request_timeout_ms: shoal_replication::RANGE_READ_TIMEOUT.as_millis() as u64,
             datacenter: "datacenter1".into(),
             rack: "rack1".into(),
             commitlog_sync: CommitLogSync::Periodic,
@@ -235,6 +240,11 @@ impl Config {
             (1..=64).contains(&self.scan_parallel_tablets),
             "scan_parallel_tablets must be between 1 and 64 (got {})",
             self.scan_parallel_tablets
+        );
+        anyhow::ensure!(
+            (100..=3_600_000).contains(&self.range_request_timeout_ms),
+            "range_request_timeout_ms must be between 100 and 3600000 (got {})",
+            self.range_request_timeout_ms
         );
         anyhow::ensure!(
             self.internode_port != self.cql_port,

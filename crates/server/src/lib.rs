@@ -185,6 +185,9 @@ impl Node {
             gossip_generation: shoal_model::timestamp::now_seconds() as i32,
             read_scheduling: config.read_scheduling.ordering(),
             read_threads: config.read_threads,
+            range_request_timeout: std::time::Duration::from_millis(
+                config.range_request_timeout_ms,
+            ),
         };
         let liveness = Arc::clone(&detector) as Arc<dyn Liveness>;
         let hints = Arc::new(Hints::new(
@@ -202,7 +205,10 @@ impl Node {
                 replica,
                 hints,
             )
-            .fetching_tablets_at_once(config.scan_parallel_tablets),
+            .fetching_tablets_at_once(config.scan_parallel_tablets)
+            .with_range_timeout(std::time::Duration::from_millis(
+                config.range_request_timeout_ms,
+            )),
         );
         let schema = Arc::new(
             SchemaStore::open(Arc::clone(&engine))

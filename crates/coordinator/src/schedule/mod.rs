@@ -204,7 +204,7 @@ pub struct ReadScheduler {
     /// Scans coordinated across the cluster.
     coordinated: Arc<Shared>,
     ordering: Ordering,
-    /// How long scan work may wait in a queue: [`RANGE_READ_TIMEOUT`].
+    /// How long scan work may wait in a queue: [`RANGE_READ_TIMEOUT`] unless configured.
     scan_deadline: Duration,
 }
 
@@ -230,8 +230,8 @@ impl ReadScheduler {
         }
     }
 
-    /// The scheduler with `deadline` instead of [`RANGE_READ_TIMEOUT`] for scan work
-    /// (tests).
+    /// The scheduler with `deadline` instead of [`RANGE_READ_TIMEOUT`] for scan work (the
+    /// node's `range_request_timeout_ms`).
     pub fn with_scan_deadline(mut self, deadline: Duration) -> ReadScheduler {
         self.scan_deadline = deadline;
         self
@@ -251,8 +251,8 @@ impl ReadScheduler {
     /// Runs `read` on a read thread in its turn; `Overloaded` when the queue is full.
     /// `read` must not wait for other nodes (a scan across the cluster is
     /// [`ReadScheduler::run_coordinated_scan`]).
-    /// A scan (a [`ReadClass::Scan`]) still queued after [`RANGE_READ_TIMEOUT`] is
-    /// refused with `Overloaded` instead.
+    /// A scan (a [`ReadClass::Scan`]) still queued after the scan deadline is refused with
+    /// `Overloaded` instead.
     pub async fn run<R: Send + 'static>(
         &self,
         class: ReadClass,
@@ -268,7 +268,7 @@ impl ReadScheduler {
     }
 
     /// Runs a scan across the cluster on a scan thread in the turn of `scan`; refused with
-    /// `Overloaded` when it is still queued after [`RANGE_READ_TIMEOUT`].
+    /// `Overloaded` when it is still queued after the scan deadline.
     pub async fn run_coordinated_scan<R: Send + 'static>(
         &self,
         scan: ScanTicket,
