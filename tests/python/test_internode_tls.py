@@ -56,14 +56,21 @@ def served_certificate(address, port, context):
             return wrapped.getpeercert(binary_form=True)
 
 
+# The internode protocol version every frame carries (`server::internode::PROTOCOL_VERSION`):
+# a frame of another version closes the connection, which would pass for a refusal here.
+INTERNODE_PROTOCOL_VERSION = 2
+
+
 def internode_reply(address, port, context):
     """What a TLS client gets from a node's internode port after sending a frame."""
     with socket.create_connection((address, port), timeout=10) as raw:
         try:
             with context.wrap_socket(raw) as wrapped:
-                # A Status request (bincode: variant 3 of Message), framed as nodes frame it.
+                # A Status request (bincode: variant 3 of Message), framed as nodes frame it
+                # (protocol version: `server::internode::PROTOCOL_VERSION`).
                 payload = (3).to_bytes(4, "little")
-                frame = (9 + len(payload)).to_bytes(4, "big") + b"\x01" + (1).to_bytes(8, "big") + payload
+                frame = (9 + len(payload)).to_bytes(4, "big") + bytes([INTERNODE_PROTOCOL_VERSION]) \
+                    + (1).to_bytes(8, "big") + payload
                 wrapped.sendall(frame)
                 return wrapped.recv(4096)
         except (ssl.SSLError, ConnectionResetError, BrokenPipeError):
