@@ -206,9 +206,7 @@ impl Node {
                 hints,
             )
             .fetching_tablets_at_once(config.scan_parallel_tablets)
-            .with_range_timeout(std::time::Duration::from_millis(
-                config.range_request_timeout_ms,
-            )),
+            .with_range_timeout(info.range_request_timeout),
         );
         let schema = Arc::new(
             SchemaStore::open(Arc::clone(&engine))
