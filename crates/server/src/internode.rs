@@ -4,7 +4,8 @@
 //! A frame is `u32 length | u8 protocol version | u64 request id | bincode payload`. The caller's side
 //! ([`Peers`]) keeps one connection per peer address and [`Lane`]: any number of requests
 //! are in flight on it, each waiting for the response with its id; a writer task coalesces
-//! every frame that is ready into one socket write.
+//! every frame that is ready into one socket write, and each side's reader reads frames
+//! through a buffer, so the frames that arrived together cost one read.
 //!
 //! **Why two lanes.** A connection is one byte stream: a frame waits for every frame queued
 //! before it to be written, read and decoded. A scan chunk's reply is megabytes; a point
@@ -54,6 +55,10 @@ const HEADER_BYTES: usize = 9;
 pub const MAX_FRAME_BYTES: usize = 256 * 1024 * 1024;
 /// Frames queued per peer connection before callers wait.
 const QUEUE_FRAMES: usize = 8192;
+/// Bytes a connection's reader takes from the socket at once: frames are read through a
+/// buffer, so the small frames that arrived together cost one read, not three each
+/// (length, header, body).
+const READ_BUFFER_BYTES: usize = 64 * 1024;
 /// Requests from one peer connection served at once; more wait their turn.
 const MAX_REQUESTS_RUNNING: usize = 1024;
 /// After a failed connect, calls to that peer fail at once for this long.
@@ -305,7 +310,7 @@ async fn connect_from(
 
 /// Starts the writer and reader tasks of an outgoing connection.
 fn start_connection(
-    mut reader: impl AsyncReadExt + Unpin + Send + 'static,
+    reader: impl AsyncReadExt + Unpin + Send + 'static,
     writer: impl AsyncWriteExt + Unpin + Send + 'static,
 ) -> Arc<PeerConnection> {
     let (frames, outgoing) = mpsc::channel(QUEUE_FRAMES);
@@ -324,6 +329,7 @@ fn start_connection(
         writer_closed.store(true, Ordering::Release);
     });
     tokio::spawn(async move {
+        let mut reader = tokio::io::BufReader::with_capacity(READ_BUFFER_BYTES, reader);
         while let Ok(Some((id, payload))) = read_frame(&mut reader).await {
             let Some(waiter) = pending.lock().remove(&id) else {
                 continue;
@@ -561,7 +567,7 @@ async fn consensus_or_first_bytes<S: AsyncRead + Unpin>(
 }
 
 async fn serve_connection(
-    mut reader: impl AsyncReadExt + Unpin + Send + 'static,
+    reader: impl AsyncReadExt + Unpin + Send + 'static,
     writer: impl AsyncWriteExt + Unpin + Send + 'static,
     handler: Arc<dyn Handler>,
 ) {
@@ -571,6 +577,7 @@ async fn serve_connection(
     // race the replies in a select.
     let (requests_tx, mut requests) = mpsc::channel::<(u64, Vec<u8>)>(QUEUE_FRAMES);
     let reader_task = tokio::spawn(async move {
+        let mut reader = tokio::io::BufReader::with_capacity(READ_BUFFER_BYTES, reader);
         loop {
             match read_frame(&mut reader).await {
                 Ok(Some(frame)) => {
