@@ -10,7 +10,10 @@
 # the same way. The machine's speed drifts within minutes; alternating exposes both
 # binaries to the same drift. The last lines sum each binary's rounds up (median).
 #
-#   bench/cluster.sh [--duration-seconds N] [--records N] [--nodes N]
+# --pause-seconds leaves the cluster idle between the writes and the reads (what reads
+# meet once writes have stopped for a while, as in a read-mostly hour).
+#
+#   bench/cluster.sh [--duration-seconds N] [--records N] [--nodes N] [--pause-seconds N]
 #                    [--shoal-binary PATH] [--shoal-before PATH] [--rounds N]
 set -euo pipefail
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/shoal/target}
@@ -20,6 +23,7 @@ duration=30
 records=200000
 nodes=3
 rounds=1
+pause=0
 shoal=""
 before=""
 while [ $# -gt 0 ]; do
@@ -28,6 +32,7 @@ while [ $# -gt 0 ]; do
     --records) records=$2; shift 2 ;;
     --nodes) nodes=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
+    --pause-seconds) pause=$2; shift 2 ;;
     --shoal-binary) shoal=$2; shift 2 ;;
     --shoal-before) before=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
@@ -76,6 +81,7 @@ for round in $(seq 1 "$rounds"); do
     write=$("$running" bench point --contact 127.0.0.1:9042 --replication-factor 3 --consistency QUORUM \
       --records "$records" --value-bytes 100 --concurrency 64 \
       --load --operation write --duration-seconds "$duration" --warmup-seconds 5 | grep -E '^ *write:')
+    sleep "$pause"
     read=$("$running" bench point --contact 127.0.0.1:9042 --replication-factor 3 --consistency QUORUM \
       --records "$records" --value-bytes 100 --concurrency 64 \
       --operation read --duration-seconds "$duration" --warmup-seconds 5 | grep -E '^ *read:')

@@ -598,6 +598,12 @@ def test_shoal_cluster_starts_reports_and_stops_a_local_cluster(tmp_path):
             session.execute("CREATE KEYSPACE k WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 2}")
         finally:
             driver.shutdown()
+        # A second cluster on the same addresses is refused: its nodes could not listen,
+        # and this cluster's nodes would answer in their place.
+        second = subprocess.run([binary, "cluster", "start", "--nodes", "1", "--dir", str(tmp_path / "second"),
+                                 "--detach"], capture_output=True, text=True, timeout=60)
+        assert second.returncode != 0
+        assert "127.0.0.1:9042 is in use" in second.stderr and "another local cluster" in second.stderr, second.stderr
     finally:
         stopped = subprocess.run([binary, "cluster", "stop", "--dir", str(directory)],
                                  capture_output=True, text=True, timeout=120)

@@ -344,6 +344,9 @@ impl Node {
         background.push(tokio::spawn(maintenance::collect_garbage_regularly(
             Arc::clone(&engine),
         )));
+        background.push(tokio::spawn(maintenance::adapt_compaction_regularly(
+            Arc::clone(&engine),
+        )));
         background.push(tokio::spawn(maintenance::build_indexes_regularly(
             Arc::clone(coordinator.index_catalog()),
         )));

@@ -17,6 +17,10 @@
 //!
 //! Batchlog replay ([`shoal_replication::StorageProxy::replay_batches`]) writes again the
 //! logged batches whose coordinator did not finish them, every [`BATCHLOG_REPLAY_INTERVAL`].
+//!
+//! Compaction follows the write load ([`shoal_storage::Engine::adapt_compaction`], every
+//! [`COMPACTION_ADAPT_INTERVAL`]): level 0 is compacted late while writes are heavy and
+//! at once when they go quiet.
 
 use shoal_replication::batchlog::REPLAY_AFTER;
 use shoal_replication::StorageProxy;
@@ -35,6 +39,9 @@ pub const GARBAGE_COLLECTION_INTERVAL: Duration = Duration::from_secs(10);
 
 /// How often this node looks for secondary indexes to build (created, or dropped).
 pub const INDEX_BUILD_INTERVAL: Duration = Duration::from_millis(200);
+
+/// How often the storage engine's compaction is fitted to the write load.
+pub const COMPACTION_ADAPT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Starts the build of every secondary index of the schema this node has not built, and
 /// forgets dropped ones, every [`INDEX_BUILD_INTERVAL`] until the task is dropped.
@@ -63,6 +70,20 @@ pub async fn collect_garbage_regularly(engine: Arc<dyn Engine>) {
             Ok(Err(error)) => tracing::warn!(%error, "storage garbage collection failed"),
             Err(_) => return,
         }
+    }
+}
+
+/// Lets the storage engine fit its compaction to the write load
+/// ([`Engine::adapt_compaction`]) every [`COMPACTION_ADAPT_INTERVAL`] until the task is
+/// dropped.
+pub async fn adapt_compaction_regularly(engine: Arc<dyn Engine>) {
+    let mut interval = tokio::time::interval(COMPACTION_ADAPT_INTERVAL);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        // A few property reads, and an options change when the trigger moves: no
+        // blocking work worth a thread of its own.
+        engine.adapt_compaction();
     }
 }
 

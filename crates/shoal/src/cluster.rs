@@ -134,6 +134,21 @@ fn log_tail(path: &Path) -> String {
     lines[lines.len().saturating_sub(15)..].join("\n")
 }
 
+/// Refuses to start a node on an address whose client or internode port another process
+/// holds (typically a local cluster started from another directory and still running):
+/// the new node would fail to bind and exit, and the process already listening would
+/// answer in its place, so the cluster would seem to start.
+fn ensure_ports_free(address: IpAddr) -> anyhow::Result<()> {
+    for port in [9042, 7000] {
+        if let Err(error) = std::net::TcpListener::bind((address, port)) {
+            anyhow::bail!(
+                "{address}:{port} is in use ({error}): is another local cluster running? Stop it first (shoal cluster stop --dir ITS_DIRECTORY)"
+            );
+        }
+    }
+    Ok(())
+}
+
 fn wait_for_port(address: SocketAddr, pid: u32, log: &Path) -> anyhow::Result<()> {
     let deadline = Instant::now() + START_TIMEOUT;
     while Instant::now() < deadline {
@@ -202,6 +217,7 @@ struct NodeLaunch<'a> {
 impl NodeLaunch<'_> {
     /// Starts node `index` and waits until it accepts clients.
     fn spawn(&self, index: u8) -> anyhow::Result<std::process::Child> {
+        ensure_ports_free(node_address(index))?;
         let data_dir = node_dir(self.dir, index);
         std::fs::create_dir_all(&data_dir)?;
         let log_path = data_dir.join("shoal.log");

@@ -212,6 +212,12 @@ pub trait Engine: Send + Sync + 'static {
         None
     }
 
+    /// Fits compaction to the recent write load; the node calls it about once a second.
+    /// The RocksDB engine compacts level 0 late while writes are heavy and at once when
+    /// they go quiet, so reads stop paying for the files flushes left (see
+    /// `rocks::level0`). Does nothing by default.
+    fn adapt_compaction(&self) {}
+
     /// Writes a consistent copy of everything stored (data and metadata) into
     /// `directory`, which must not exist: hard links to the immutable files where the
     /// file system allows, so a snapshot is cheap and takes little space at first.

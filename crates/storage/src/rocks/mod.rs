@@ -15,6 +15,7 @@
 //! - Metadata lives in its own column family and is synced on every write.
 
 mod filter;
+pub(crate) mod level0;
 mod writer;
 
 use crate::shadow;
@@ -80,6 +81,8 @@ pub struct RocksEngine {
     /// Every write to the data column family goes through it.
     writer: Arc<Writer>,
     writer_thread: Option<std::thread::JoinHandle<()>>,
+    /// When level 0 is compacted ([`level0`]), kept by [`Engine::adapt_compaction`].
+    level0: Mutex<level0::Level0Policy>,
 }
 
 impl Drop for RocksEngine {
@@ -172,7 +175,9 @@ impl RocksEngine {
         // 3 rounds): at 8 files 19% less server CPU per write and 9% more writes/s; at 12
         // files, another run, 20% less and 3% more. See `bench/results/2026-11-27-write-path`
         // for what that is worth beside the machine's drift. Point reads check the extra files' prefix filters, which stay
-        // in the cache (`set_pin_l0_filter_and_index_blocks_in_cache`).
+        // in the cache (`set_pin_l0_filter_and_index_blocks_in_cache`). This is the trigger
+        // while writes are heavy; once they go quiet, `level0` lowers it so that no file
+        // stays in level 0 for reads to pay for.
         data_options.set_level_zero_file_num_compaction_trigger(LEVEL0_FILES_BEFORE_COMPACTION);
         data_options.set_merge_operator_associative("shoal_last_write_wins", merge_last_write_wins);
         // Hot keys' operands are collapsed by the writer (see `writer`), not by
@@ -209,6 +214,10 @@ impl RocksEngine {
             garbage,
             writer,
             writer_thread: Some(writer_thread),
+            level0: Mutex::new(level0::Level0Policy::new(
+                LEVEL0_FILES_BEFORE_COMPACTION,
+                std::time::Instant::now(),
+            )),
         };
         engine.check_format(path)?;
         Ok(engine)
@@ -251,6 +260,23 @@ impl RocksEngine {
     }
 
     /// An integer property of the data column family; 0 when RocksDB does not give it.
+    /// [`Engine::adapt_compaction`] as if it were `now` (tests give the clock).
+    pub(crate) fn adapt_compaction_at(&self, now: std::time::Instant) {
+        let memtable_bytes = self.data_property("rocksdb.cur-size-active-mem-table");
+        let mut policy = self.level0.lock();
+        let Some(trigger) = policy.observe(now, memtable_bytes) else {
+            return;
+        };
+        let Ok(data) = self.data() else { return };
+        let trigger = trigger.to_string();
+        if let Err(error) = self
+            .db
+            .set_options_cf(data, &[("level0_file_num_compaction_trigger", &trigger)])
+        {
+            tracing::warn!(%error, trigger, "cannot change the level-0 compaction trigger");
+        }
+    }
+
     fn data_property(&self, name: &str) -> u64 {
         let Ok(data) = self.data() else { return 0 };
         self.db
@@ -617,6 +643,10 @@ impl Engine for RocksEngine {
                 .map(|bytes| (bytes as f64 * entries_per_byte).round() as u64)
                 .collect(),
         )
+    }
+
+    fn adapt_compaction(&self) {
+        self.adapt_compaction_at(std::time::Instant::now());
     }
 
     fn checkpoint(&self, directory: &Path) -> Result<()> {
