@@ -81,6 +81,11 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long `shoal cluster start` waits for every node to be up and normal.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The ports every local node listens on: the server's defaults (`shoal cluster` gives
+/// its nodes addresses of their own, not ports).
+const CQL_PORT: u16 = 9042;
+const INTERNODE_PORT: u16 = 7000;
+
 fn node_address(index: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 0, 0, index))
 }
@@ -89,7 +94,7 @@ fn node_address(index: u8) -> IpAddr {
 fn admin_target(index: u8) -> crate::admin::Target {
     crate::admin::Target {
         host: node_address(index),
-        port: 7000,
+        port: INTERNODE_PORT,
         config: None,
     }
 }
@@ -139,7 +144,7 @@ fn log_tail(path: &Path) -> String {
 /// the new node would fail to bind and exit, and the process already listening would
 /// answer in its place, so the cluster would seem to start.
 fn ensure_ports_free(address: IpAddr) -> anyhow::Result<()> {
-    for port in [9042, 7000] {
+    for port in [CQL_PORT, INTERNODE_PORT] {
         if let Err(error) = std::net::TcpListener::bind((address, port)) {
             anyhow::bail!(
                 "{address}:{port} is in use ({error}): is another local cluster running? Stop it first (shoal cluster stop --dir ITS_DIRECTORY)"
@@ -252,7 +257,7 @@ impl NodeLaunch<'_> {
         let child = command.spawn()?;
         std::fs::write(data_dir.join("pid"), child.id().to_string())?;
         if let Err(error) = wait_for_port(
-            SocketAddr::new(node_address(index), 9042),
+            SocketAddr::new(node_address(index), CQL_PORT),
             child.id(),
             &log_path,
         ) {

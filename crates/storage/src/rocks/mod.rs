@@ -259,7 +259,6 @@ impl RocksEngine {
             .ok_or_else(|| StorageError::Corrupt("missing data column family".into()))
     }
 
-    /// An integer property of the data column family; 0 when RocksDB does not give it.
     /// [`Engine::adapt_compaction`] as if it were `now` (tests give the clock).
     pub(crate) fn adapt_compaction_at(&self, now: std::time::Instant) {
         let memtable_bytes = self.data_property("rocksdb.cur-size-active-mem-table");
@@ -277,6 +276,7 @@ impl RocksEngine {
         }
     }
 
+    /// An integer property of the data column family; 0 when RocksDB does not give it.
     fn data_property(&self, name: &str) -> u64 {
         let Ok(data) = self.data() else { return 0 };
         self.db
