@@ -28,6 +28,7 @@ pub mod index;
 pub mod lwt;
 pub mod point;
 pub mod report;
+pub mod routing;
 pub mod runner;
 pub mod stats;
 pub mod strong;

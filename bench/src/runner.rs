@@ -9,6 +9,7 @@
 
 use crate::generators::key_name;
 use crate::point::consistency;
+use crate::routing::PointRoutes;
 use crate::stats::{Recorder, Summary};
 use crate::workload::{
     KeyPicker, OperationChooser, OperationKind, RequestDistribution, ScanLength, Workload,
@@ -172,6 +173,12 @@ pub struct CommonArgs {
     /// reads then return the next keys in key order, as in seed 002's experiment.
     #[arg(long)]
     pub ordered: bool,
+    /// Send every point read to the node holding its key, by the tablet map in this file
+    /// (`shoal admin ring KEYSPACE usertable --json`), as a token-aware driver does; for an
+    /// ordered table, whose tokens drivers cannot compute. Nodes are reached on the
+    /// contact point's port.
+    #[arg(long, requires = "ordered")]
+    pub route_point_reads: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -226,6 +233,14 @@ async fn connect(common: &CommonArgs) -> anyhow::Result<Session> {
         .build()
         .await
         .with_context(|| format!("cannot connect to {}", common.contact))
+}
+
+/// The port of a `host:port` contact point.
+fn contact_port(contact: &str) -> anyhow::Result<u16> {
+    contact
+        .rsplit_once(':')
+        .and_then(|(_, port)| port.parse().ok())
+        .with_context(|| format!("contact point {contact:?} has no port (host:port)"))
 }
 
 async fn prepare(session: &Session, common: &CommonArgs) -> anyhow::Result<Statements> {
@@ -326,6 +341,8 @@ fn random_field(rng: &mut impl Rng, length: usize) -> String {
 struct Shared {
     session: Session,
     statements: Statements,
+    /// Where point reads go when `--route-point-reads` is given.
+    point_routes: Option<PointRoutes>,
     workload: Workload,
     common: CommonArgs,
     /// Keys `0..inserted` exist.
@@ -351,8 +368,12 @@ async fn execute(
     match kind {
         OperationKind::Read | OperationKind::Point => {
             let key = key_name(picker.next(existing, rng));
+            let read = match &shared.point_routes {
+                Some(routes) => routes.statement_for(&key),
+                None => &statements.read,
+            };
             session
-                .execute_unpaged(&statements.read, (key,))
+                .execute_unpaged(read, (key,))
                 .await
                 .map_err(|e| error(&e))?;
         }
@@ -606,9 +627,19 @@ fn run_workload(workload: Workload, common: CommonArgs) -> anyhow::Result<()> {
     runtime.block_on(async move {
         let session = connect(&common).await?;
         let statements = prepare(&session, &common).await?;
+        let point_routes = match &common.route_point_reads {
+            Some(ring) => Some(PointRoutes::load(
+                ring,
+                &statements.read,
+                contact_port(&common.contact)?,
+                Duration::from_secs(common.request_timeout_seconds.max(1)),
+            )?),
+            None => None,
+        };
         let shared = Arc::new(Shared {
             session,
             statements,
+            point_routes,
             workload: workload.clone(),
             common: common.clone(),
             inserted: AtomicU64::new(common.records),

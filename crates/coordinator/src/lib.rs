@@ -383,6 +383,12 @@ impl Coordinator {
         self.run(session, &plan, parameters).await
     }
 
+    /// The class of the statement prepared as `id`, once this node has executed it (a
+    /// connection runs scans apart from its other requests by it).
+    pub fn prepared_class(&self, id: &[u8]) -> Option<class::StatementClass> {
+        self.prepared.get(id)?.planned_class()
+    }
+
     /// The text of the statement prepared as `id`, if this node has it.
     pub fn prepared_text(&self, id: &[u8]) -> Option<String> {
         self.prepared.get(id).map(|p| p.text.clone())

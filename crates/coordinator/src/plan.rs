@@ -48,6 +48,15 @@ impl Plan {
             other => Plan::Statement(Arc::new(other.clone())),
         })
     }
+
+    /// What kind of work the statement is.
+    pub(crate) fn class(&self) -> StatementClass {
+        match self {
+            Plan::Select(plan) => plan.class,
+            Plan::Modify(plan) => plan.class,
+            Plan::Statement(statement) => statement_class(statement),
+        }
+    }
 }
 
 /// The class of a statement executed without a read or write plan.

@@ -69,6 +69,15 @@ impl PreparedStatement {
             })
     }
 
+    /// The class of the plan last made for this statement (`None` before its first
+    /// execution on this node).
+    pub(crate) fn planned_class(&self) -> Option<crate::plan::StatementClass> {
+        self.cached
+            .read()
+            .as_ref()
+            .map(|cached| cached.plan.class())
+    }
+
     /// The plan for executing in `session`: the cached one while the schema and the
     /// keyspace are those it was made for, a new one otherwise.
     pub(crate) fn plan(

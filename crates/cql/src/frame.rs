@@ -115,12 +115,20 @@ pub fn write_traced_frame(
     } else {
         body
     };
-    out.push(RESPONSE_VERSION);
-    out.push(frame_flags);
-    out.extend_from_slice(&stream.to_be_bytes());
-    out.push(opcode);
-    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    let start = out.len();
+    out.resize(start + HEADER_LENGTH, 0);
+    write_header(&mut out[start..], stream, opcode, frame_flags, body.len());
     out.extend_from_slice(body);
+}
+
+/// Writes a response frame's header into the first [`HEADER_LENGTH`] bytes of `header`,
+/// for a body of `length` bytes.
+pub fn write_header(header: &mut [u8], stream: i16, opcode: u8, flags: u8, length: usize) {
+    header[0] = RESPONSE_VERSION;
+    header[1] = flags;
+    header[2..4].copy_from_slice(&stream.to_be_bytes());
+    header[4] = opcode;
+    header[5..9].copy_from_slice(&(length as u32).to_be_bytes());
 }
 
 /// v4 LZ4 body: uncompressed length (i32 BE) then one LZ4 block.

@@ -119,7 +119,12 @@ pub enum Response {
 impl Response {
     /// The opcode and the encoded body.
     pub fn encode(&self) -> (u8, Vec<u8>) {
-        let mut body = Vec::new();
+        self.encode_onto(Vec::new())
+    }
+
+    /// The opcode, and `body` with the encoded body appended (a frame's header can go
+    /// first, so that a large result is not copied again behind it).
+    pub fn encode_onto(&self, mut body: Vec<u8>) -> (u8, Vec<u8>) {
         let op = match self {
             Response::Ready => opcode::READY,
             Response::Authenticate(authenticator) => {

@@ -7,6 +7,35 @@ use shoal_model::{TableId, TabletId, Token};
 /// Cells as stored: `(key, encoded cell)`, in key order.
 pub type Cells = Vec<(Vec<u8>, Vec<u8>)>;
 
+/// [`Cells`] on the wire, for `#[serde(with = "...")]`: each key and cell as a byte
+/// string. Serde's own `Vec<u8>` is a sequence of `u8`s, sent and read back one byte per
+/// call — in a scan chunk of 10,000 1 KB rows, millions of calls, which `perf` showed as
+/// 14% of a three-node cluster's CPU under seed 002's point/range mix. The bytes on the
+/// wire are the same (bincode writes both as a length and the bytes), so nodes with and
+/// without this understand each other.
+pub mod cells_serde {
+    use super::Cells;
+    use serde::ser::SerializeSeq;
+    use serde::{Deserialize, Deserializer, Serializer};
+    use serde_bytes::{ByteBuf, Bytes};
+
+    pub fn serialize<S: Serializer>(cells: &Cells, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut sequence = serializer.serialize_seq(Some(cells.len()))?;
+        for (key, cell) in cells {
+            sequence.serialize_element(&(Bytes::new(key), Bytes::new(cell)))?;
+        }
+        sequence.end()
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Cells, D::Error> {
+        let pairs = Vec::<(ByteBuf, ByteBuf)>::deserialize(deserializer)?;
+        Ok(pairs
+            .into_iter()
+            .map(|(key, cell)| (key.into_vec(), cell.into_vec()))
+            .collect())
+    }
+}
+
 /// A logged batch in a batchlog ([`crate::batchlog`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BatchId {
@@ -28,7 +57,7 @@ pub type PartitionRef = (Token, Vec<u8>);
 #[derive(Debug, Serialize, Deserialize)]
 pub enum ReplicaRequest {
     /// Apply these cells (a write, a read repair or a replayed hint).
-    Apply(Cells),
+    Apply(#[serde(with = "cells_serde")] Cells),
     /// The visible cells stored in `[lower, upper)`, at most `limit` of them.
     Read {
         lower: Vec<u8>,
@@ -49,7 +78,11 @@ pub enum ReplicaRequest {
     RangeHashes { bounds: Vec<Vec<u8>> },
     /// Keep a logged batch (its cells, serialized) in this node's batchlog until it is
     /// removed or replayed.
-    StoreBatch { batch: BatchId, cells: Vec<u8> },
+    StoreBatch {
+        batch: BatchId,
+        #[serde(with = "serde_bytes")]
+        cells: Vec<u8>,
+    },
     /// The batch was applied: drop it from the batchlog.
     RemoveBatch(BatchId),
     /// The last visible cells of `[lower, upper)`, at most `limit`, in key order (reverse
@@ -230,6 +263,7 @@ pub enum ReplicaResponse {
     Applied,
     /// The cells read; `complete` is false when `limit` cut the range short.
     Cells {
+        #[serde(with = "cells_serde")]
         cells: Cells,
         complete: bool,
     },
@@ -244,6 +278,7 @@ pub enum ReplicaResponse {
     /// The answer to `ReadBefore`: the cells of `[from, upper)` (`from: None`: of the
     /// whole `[lower, upper)`).
     CellsFrom {
+        #[serde(with = "cells_serde")]
         cells: Cells,
         from: Option<Vec<u8>>,
     },
@@ -264,6 +299,7 @@ pub enum ReplicaResponse {
     /// The answer to `ScanChunk`: the cells read as for `Cells`, and what the replica
     /// holds of the table's tablets (seed 002's piggybacked estimates).
     ScanCells {
+        #[serde(with = "cells_serde")]
         cells: Cells,
         complete: bool,
         estimates: std::sync::Arc<TabletCells>,
@@ -276,4 +312,56 @@ pub enum ReplicaResponse {
 pub struct TabletCells {
     pub table: TableId,
     pub tablets: Vec<(TabletId, u64)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plain encoding nodes without `cells_serde` used.
+    #[derive(Serialize, Deserialize)]
+    struct PlainCells(Cells);
+
+    fn cells() -> Cells {
+        vec![
+            (b"key one".to_vec(), vec![0, 1, 2, 255]),
+            (Vec::new(), b"an empty key".to_vec()),
+            (vec![7; 300], Vec::new()),
+        ]
+    }
+
+    #[test]
+    fn cells_travel_as_the_same_bytes_as_before_and_come_back_whole() {
+        let cells = cells();
+        let response = ReplicaResponse::Cells {
+            cells: cells.clone(),
+            complete: true,
+        };
+        let encoded = bincode::serialize(&response).unwrap();
+        // The variant tag (u32), then the cells exactly as plain serde wrote them.
+        let plain = bincode::serialize(&PlainCells(cells.clone())).unwrap();
+        assert_eq!(&encoded[4..4 + plain.len()], &plain[..]);
+        match bincode::deserialize(&encoded).unwrap() {
+            ReplicaResponse::Cells {
+                cells: decoded,
+                complete,
+            } => {
+                assert_eq!(decoded, cells);
+                assert!(complete);
+            }
+            other => panic!("decoded as {other:?}"),
+        }
+        // And a node without `cells_serde` reads what this one sends.
+        let request = bincode::serialize(&ReplicaRequest::Apply(cells.clone())).unwrap();
+        let PlainCells(read) = bincode::deserialize(&request[4..]).unwrap();
+        assert_eq!(read, cells);
+    }
+
+    #[test]
+    fn truncated_cells_are_an_error_not_a_panic() {
+        let encoded = bincode::serialize(&ReplicaRequest::Apply(cells())).unwrap();
+        for cut in [5, 13, encoded.len() - 1] {
+            assert!(bincode::deserialize::<ReplicaRequest>(&encoded[..cut]).is_err());
+        }
+    }
 }

@@ -224,6 +224,7 @@ fn state_tombstones(
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Proposal {
     pub ballot: Ballot,
+    #[serde(with = "crate::messages::cells_serde")]
     pub update: Cells,
 }
 

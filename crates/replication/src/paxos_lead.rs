@@ -98,6 +98,7 @@ pub enum LeadRequest {
         key: PaxosKey,
         lease: u64,
         ballot: Ballot,
+        #[serde(with = "crate::messages::cells_serde")]
         update: Cells,
         serial: u16,
         consistency: u16,

@@ -10,6 +10,12 @@
 //! is the socket's only writer: event frames pushed by other tasks reach it through a
 //! channel, and all answers of a pass leave in one socket write.
 //!
+//! Reads that can run long — scans and partition slices — run as tasks of their own
+//! instead ([`runs_apart`]): their coordinator work (merging chunk replies, building and
+//! encoding up to thousands of rows) takes milliseconds of CPU, and inside the connection's
+//! task every other request of the connection — point reads whose answers are ready —
+//! would wait for it. A point read stays in the task: it is done sooner than a hand-off.
+//!
 //! A pass that leaves requests unanswered acknowledges the bytes it read at once
 //! ([`acknowledge_now`]): a client that does not set `TCP_NODELAY` (the Python driver's
 //! default) holds its next request back until its last segment is acknowledged, and the
@@ -79,8 +85,29 @@ const EVENT_QUEUE_CAPACITY: usize = 64;
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 
 fn encode_frame(out: &mut Vec<u8>, stream: i16, response: &Response, compress: bool) {
-    let (op, body) = response.encode();
-    frame::write_frame(out, stream, op, &body, compress);
+    if compress {
+        let (op, body) = response.encode();
+        frame::write_frame(out, stream, op, &body, compress);
+        return;
+    }
+    // The body is encoded behind room for the header, which is filled in once the body's
+    // length is known: a result of thousands of rows is not copied again.
+    let start = out.len();
+    out.resize(start + HEADER_LENGTH, 0);
+    let (op, encoded) = response.encode_onto(std::mem::take(out));
+    *out = encoded;
+    let length = out.len() - start - HEADER_LENGTH;
+    frame::write_header(&mut out[start..], stream, op, 0, length);
+}
+
+/// Adds an answer to what the pass will send; the first is taken as it is (a scan's
+/// megabytes are not copied again).
+fn gather(output: &mut Vec<u8>, frame: Vec<u8>) {
+    if output.is_empty() {
+        *output = frame;
+    } else {
+        output.extend_from_slice(&frame);
+    }
 }
 
 /// The requests that can be traced: the ones that run statements.
@@ -184,7 +211,7 @@ async fn serve_halves<R: AsyncRead + Unpin>(
     loop {
         let mut received = false;
         tokio::select! {
-            Some(frame) = in_flight.next(), if !in_flight.is_empty() => output.extend_from_slice(&frame),
+            Some(frame) = in_flight.next(), if !in_flight.is_empty() => gather(&mut output, frame),
             Some(event) = events_rx.recv() => output.extend_from_slice(&event),
             read = read_half.read_buf(&mut input), if !closing => {
                 match read {
@@ -240,10 +267,13 @@ async fn serve_halves<R: AsyncRead + Unpin>(
                         output.extend_from_slice(&error_frame(header.stream, error, compress));
                         continue;
                     }
+                    let apart = runs_apart(&header, &body, &coordinator);
                     let request = handle_frame(header, body, Arc::clone(&state), Arc::clone(&coordinator), Arc::clone(&events), events_tx.clone(), limits);
                     // STARTUP, OPTIONS and REGISTER change connection state: finish them in order.
                     if matches!(header.opcode, opcode::STARTUP | opcode::OPTIONS | opcode::REGISTER) {
                         output.extend_from_slice(&request.await);
+                    } else if apart {
+                        in_flight.push(run_apart(request, header.stream, compress));
                     } else {
                         in_flight.push(request.boxed());
                     }
@@ -257,7 +287,7 @@ async fn serve_halves<R: AsyncRead + Unpin>(
         loop {
             let deferral = WriteDeferral::begin();
             while let Some(Some(frame)) = in_flight.next().now_or_never() {
-                output.extend_from_slice(&frame);
+                gather(&mut output, frame);
             }
             if deferral.apply() == 0 {
                 break;
@@ -270,7 +300,12 @@ async fn serve_halves<R: AsyncRead + Unpin>(
             if write_half.write_all(&output).await.is_err() || write_half.flush().await.is_err() {
                 break;
             }
-            output.clear();
+            // A pass that answered a scan leaves megabytes of room: not kept for later.
+            if output.capacity() > 1 << 20 {
+                output = Vec::new();
+            } else {
+                output.clear();
+            }
         } else if received && !in_flight.is_empty() {
             // No answer carries the acknowledgement of what was just read.
             acknowledge(&read_half);
@@ -281,6 +316,71 @@ async fn serve_halves<R: AsyncRead + Unpin>(
     }
     let _ = write_half.shutdown().await;
     tracing::debug!(?peer, "connection closed");
+}
+
+/// Whether a request runs as a task of its own rather than inside its connection's task:
+/// reads that may return many rows. An EXECUTE's class is its prepared statement's plan
+/// (known after its first execution on this node; a compressed body is not looked into);
+/// a QUERY's is judged by its first word, since it is not parsed yet: every SELECT.
+fn runs_apart(header: &FrameHeader, body: &[u8], coordinator: &Coordinator) -> bool {
+    use shoal_coordinator::class::StatementClass;
+    if header.flags & frame::flags::COMPRESSION != 0 {
+        return false;
+    }
+    match header.opcode {
+        opcode::EXECUTE => {
+            let Some(id) = prepared_id(body) else {
+                return false;
+            };
+            matches!(
+                coordinator.prepared_class(id),
+                Some(StatementClass::Scan | StatementClass::PartitionSlice)
+            )
+        }
+        opcode::QUERY => query_text_start(body).is_some_and(|start| {
+            start
+                .get(..6)
+                .is_some_and(|word| word.eq_ignore_ascii_case(b"select"))
+        }),
+        _ => false,
+    }
+}
+
+/// The statement id an EXECUTE body starts with (`[short bytes]`).
+fn prepared_id(body: &[u8]) -> Option<&[u8]> {
+    let length = u16::from_be_bytes([*body.first()?, *body.get(1)?]) as usize;
+    body.get(2..2 + length)
+}
+
+/// A QUERY body's text (`[long string]`) from its first non-blank byte.
+fn query_text_start(body: &[u8]) -> Option<&[u8]> {
+    let length = i32::from_be_bytes(body.get(..4)?.try_into().ok()?);
+    let text = body.get(4..4 + usize::try_from(length).ok()?)?;
+    let blank = text.iter().take_while(|b| b.is_ascii_whitespace()).count();
+    Some(&text[blank..])
+}
+
+/// `request` spawned as a task; the future answers with its frame. Dropping the future
+/// (the connection closed) aborts the task: nobody is left to read its rows.
+fn run_apart(
+    request: impl std::future::Future<Output = Vec<u8>> + Send + 'static,
+    stream: i16,
+    compress: bool,
+) -> BoxFuture<'static, Vec<u8>> {
+    struct AbortOnDrop(tokio::task::JoinHandle<Vec<u8>>);
+    impl Drop for AbortOnDrop {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    let mut task = AbortOnDrop(tokio::spawn(request));
+    async move {
+        (&mut task.0).await.unwrap_or_else(|_| {
+            let error = CqlError::server("Internal error while executing the request");
+            error_frame(stream, error, compress)
+        })
+    }
+    .boxed()
 }
 
 /// Runs one request and returns its encoded response frame.
@@ -610,4 +710,51 @@ fn finish_result(state: &ConnectionState, events: &EventBus, mut result: ResultB
         _ => {}
     }
     Response::Result(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query_body(text: &str) -> Vec<u8> {
+        let mut body = (text.len() as i32).to_be_bytes().to_vec();
+        body.extend_from_slice(text.as_bytes());
+        body.extend_from_slice(&[0, 1, 0]); // consistency ONE, no flags
+        body
+    }
+
+    #[test]
+    fn a_query_is_judged_by_its_first_word() {
+        let start = |text: &str| query_text_start(&query_body(text)).map(<[u8]>::to_vec);
+        assert_eq!(
+            start("  \n SELECT * FROM t"),
+            Some(b"SELECT * FROM t".to_vec())
+        );
+        assert_eq!(
+            start("INSERT INTO t (k) VALUES (1)").unwrap()[..6],
+            *b"INSERT"
+        );
+        // Bodies too short for what they announce are nobody's first word.
+        assert_eq!(query_text_start(&[0, 0, 0, 9, b's']), None);
+        assert_eq!(query_text_start(&[0xff, 0xff, 0xff, 0xff]), None);
+        assert_eq!(query_text_start(&[0, 0]), None);
+    }
+
+    #[test]
+    fn an_execute_body_starts_with_its_statement_id() {
+        assert_eq!(prepared_id(&[0, 2, 7, 9, 0, 1]), Some(&[7, 9][..]));
+        assert_eq!(prepared_id(&[0, 4, 7, 9]), None);
+        assert_eq!(prepared_id(&[0]), None);
+    }
+
+    #[test]
+    fn a_response_frame_encoded_in_place_is_the_frame_encoded_apart() {
+        let response = Response::Error(CqlError::overloaded("busy".to_string()));
+        let mut in_place = b"earlier answers".to_vec();
+        encode_frame(&mut in_place, 7, &response, false);
+        let (op, body) = response.encode();
+        let mut apart = b"earlier answers".to_vec();
+        frame::write_frame(&mut apart, 7, op, &body, false);
+        assert_eq!(in_place, apart);
+    }
 }

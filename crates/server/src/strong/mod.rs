@@ -173,11 +173,13 @@ pub struct WireStatus {
 pub enum StrongReply {
     Applied,
     Cells {
+        #[serde(with = "shoal_replication::messages::cells_serde")]
         cells: Cells,
         complete: bool,
     },
     /// A reverse read's cells, and where they start when cut short.
     CellsBefore {
+        #[serde(with = "shoal_replication::messages::cells_serde")]
         cells: Cells,
         from: Option<Vec<u8>>,
     },
@@ -200,6 +202,7 @@ pub enum StrongReply {
         lease: u64,
         leader: [u8; 16],
         micros: i64,
+        #[serde(with = "shoal_replication::messages::cells_serde")]
         cells: Cells,
     },
     /// The partition's lock did not come in time (other conditional statements hold it,
