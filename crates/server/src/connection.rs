@@ -81,6 +81,8 @@ const LWT_MARK: u32 = 0x8000_0000;
 
 /// Event frames (SCHEMA_CHANGE, STATUS_CHANGE...) queued for the connection.
 const EVENT_QUEUE_CAPACITY: usize = 64;
+/// Body bytes an answer's buffer has room for from the start.
+const SMALL_BODY_BYTES: usize = 120;
 /// Bytes read from the socket per read call, at least.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 
@@ -93,6 +95,8 @@ fn encode_frame(out: &mut Vec<u8>, stream: i16, response: &Response, compress: b
     // The body is encoded behind room for the header, which is filled in once the body's
     // length is known: a result of thousands of rows is not copied again.
     let start = out.len();
+    // Room for a small answer (a write's, an error's) at once: one allocation.
+    out.reserve(HEADER_LENGTH + SMALL_BODY_BYTES);
     out.resize(start + HEADER_LENGTH, 0);
     let (op, encoded) = response.encode_onto(std::mem::take(out));
     *out = encoded;

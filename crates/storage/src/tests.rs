@@ -1087,3 +1087,46 @@ fn a_streamed_range_reconciles_with_what_the_destination_already_holds() {
         assert_eq!(value(3), Some(b"after".to_vec()));
     });
 }
+
+#[test]
+fn rocksdb_estimates_count_cells_not_yet_flushed() {
+    let directory = tempfile::tempdir().expect("temporary directory");
+    let engine = RocksEngine::open(directory.path(), &RocksOptions::default()).expect("open");
+    // Two key ranges of the table: tokens up to 0, and above.
+    let below = keys::token_range(&TABLE, None, Token(0));
+    let above = keys::token_range(&TABLE, Some(Token(0)), Token(i64::MAX));
+    let cell_in = |token: i64, partition: &str| {
+        let mut key = keys::partition_prefix(&TABLE, Token(token), partition.as_bytes());
+        key.push(keys::SECTION_ROW);
+        keys::push_column_part(&mut key, |k| keys::push_cell_column(k, "v", b""));
+        key
+    };
+    let estimate = |engine: &RocksEngine| {
+        engine
+            .approximate_range_cells(&[below.clone(), above.clone()])
+            .expect("rocksdb estimates")
+    };
+    assert_eq!(estimate(&engine), vec![0, 0]);
+    for n in 0..100 {
+        write(
+            &engine,
+            cell_in(1 + n, &format!("p{n}")),
+            Cell::live(WriteTimestamp(1), b"x".to_vec()),
+        );
+    }
+    // Nothing flushed yet: the hundred cells are all in the memtable, all above token 0.
+    assert_eq!(estimate(&engine), vec![0, 100]);
+    // Written again, a cell is still one cell.
+    write(
+        &engine,
+        cell_in(1, "p0"),
+        Cell::live(WriteTimestamp(2), b"y".to_vec()),
+    );
+    assert_eq!(estimate(&engine), vec![0, 100]);
+    // Flushed, they are estimated from the files alone — not counted twice — and none
+    // lies below token 0.
+    engine.flush().expect("flush");
+    let flushed = estimate(&engine);
+    assert_eq!(flushed[0], 0);
+    assert!(flushed[1] <= 150, "{flushed:?}");
+}
