@@ -230,11 +230,11 @@ async fn read_frame(
     Ok(Some((u64::from_be_bytes(id), body)))
 }
 
-/// Writes queued frames, coalescing whatever is ready into one write.
 /// Frames of at least this many bytes are written as they are instead of being gathered
 /// with others into the connection's write buffer.
 const WRITE_DIRECTLY_BYTES: usize = 64 * 1024;
 
+/// Writes queued frames, coalescing whatever small ones are ready into one write.
 async fn write_frames(
     mut writer: impl AsyncWriteExt + Unpin,
     mut frames: mpsc::Receiver<Vec<u8>>,

@@ -643,9 +643,9 @@ impl Engine for RocksEngine {
     }
 
     /// Each range's bytes in SST files times the column family's entries per byte
-    /// (RocksDB's estimated key count over its SST and memtable bytes). Entries still in
-    /// memtables are not in a range's bytes: a table written since the last flush reads
-    /// low. `None` while nothing has been flushed.
+    /// (RocksDB's estimated key count over its SST and memtable bytes), plus the range's
+    /// cells still in memtables ([`RocksEngine::memtable_cells`], which RocksDB's size
+    /// estimates do not cover).
     fn approximate_range_cells(&self, ranges: &[(Vec<u8>, Vec<u8>)]) -> Option<Vec<u64>> {
         let data = self.data().ok()?;
         let in_memory: Vec<u64> = ranges
