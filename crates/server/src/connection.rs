@@ -1,7 +1,8 @@
 //! One client connection: the CQL v4 conversation.
 //!
 //! Each connection is one task. It reads whatever bytes the socket has into a buffer,
-//! cuts complete frames out of it, and starts every request as a future in the
+//! cuts complete frames out of it — at most [`REQUESTS_PER_PASS`] per pass, the rest wait
+//! in the buffer for the next pass — and starts every request as a future in the
 //! connection's own [`FuturesUnordered`] — so many requests (stream ids) are in flight at
 //! once without spawning a task per request or waking another thread. Requests that finish
 //! at once (a point read) answer in the same pass; the writes of a pass are applied
@@ -83,6 +84,11 @@ const LWT_MARK: u32 = 0x8000_0000;
 const EVENT_QUEUE_CAPACITY: usize = 64;
 /// Body bytes an answer's buffer has room for from the start.
 const SMALL_BODY_BYTES: usize = 120;
+/// Requests started in one pass at most; the frames after them wait in the buffer for the
+/// next pass. A pass's answers leave together once its writes are applied, so a client
+/// that sent many requests at once gets the first of them back while the server works on
+/// the rest, instead of waiting for all (and leaving the server idle in turn).
+const REQUESTS_PER_PASS: usize = 16;
 /// Bytes read from the socket per read call, at least.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 
@@ -212,78 +218,101 @@ async fn serve_halves<R: AsyncRead + Unpin>(
     // Bytes of an oversized frame body still to be discarded.
     let mut skipping: usize = 0;
     let mut closing = false;
+    // Complete frames may still wait in `input`: the last pass stopped at its size.
+    let mut buffered = false;
     loop {
         let mut received = false;
         tokio::select! {
             Some(frame) = in_flight.next(), if !in_flight.is_empty() => gather(&mut output, frame),
             Some(event) = events_rx.recv() => output.extend_from_slice(&event),
-            read = read_half.read_buf(&mut input), if !closing => {
+            read = read_half.read_buf(&mut input), if !closing && !buffered => {
                 match read {
                     Ok(0) | Err(_) => closing = true,
                     Ok(_) => received = true,
                 }
-                // Cut every complete frame out of the buffer.
-                loop {
+            }
+            () = std::future::ready(()), if buffered => {}
+            else => break,
+        }
+        if received || buffered {
+            buffered = false;
+            let mut started = 0;
+            // Cut complete frames out of the buffer, up to a pass's worth.
+            loop {
+                if skipping > 0 {
+                    let dropped = skipping.min(input.len());
+                    input.advance(dropped);
+                    skipping -= dropped;
                     if skipping > 0 {
-                        let dropped = skipping.min(input.len());
-                        input.advance(dropped);
-                        skipping -= dropped;
-                        if skipping > 0 {
-                            break;
-                        }
-                    }
-                    if input.len() < HEADER_LENGTH {
                         break;
-                    }
-                    let mut header_bytes = [0u8; HEADER_LENGTH];
-                    header_bytes.copy_from_slice(&input[..HEADER_LENGTH]);
-                    let header = FrameHeader::parse(&header_bytes);
-                    let compress = state.compression.load(Ordering::Relaxed);
-                    if let Err(error) = header.check_version() {
-                        // Answer in v4 and close, as Cassandra does; the driver retries with v4.
-                        output.extend_from_slice(&error_frame(header.stream, error, false));
-                        closing = true;
-                        input.clear();
-                        break;
-                    }
-                    let length = header.length as usize;
-                    if length > limits.max_frame_bytes {
-                        input.advance(HEADER_LENGTH);
-                        skipping = length;
-                        let error = CqlError::protocol(format!(
-                            "Request is too big: length {length} exceeds maximum allowed length {}",
-                            limits.max_frame_bytes
-                        ));
-                        output.extend_from_slice(&error_frame(header.stream, error, compress));
-                        continue;
-                    }
-                    if input.len() < HEADER_LENGTH + length {
-                        input.reserve(HEADER_LENGTH + length - input.len());
-                        break;
-                    }
-                    input.advance(HEADER_LENGTH);
-                    let body = input.split_to(length).to_vec();
-                    if in_flight.len() >= limits.max_in_flight {
-                        let error = CqlError::overloaded(format!(
-                            "Too many requests in flight on this connection (limit {})",
-                            limits.max_in_flight
-                        ));
-                        output.extend_from_slice(&error_frame(header.stream, error, compress));
-                        continue;
-                    }
-                    let apart = runs_apart(&header, &body, &coordinator);
-                    let request = handle_frame(header, body, Arc::clone(&state), Arc::clone(&coordinator), Arc::clone(&events), events_tx.clone(), limits);
-                    // STARTUP, OPTIONS and REGISTER change connection state: finish them in order.
-                    if matches!(header.opcode, opcode::STARTUP | opcode::OPTIONS | opcode::REGISTER) {
-                        output.extend_from_slice(&request.await);
-                    } else if apart {
-                        in_flight.push(run_apart(request, header.stream, compress));
-                    } else {
-                        in_flight.push(request.boxed());
                     }
                 }
+                if input.len() < HEADER_LENGTH {
+                    break;
+                }
+                let mut header_bytes = [0u8; HEADER_LENGTH];
+                header_bytes.copy_from_slice(&input[..HEADER_LENGTH]);
+                let header = FrameHeader::parse(&header_bytes);
+                let compress = state.compression.load(Ordering::Relaxed);
+                if let Err(error) = header.check_version() {
+                    // Answer in v4 and close, as Cassandra does; the driver retries with v4.
+                    output.extend_from_slice(&error_frame(header.stream, error, false));
+                    closing = true;
+                    input.clear();
+                    break;
+                }
+                let length = header.length as usize;
+                if length > limits.max_frame_bytes {
+                    input.advance(HEADER_LENGTH);
+                    skipping = length;
+                    let error = CqlError::protocol(format!(
+                        "Request is too big: length {length} exceeds maximum allowed length {}",
+                        limits.max_frame_bytes
+                    ));
+                    output.extend_from_slice(&error_frame(header.stream, error, compress));
+                    continue;
+                }
+                if input.len() < HEADER_LENGTH + length {
+                    input.reserve(HEADER_LENGTH + length - input.len());
+                    break;
+                }
+                input.advance(HEADER_LENGTH);
+                let body = input.split_to(length).to_vec();
+                if in_flight.len() >= limits.max_in_flight {
+                    let error = CqlError::overloaded(format!(
+                        "Too many requests in flight on this connection (limit {})",
+                        limits.max_in_flight
+                    ));
+                    output.extend_from_slice(&error_frame(header.stream, error, compress));
+                    continue;
+                }
+                let apart = runs_apart(&header, &body, &coordinator);
+                let request = handle_frame(
+                    header,
+                    body,
+                    Arc::clone(&state),
+                    Arc::clone(&coordinator),
+                    Arc::clone(&events),
+                    events_tx.clone(),
+                    limits,
+                );
+                // STARTUP, OPTIONS and REGISTER change connection state: finish them in order.
+                if matches!(
+                    header.opcode,
+                    opcode::STARTUP | opcode::OPTIONS | opcode::REGISTER
+                ) {
+                    output.extend_from_slice(&request.await);
+                } else if apart {
+                    in_flight.push(run_apart(request, header.stream, compress));
+                } else {
+                    in_flight.push(request.boxed());
+                }
+                started += 1;
+                if started == REQUESTS_PER_PASS {
+                    buffered = true;
+                    break;
+                }
             }
-            else => break,
         }
         // Collect every answer that is ready now, then hand them over in one piece. The
         // writes of the requests run meanwhile are applied together (one engine write) and

@@ -1,0 +1,126 @@
+#![allow(clippy::unwrap_used)]
+//! A client that sends many requests in one write, without waiting for any answer — what
+//! every driver does with many requests in flight on one connection — gets every one of
+//! them answered, once, without sending anything more. The node serves a connection's
+//! requests in passes of a bounded size, leaving the frames after a pass in its buffer;
+//! those must be served from the buffer, not only when more bytes arrive.
+
+mod common;
+
+use common::free_port;
+use shoal_cql::frame::opcode;
+use shoal_server::config::Config;
+use shoal_server::Node;
+use std::collections::BTreeMap;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Far more than one pass of requests.
+const PIPELINED: i16 = 300;
+const RESULT_VOID: i32 = 1;
+
+fn request(stream: i16, opcode: u8, body: &[u8]) -> Vec<u8> {
+    let mut frame = vec![0x04, 0];
+    frame.extend_from_slice(&stream.to_be_bytes());
+    frame.push(opcode);
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(body);
+    frame
+}
+
+fn startup() -> Vec<u8> {
+    let mut body = 1u16.to_be_bytes().to_vec();
+    for text in ["CQL_VERSION", "3.0.0"] {
+        body.extend_from_slice(&(text.len() as u16).to_be_bytes());
+        body.extend_from_slice(text.as_bytes());
+    }
+    request(0, opcode::STARTUP, &body)
+}
+
+fn query(stream: i16, text: &str) -> Vec<u8> {
+    let mut body = (text.len() as u32).to_be_bytes().to_vec();
+    body.extend_from_slice(text.as_bytes());
+    body.extend_from_slice(&1u16.to_be_bytes()); // consistency ONE
+    body.push(0); // no flags
+    request(stream, opcode::QUERY, &body)
+}
+
+/// Reads one answer: its stream, opcode and body, within a bound.
+async fn answer(socket: &mut TcpStream) -> (i16, u8, Vec<u8>) {
+    let mut header = [0u8; 9];
+    tokio::time::timeout(Duration::from_secs(20), socket.read_exact(&mut header))
+        .await
+        .expect("the node answers within 20 s")
+        .unwrap();
+    let length = u32::from_be_bytes([header[5], header[6], header[7], header[8]]) as usize;
+    let mut body = vec![0u8; length];
+    socket.read_exact(&mut body).await.unwrap();
+    (i16::from_be_bytes([header[2], header[3]]), header[4], body)
+}
+
+async fn run_one(socket: &mut TcpStream, frame: &[u8]) -> (u8, Vec<u8>) {
+    socket.write_all(frame).await.unwrap();
+    let (_, op, body) = answer(socket).await;
+    (op, body)
+}
+
+#[test]
+fn every_request_sent_in_one_write_is_answered_once() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let directory = tempfile::tempdir().unwrap();
+    let config = Config {
+        data_dir: directory.path().to_path_buf(),
+        cql_port: free_port(),
+        internode_port: free_port(),
+        ..Config::default()
+    };
+    let node = runtime.block_on(Node::start(config)).unwrap();
+    let address = node.cql_address();
+    runtime.block_on(async {
+        let mut socket = TcpStream::connect(address).await.unwrap();
+        socket.set_nodelay(true).unwrap();
+        assert_eq!(run_one(&mut socket, &startup()).await.0, opcode::READY);
+        for text in [
+            "CREATE KEYSPACE ks WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}",
+            "CREATE TABLE ks.t (k int PRIMARY KEY, v int)",
+        ] {
+            let (op, body) = run_one(&mut socket, &query(1, text)).await;
+            assert_eq!(op, opcode::RESULT, "{text}: {}", String::from_utf8_lossy(&body));
+        }
+
+        let mut frames = Vec::new();
+        for stream in 1..=PIPELINED {
+            frames.extend(query(
+                stream,
+                &format!("INSERT INTO ks.t (k, v) VALUES ({stream}, {stream})"),
+            ));
+        }
+        socket.write_all(&frames).await.unwrap();
+        let mut answered = BTreeMap::new();
+        for _ in 1..=PIPELINED {
+            let (stream, op, body) = answer(&mut socket).await;
+            assert_eq!(op, opcode::RESULT, "{}", String::from_utf8_lossy(&body));
+            assert_eq!(body[..4], RESULT_VOID.to_be_bytes());
+            *answered.entry(stream).or_insert(0) += 1;
+        }
+        assert_eq!(
+            answered.keys().copied().collect::<Vec<_>>(),
+            (1..=PIPELINED).collect::<Vec<_>>()
+        );
+        assert!(answered.values().all(|&count| count == 1));
+
+        // The writes are all there.
+        let (op, body) = run_one(&mut socket, &query(1, "SELECT count(*) FROM ks.t")).await;
+        assert_eq!(op, opcode::RESULT);
+        assert!(
+            body.ends_with(&(PIPELINED as i64).to_be_bytes()),
+            "count(*) answers {PIPELINED}"
+        );
+        node.stop().await;
+    });
+}
