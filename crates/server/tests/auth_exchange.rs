@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::free_port;
+use common::{free_port, query, request, runtime, startup};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
 use shoal_cql::frame::opcode;
@@ -24,34 +24,10 @@ const BAD_CREDENTIALS: i32 = 0x0100;
 const UNAUTHORIZED: i32 = 0x2100;
 const PROTOCOL_ERROR: i32 = 0x000A;
 
-fn request(opcode: u8, body: &[u8]) -> Vec<u8> {
-    let mut frame = vec![0x04, 0, 0, 1, opcode];
-    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    frame.extend_from_slice(body);
-    frame
-}
-
-fn startup() -> Vec<u8> {
-    let mut body = 1u16.to_be_bytes().to_vec();
-    for text in ["CQL_VERSION", "3.0.0"] {
-        body.extend_from_slice(&(text.len() as u16).to_be_bytes());
-        body.extend_from_slice(text.as_bytes());
-    }
-    request(opcode::STARTUP, &body)
-}
-
-fn query(text: &str) -> Vec<u8> {
-    let mut body = (text.len() as u32).to_be_bytes().to_vec();
-    body.extend_from_slice(text.as_bytes());
-    body.extend_from_slice(&1u16.to_be_bytes()); // consistency ONE
-    body.push(0); // no flags
-    request(opcode::QUERY, &body)
-}
-
 fn auth_response(token: &[u8]) -> Vec<u8> {
     let mut body = (token.len() as i32).to_be_bytes().to_vec();
     body.extend_from_slice(token);
-    request(opcode::AUTH_RESPONSE, &body)
+    request(1, opcode::AUTH_RESPONSE, &body)
 }
 
 /// Sends a frame and reads the answer: its opcode and body, within a bound.
@@ -80,7 +56,7 @@ async fn try_token(address: SocketAddr, token: &[u8]) -> Result<(), TestCaseErro
     let (op, body) = exchange(&mut socket, &auth_response(token)).await;
     prop_assert_eq!(op, opcode::ERROR, "a wrong token logged in: {:?}", token);
     prop_assert!([BAD_CREDENTIALS, PROTOCOL_ERROR].contains(&error_code(&body)));
-    let (op, body) = exchange(&mut socket, &query("SELECT key FROM system.local")).await;
+    let (op, body) = exchange(&mut socket, &query(1, "SELECT key FROM system.local")).await;
     prop_assert_eq!(op, opcode::ERROR);
     prop_assert_eq!(error_code(&body), UNAUTHORIZED);
     Ok(())
@@ -102,11 +78,7 @@ fn tokens() -> impl Strategy<Value = Vec<u8>> {
 
 #[test]
 fn no_sasl_response_but_the_right_one_logs_in() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     let directory = tempfile::tempdir().unwrap();
     let config = Config {
         data_dir: directory.path().to_path_buf(),
@@ -131,7 +103,7 @@ fn no_sasl_response_but_the_right_one_logs_in() {
         exchange(&mut socket, &startup()).await;
         let (op, _) = exchange(&mut socket, &auth_response(VALID_TOKEN)).await;
         assert_eq!(op, opcode::AUTH_SUCCESS);
-        let (op, _) = exchange(&mut socket, &query("SELECT key FROM system.local")).await;
+        let (op, _) = exchange(&mut socket, &query(1, "SELECT key FROM system.local")).await;
         assert_eq!(op, opcode::RESULT);
         node.stop().await;
     });

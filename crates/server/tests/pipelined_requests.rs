@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::free_port;
+use common::{free_port, query, runtime, startup};
 use shoal_cql::frame::opcode;
 use shoal_server::config::Config;
 use shoal_server::Node;
@@ -19,32 +19,6 @@ use tokio::net::TcpStream;
 /// Far more than one pass of requests.
 const PIPELINED: i16 = 300;
 const RESULT_VOID: i32 = 1;
-
-fn request(stream: i16, opcode: u8, body: &[u8]) -> Vec<u8> {
-    let mut frame = vec![0x04, 0];
-    frame.extend_from_slice(&stream.to_be_bytes());
-    frame.push(opcode);
-    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    frame.extend_from_slice(body);
-    frame
-}
-
-fn startup() -> Vec<u8> {
-    let mut body = 1u16.to_be_bytes().to_vec();
-    for text in ["CQL_VERSION", "3.0.0"] {
-        body.extend_from_slice(&(text.len() as u16).to_be_bytes());
-        body.extend_from_slice(text.as_bytes());
-    }
-    request(0, opcode::STARTUP, &body)
-}
-
-fn query(stream: i16, text: &str) -> Vec<u8> {
-    let mut body = (text.len() as u32).to_be_bytes().to_vec();
-    body.extend_from_slice(text.as_bytes());
-    body.extend_from_slice(&1u16.to_be_bytes()); // consistency ONE
-    body.push(0); // no flags
-    request(stream, opcode::QUERY, &body)
-}
 
 /// Reads one answer: its stream, opcode and body, within a bound.
 async fn answer(socket: &mut TcpStream) -> (i16, u8, Vec<u8>) {
@@ -67,11 +41,7 @@ async fn run_one(socket: &mut TcpStream, frame: &[u8]) -> (u8, Vec<u8>) {
 
 #[test]
 fn every_request_sent_in_one_write_is_answered_once() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     let directory = tempfile::tempdir().unwrap();
     let config = Config {
         data_dir: directory.path().to_path_buf(),

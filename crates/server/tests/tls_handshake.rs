@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::free_port;
+use common::{free_port, runtime};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
 use rustls::pki_types::pem::PemObject;
@@ -134,11 +134,7 @@ fn garbage(hello: Vec<u8>) -> impl Strategy<Value = Vec<u8>> {
 
 #[test]
 fn garbage_on_the_tls_port_ends_and_the_node_still_serves_tls() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     let directory = tempfile::tempdir().unwrap();
     let (certificate, key) = make_certificate(directory.path());
     let config = Config {

@@ -1,4 +1,9 @@
-//! What the server's integration tests share.
+//! What the server's integration tests share: a free port, a runtime like the node's, and
+//! CQL v4 request frames built by hand (the tests speak to the node's socket directly).
+//! Each test binary uses a part of it.
+#![allow(dead_code)]
+
+use shoal_cql::frame::opcode;
 
 /// A port free on 127.0.0.1 right now.
 pub fn free_port() -> u16 {
@@ -7,4 +12,42 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// A two-worker Tokio runtime, as on the machines the node runs on.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A request frame on `stream`.
+pub fn request(stream: i16, opcode: u8, body: &[u8]) -> Vec<u8> {
+    let mut frame = vec![0x04, 0];
+    frame.extend_from_slice(&stream.to_be_bytes());
+    frame.push(opcode);
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(body);
+    frame
+}
+
+/// STARTUP with CQL 3.0.0, on stream 0.
+pub fn startup() -> Vec<u8> {
+    let mut body = 1u16.to_be_bytes().to_vec();
+    for text in ["CQL_VERSION", "3.0.0"] {
+        body.extend_from_slice(&(text.len() as u16).to_be_bytes());
+        body.extend_from_slice(text.as_bytes());
+    }
+    request(0, opcode::STARTUP, &body)
+}
+
+/// QUERY of `text` at consistency ONE, without flags, on `stream`.
+pub fn query(stream: i16, text: &str) -> Vec<u8> {
+    let mut body = (text.len() as u32).to_be_bytes().to_vec();
+    body.extend_from_slice(text.as_bytes());
+    body.extend_from_slice(&1u16.to_be_bytes()); // consistency ONE
+    body.push(0); // no flags
+    request(stream, opcode::QUERY, &body)
 }
