@@ -3,9 +3,9 @@
 //! Every memtable flush adds a file to level 0, and every level-0 file is one more place a
 //! point read must look (a prefix filter probe, an index seek, often a data block). While
 //! writes are heavy, compacting level 0 late pays: with keys spread over the whole table,
-//! each level-0 compaction rewrites nearly all of level 1, so compacting eight files at a
-//! time instead of four halves that rewriting (`LEVEL0_FILES_BEFORE_COMPACTION`). But once
-//! writes slow down, nothing fills level 0 up to that trigger: up to seven files stay for
+//! each level-0 compaction rewrites nearly all of level 1, so compacting sixteen files at
+//! a time instead of four quarters that rewriting (`LEVEL0_FILES_BEFORE_COMPACTION`). But
+//! once writes slow down, nothing fills level 0 up to that trigger: up to fifteen files stay for
 //! as long as writes stay light — minutes at a few thousand writes a second — and every
 //! read pays for them. Measured on a three-node cluster (RF=3, QUORUM reads, 200k keys):
 //! 30k reads/s with four level-0 files against 45k/s with none.

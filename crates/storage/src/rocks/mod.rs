@@ -44,7 +44,13 @@ const FORMAT_KEY: &[u8] = b"storage/format";
 
 /// Files level 0 collects before they are compacted into the next level (see
 /// [`RocksEngine::open`]).
-const LEVEL0_FILES_BEFORE_COMPACTION: i32 = 8;
+const LEVEL0_FILES_BEFORE_COMPACTION: i32 = 16;
+/// Level-0 files at which RocksDB slows writes down, and at which it stops them: as far
+/// above the compaction trigger as RocksDB's defaults (20 and 36) are above its default
+/// trigger of 4, so that batching compactions never stalls a write that its defaults
+/// would not.
+const LEVEL0_FILES_SLOWING_WRITES: i32 = LEVEL0_FILES_BEFORE_COMPACTION + 16;
+const LEVEL0_FILES_STOPPING_WRITES: i32 = LEVEL0_FILES_BEFORE_COMPACTION + 32;
 
 /// Tunables of the RocksDB engine (from the node's configuration).
 #[derive(Debug, Clone)]
@@ -171,18 +177,23 @@ impl RocksEngine {
             rocksdb::DBCompressionType::Lz4,
             rocksdb::DBCompressionType::Lz4,
         ]);
-        // Level 0 is compacted into the next level once it holds 8 files (RocksDB's default
-        // is 4). Under writes to keys spread over the whole table, every such compaction
-        // rewrites the files of that level the flushed keys fall in — nearly all of it — so
-        // compacting twice as much at a time halves that rewriting. Measured with
-        // `bench/write-path --skip-cassandra` (1M keys, the same binary with and without,
-        // 3 rounds): at 8 files 19% less server CPU per write and 9% more writes/s; at 12
-        // files, another run, 20% less and 3% more. See `bench/results/2026-11-27-write-path`
-        // for what that is worth beside the machine's drift. Point reads check the extra files' prefix filters, which stay
-        // in the cache (`set_pin_l0_filter_and_index_blocks_in_cache`). This is the trigger
-        // while writes are heavy; once they go quiet, `level0` lowers it so that no file
-        // stays in level 0 for reads to pay for.
+        // Level 0 is compacted into the next level once it holds 16 files (RocksDB's
+        // default is 4). Under writes to keys spread over the whole table, every such
+        // compaction rewrites the files of that level the flushed keys fall in — nearly all
+        // of it — so compacting four times as much at a time quarters that rewriting.
+        // Measured with `bench/write-path --skip-cassandra` (1M keys, the same binary with
+        // and without, 3 rounds): at 8 files 19% less server CPU per write than at 4 and 9%
+        // more writes/s (`bench/results/2026-11-27-write-path`). With `bench/thread-cpu`,
+        // 16 files against 8 alternating on one machine: compaction 4.4-5.0 µs of CPU per
+        // write against 6.4-8.5, the whole node 22.1-22.9 against 23.8-27.6
+        // (`bench/results/2026-11-28-write-path-level0-16`). Point reads check the extra
+        // files' prefix filters, which stay in the cache
+        // (`set_pin_l0_filter_and_index_blocks_in_cache`). This is the trigger while writes
+        // are heavy; once they go quiet, `level0` lowers it so that no file stays in level
+        // 0 for reads to pay for.
         data_options.set_level_zero_file_num_compaction_trigger(LEVEL0_FILES_BEFORE_COMPACTION);
+        data_options.set_level_zero_slowdown_writes_trigger(LEVEL0_FILES_SLOWING_WRITES);
+        data_options.set_level_zero_stop_writes_trigger(LEVEL0_FILES_STOPPING_WRITES);
         data_options.set_merge_operator_associative("shoal_last_write_wins", merge_last_write_wins);
         // Hot keys' operands are collapsed by the writer (see `writer`), not by
         // `max_successive_merges`, which searches the memtable on every write.
