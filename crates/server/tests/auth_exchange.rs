@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{free_port, query, request, runtime, startup};
+use common::{free_port, query, read_answer, request, runtime, startup};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
 use shoal_cql::frame::opcode;
@@ -16,7 +16,7 @@ use shoal_server::config::{Authenticator, Authorizer, Config};
 use shoal_server::Node;
 use std::net::SocketAddr;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 const VALID_TOKEN: &[u8] = b"\0cassandra\0cassandra";
@@ -33,15 +33,8 @@ fn auth_response(token: &[u8]) -> Vec<u8> {
 /// Sends a frame and reads the answer: its opcode and body, within a bound.
 async fn exchange(socket: &mut TcpStream, frame: &[u8]) -> (u8, Vec<u8>) {
     socket.write_all(frame).await.unwrap();
-    let mut header = [0u8; 9];
-    tokio::time::timeout(Duration::from_secs(10), socket.read_exact(&mut header))
-        .await
-        .expect("the node answers within 10 s")
-        .unwrap();
-    let length = u32::from_be_bytes([header[5], header[6], header[7], header[8]]) as usize;
-    let mut body = vec![0u8; length];
-    socket.read_exact(&mut body).await.unwrap();
-    (header[4], body)
+    let (_, op, body) = read_answer(socket, Duration::from_secs(10)).await;
+    (op, body)
 }
 
 fn error_code(body: &[u8]) -> i32 {

@@ -7,13 +7,13 @@
 
 mod common;
 
-use common::{free_port, query, runtime, startup};
+use common::{free_port, query, read_answer, runtime, startup};
 use shoal_cql::frame::opcode;
 use shoal_server::config::Config;
 use shoal_server::Node;
 use std::collections::BTreeMap;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 /// Far more than one pass of requests.
@@ -22,15 +22,7 @@ const RESULT_VOID: i32 = 1;
 
 /// Reads one answer: its stream, opcode and body, within a bound.
 async fn answer(socket: &mut TcpStream) -> (i16, u8, Vec<u8>) {
-    let mut header = [0u8; 9];
-    tokio::time::timeout(Duration::from_secs(20), socket.read_exact(&mut header))
-        .await
-        .expect("the node answers within 20 s")
-        .unwrap();
-    let length = u32::from_be_bytes([header[5], header[6], header[7], header[8]]) as usize;
-    let mut body = vec![0u8; length];
-    socket.read_exact(&mut body).await.unwrap();
-    (i16::from_be_bytes([header[2], header[3]]), header[4], body)
+    read_answer(socket, Duration::from_secs(20)).await
 }
 
 async fn run_one(socket: &mut TcpStream, frame: &[u8]) -> (u8, Vec<u8>) {

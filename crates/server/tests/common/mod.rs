@@ -4,6 +4,9 @@
 #![allow(dead_code)]
 
 use shoal_cql::frame::opcode;
+use std::time::Duration;
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
 
 /// A port free on 127.0.0.1 right now.
 pub fn free_port() -> u16 {
@@ -50,4 +53,18 @@ pub fn query(stream: i16, text: &str) -> Vec<u8> {
     body.extend_from_slice(&1u16.to_be_bytes()); // consistency ONE
     body.push(0); // no flags
     request(stream, opcode::QUERY, &body)
+}
+
+/// Reads one answer frame: its stream, opcode and body. Fails the test if its header does
+/// not arrive `within`.
+pub async fn read_answer(socket: &mut TcpStream, within: Duration) -> (i16, u8, Vec<u8>) {
+    let mut header = [0u8; 9];
+    tokio::time::timeout(within, socket.read_exact(&mut header))
+        .await
+        .unwrap_or_else(|_| panic!("the node answers within {} s", within.as_secs()))
+        .unwrap();
+    let length = u32::from_be_bytes([header[5], header[6], header[7], header[8]]) as usize;
+    let mut body = vec![0u8; length];
+    socket.read_exact(&mut body).await.unwrap();
+    (i16::from_be_bytes([header[2], header[3]]), header[4], body)
 }
