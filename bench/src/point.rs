@@ -1,6 +1,8 @@
 //! `shoal bench point`: a point read/write load generator for any CQL cluster (Shoal or
 //! Apache Cassandra), through the Rust `scylla` driver with prepared statements and
 //! token-aware routing: 100-byte values in a `kv` table, the single-node benchmark.
+//! `--fields 10` writes and reads rows of ten such values instead (a YCSB row), in a table
+//! of their own (`kv_10_fields`).
 //!
 //! It keeps `--concurrency` requests in flight, measures every request's latency into an
 //! HDR histogram, and prints throughput and percentiles. Benchmarks are never tests: the
@@ -13,6 +15,7 @@ use rand::Rng;
 use scylla::client::session::Session;
 use scylla::client::PoolSize;
 use scylla::statement::Consistency;
+use scylla::value::CqlValue;
 use std::future::Future;
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -46,6 +49,10 @@ pub struct PointArgs {
     /// Bytes per value.
     #[arg(long, default_value_t = 100)]
     pub value_bytes: usize,
+    /// Values per row: 1 is the `kv (k, v)` table; more are the columns `f0..` of
+    /// `kv_<n>_fields`, every one written by each INSERT and read by each SELECT.
+    #[arg(long, default_value_t = 1)]
+    pub fields: usize,
     /// Requests kept in flight.
     #[arg(long, default_value_t = 64)]
     pub concurrency: usize,
@@ -249,7 +256,17 @@ impl PhaseResult {
     }
 }
 
+/// The table `args` writes and reads, and its value columns.
+fn table_and_columns(args: &PointArgs) -> (String, Vec<String>) {
+    if args.fields == 1 {
+        return ("kv".into(), vec!["v".into()]);
+    }
+    let columns = (0..args.fields).map(|field| format!("f{field}")).collect();
+    (format!("kv_{}_fields", args.fields), columns)
+}
+
 async fn setup(session: &Session, args: &PointArgs) -> anyhow::Result<()> {
+    let (table, columns) = table_and_columns(args);
     session
         .query_unpaged(
             format!(
@@ -262,8 +279,13 @@ async fn setup(session: &Session, args: &PointArgs) -> anyhow::Result<()> {
     session
         .query_unpaged(
             format!(
-                "CREATE TABLE IF NOT EXISTS {}.kv (k bigint PRIMARY KEY, v blob)",
-                args.keyspace
+                "CREATE TABLE IF NOT EXISTS {}.{table} (k bigint PRIMARY KEY, {})",
+                args.keyspace,
+                columns
+                    .iter()
+                    .map(|column| format!("{column} blob"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
             &[],
         )
@@ -282,14 +304,21 @@ async fn run_phase(
     duration: Duration,
     sequential_keys: bool,
 ) -> anyhow::Result<PhaseResult> {
+    let (table, columns) = table_and_columns(args);
     let mut insert = session
         .prepare(format!(
-            "INSERT INTO {}.kv (k, v) VALUES (?, ?)",
-            args.keyspace
+            "INSERT INTO {}.{table} (k, {}) VALUES (?{})",
+            args.keyspace,
+            columns.join(", "),
+            ", ?".repeat(columns.len())
         ))
         .await?;
     let mut select = session
-        .prepare(format!("SELECT v FROM {}.kv WHERE k = ?", args.keyspace))
+        .prepare(format!(
+            "SELECT {} FROM {}.{table} WHERE k = ?",
+            columns.join(", "),
+            args.keyspace
+        ))
         .await?;
     let level = consistency(&args.consistency)?;
     insert.set_consistency(level);
@@ -307,6 +336,7 @@ async fn run_phase(
         let done = Arc::clone(&done);
         let records = args.records;
         let value = vec![0x5au8; args.value_bytes];
+        let fields = args.fields;
         async move {
             let mut histogram =
                 Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds");
@@ -328,10 +358,16 @@ async fn run_phase(
                 };
                 let began = Instant::now();
                 let outcome = match operation {
-                    Operation::Write => session
+                    Operation::Write if fields == 1 => session
                         .execute_unpaged(&insert, (key, &value))
                         .await
                         .map(|_| ()),
+                    Operation::Write => {
+                        let mut row = Vec::with_capacity(1 + fields);
+                        row.push(CqlValue::BigInt(key));
+                        row.extend((0..fields).map(|_| CqlValue::Blob(value.clone())));
+                        session.execute_unpaged(&insert, row).await.map(|_| ())
+                    }
                     Operation::Read => session.execute_unpaged(&select, (key,)).await.map(|_| ()),
                 };
                 let finished = Instant::now();
@@ -364,6 +400,7 @@ async fn run_phase(
 pub fn run(args: PointArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.concurrency >= 1, "--concurrency must be at least 1");
     anyhow::ensure!(args.records >= 1, "--records must be at least 1");
+    anyhow::ensure!(args.fields >= 1, "--fields must be at least 1");
     anyhow::ensure!(
         args.client_threads >= 1,
         "--client-threads must be at least 1"
@@ -388,8 +425,13 @@ pub fn run(args: PointArgs) -> anyhow::Result<()> {
         let session = Arc::new(session);
         setup(&session, &args).await?;
         println!(
-            "shoal bench: {} keys, {}-byte values, {} in flight, consistency {}, against {}",
-            args.records, args.value_bytes, args.concurrency, args.consistency, args.contact
+            "shoal bench: {} keys, rows of {} {}-byte values, {} in flight, consistency {}, against {}",
+            args.records,
+            args.fields,
+            args.value_bytes,
+            args.concurrency,
+            args.consistency,
+            args.contact
         );
         if args.load {
             let loaded = run_phase(

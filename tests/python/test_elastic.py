@@ -416,6 +416,36 @@ def test_shoal_cluster_add_grows_a_local_cluster_that_holds_data(tmp_path):
         subprocess.run([binary, "cluster", "stop", "--dir", str(directory)], capture_output=True, timeout=120)
 
 
+def test_a_joining_node_indexes_the_rows_it_receives(elastic):
+    """Streamed tablets arrive as files, not writes: the receiver indexes what it ingests,
+    so a secondary index lookup finds every row wherever its tablet went."""
+    cluster = elastic().start(1)
+    driver, session = connect(cluster, consistency=ConsistencyLevel.ONE)
+    try:
+        session.execute("CREATE KEYSPACE indexed WITH replication = "
+                        "{'class': 'SimpleStrategy', 'replication_factor': 1}")
+        session.execute("CREATE TABLE indexed.t (k int PRIMARY KEY, colour text, size int)")
+        session.execute("CREATE INDEX ON indexed.t (colour)")
+        insert = session.prepare("INSERT INTO indexed.t (k, colour, size) VALUES (?, ?, ?)")
+        colours = ["red", "green", "blue", "grey"]
+        results = execute_concurrent_with_args(session, insert, [(k, colours[k % 4], k) for k in range(2000)],
+                                               concurrency=64)
+        assert all(ok for ok, _ in results)
+    finally:
+        driver.shutdown()
+    cluster.node(ADDRESSES[1]).start(timeout=60)
+    wait_until(lambda: cluster.settled(2), timeout=120, message="the second node to join")
+    tablets = cluster.ring("indexed", "t")
+    assert any(t["replicas"] == [ADDRESSES[1]] for t in tablets), tablets
+    for address in ADDRESSES[:2]:
+        driver, session = connect(cluster, [address], consistency=ConsistencyLevel.ONE)
+        try:
+            rows = session.execute("SELECT k, size FROM indexed.t WHERE colour = 'blue'")
+            assert sorted((r.k, r.size) for r in rows) == [(k, k) for k in range(2, 2000, 4)], address
+        finally:
+            driver.shutdown()
+
+
 def test_changing_the_replication_factor_adds_and_drops_replicas_with_their_data(elastic):
     cluster = elastic().start(3)
     rows = create_table(cluster, rf=1, filler_rows=2000)

@@ -14,6 +14,13 @@
 //!   0x03 | name length (u16) | name | path   cell (path: element key of a collection)
 //! ```
 //!
+//! **A row's simple cells live under its marker's key.** The marker key (`0x01`) holds a
+//! row fragment ([`crate::fragment`]): the marker and every cell without a collection
+//! path, so a row written by one INSERT is one storage entry. `0x03` keys with an empty
+//! path are what a write names a simple cell by, and what readers expand a fragment
+//! into ([`crate::fragment::expand`]); the storage engine's writer packs them into the
+//! fragment. Only a collection's elements are stored under `0x03` keys.
+//!
 //! Because the token comes first, a token range of a table — a tablet — is one contiguous
 //! key range: scans walk it in token order, truncation and streaming take it whole.
 //!
@@ -51,9 +58,10 @@ pub const COLUMN_CELL: u8 = 0x03;
 
 /// The version of this key layout, of the cell encoding and of the cluster metadata kept
 /// beside the data (a node's Raft log and state); a data directory written with another
-/// version is refused at start-up rather than misread. 4: tablet maps record the tablets
-/// to merge and tables the tablets they were created with.
-pub const STORAGE_FORMAT_VERSION: u32 = 4;
+/// version is refused at start-up rather than misread. 5: a row's marker and simple cells
+/// are stored as one row fragment under the marker's key ([`crate::fragment`]; a version 4
+/// store holds them under keys of their own, and a cell under both would be read twice).
+pub const STORAGE_FORMAT_VERSION: u32 = 5;
 
 /// Kinds of clustering bound in a range tombstone key.
 pub const BOUND_INCLUSIVE: u8 = 1;

@@ -26,6 +26,7 @@
 
 pub mod cell;
 pub mod clustering;
+pub mod fragment;
 pub mod ids;
 pub mod keys;
 pub mod timestamp;

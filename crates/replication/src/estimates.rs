@@ -7,7 +7,7 @@
 //!
 //! - **Every replica piggybacks** on each scan chunk it answers
 //!   (`ReplicaResponse::ScanCells`) its estimate of the cells it holds in each tablet of
-//!   the table it replicates ([`TabletCellEstimator`]: the engine's approximate entries per
+//!   the table it replicates ([`TabletCellEstimator`]: the engine's approximate cells per
 //!   key range, recomputed at most every [`ESTIMATES_FRESH_FOR`]).
 //! - **The coordinator keeps them** ([`ScanEstimates`]), per tablet; a tablet no reply has
 //!   told of yet counts as the table's mean (or, for a table whose chunks are read by

@@ -205,9 +205,10 @@ pub trait Engine: Send + Sync + 'static {
         None
     }
 
-    /// Approximate number of entries (cells) stored in each of `ranges` (`[lower,
-    /// upper)` each), if the engine can tell: what a replica tells coordinators of the
-    /// tablets it holds, so that a scan asks for as many at once as its LIMIT needs.
+    /// Approximate number of cells stored in each of `ranges` (`[lower, upper)` each; a
+    /// row fragment counts the cells it holds), if the engine can tell: what a replica
+    /// tells coordinators of the tablets it holds, so that a scan asks for as many at
+    /// once as its LIMIT needs.
     fn approximate_range_cells(&self, _ranges: &[(Vec<u8>, Vec<u8>)]) -> Option<Vec<u64>> {
         None
     }

@@ -10,6 +10,7 @@
 //! reading as soon as they have enough.
 
 use crate::{Cursor, Engine, Result, StorageError};
+use shoal_model::fragment::{self, FragmentView};
 use shoal_model::keys::{self, ColumnPart};
 use shoal_model::{Cell, TableId, Token, WriteTimestamp};
 use std::cmp::Ordering;
@@ -158,6 +159,26 @@ fn decode_cell(bytes: &[u8]) -> Result<Cell> {
     Cell::decode(bytes).map_err(|e| StorageError::Corrupt(e.0))
 }
 
+/// Adds one stored entry of a row to its parts: a fragment under the marker's key
+/// (decision 0018) gives its marker and each of its cells as parts of their own.
+fn push_parts(parts: &mut Vec<(Vec<u8>, Cell)>, part: &[u8], value: &[u8]) -> Result<()> {
+    if part != [keys::COLUMN_ROW_MARKER] || !fragment::is_fragment(value) {
+        parts.push((part.to_vec(), decode_cell(value)?));
+        return Ok(());
+    }
+    let view = FragmentView::parse(value).map_err(|e| StorageError::Corrupt(e.0))?;
+    if let Some(marker) = view.marker {
+        parts.push((part.to_vec(), decode_cell(marker)?));
+    }
+    for (name, cell) in view.cells {
+        // The part alone: the key of the cell in an empty row, without its length.
+        let mut column_part = fragment::simple_cell_key(&[], name);
+        column_part.truncate(column_part.len() - 2);
+        parts.push((column_part, decode_cell(cell)?));
+    }
+    Ok(())
+}
+
 thread_local! {
     static TOMBSTONES_READ: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
@@ -177,7 +198,12 @@ fn count_tombstones(count: u64) {
 }
 
 /// Applies deletions and expiry to a raw row; `None` when nothing in it is live.
-fn assemble_row(raw: RawRow, floor: Option<WriteTimestamp>, now_seconds: i64) -> Option<Row> {
+fn assemble_row(mut raw: RawRow, floor: Option<WriteTimestamp>, now_seconds: i64) -> Option<Row> {
+    // Parts in key order, whichever way the cursor went and wherever a fragment's cells
+    // were expanded (at its marker, before the row's collection parts).
+    if !raw.parts.is_sorted_by(|a, b| a.0 <= b.0) {
+        raw.parts.sort_by(|a, b| a.0.cmp(&b.0));
+    }
     let mut row_floor = floor;
     let mut collection_deletions: Vec<(Vec<u8>, WriteTimestamp)> = Vec::new();
     let mut dead = 0;
@@ -273,11 +299,13 @@ fn next_raw_row(
         };
         match &mut row {
             Some(current) if current.clustering != clustering => break,
-            Some(current) => current.parts.push((part.to_vec(), decode_cell(value)?)),
+            Some(current) => push_parts(&mut current.parts, part, value)?,
             None => {
+                let mut parts = Vec::new();
+                push_parts(&mut parts, part, value)?;
                 row = Some(RawRow {
                     clustering: clustering.to_vec(),
-                    parts: vec![(part.to_vec(), decode_cell(value)?)],
+                    parts,
                 })
             }
         }
@@ -339,7 +367,7 @@ fn read_header(
             Some(&keys::SECTION_STATIC_ROW) => {
                 let (_, _, part) = keys::split_row_key(rest)
                     .ok_or_else(|| StorageError::Corrupt("malformed static key".into()))?;
-                static_parts.push((part.to_vec(), decode_cell(value)?));
+                push_parts(&mut static_parts, part, value)?;
             }
             _ => break,
         }

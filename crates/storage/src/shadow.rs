@@ -30,8 +30,10 @@
 
 use crate::reader::RangeTombstone;
 use crate::{Engine, Result, StorageError};
+use shoal_model::fragment;
 use shoal_model::keys::{self, ColumnPart};
 use shoal_model::{Cell, TableId, WriteTimestamp};
+use std::collections::VecDeque;
 
 /// Range tombstones of one partition the tracker remembers; beyond this it stops using
 /// further ones to shadow cells (they stay in storage and are still applied by readers,
@@ -231,6 +233,40 @@ impl ShadowTracker {
         }
     }
 
+    /// Judges a row fragment stored under the marker's key `key` (decision 0018): its
+    /// marker and each of its cells as if each were stored under a key of its own. Keys
+    /// must come in ascending order, as for [`ShadowTracker::judge`]; the fragment's cells
+    /// are judged at the marker's place, which is sound because only partition, range and
+    /// row deletions — all sorted before the marker — can shadow a simple cell. Answers
+    /// the marker's verdict (if it has one) and one verdict per cell, in the fragment's
+    /// order; a part that does not decode is kept.
+    pub fn judge_fragment(
+        &mut self,
+        key: &[u8],
+        fragment: &shoal_model::fragment::FragmentView<'_>,
+        grace: Option<Grace>,
+    ) -> (Option<Verdict>, Vec<Verdict>) {
+        let marker = fragment.marker.map(|marker| match Cell::decode(marker) {
+            Ok(cell) => self.judge(key, &cell, grace),
+            Err(_) => Verdict::Keep,
+        });
+        let Some(row) = shoal_model::fragment::marker_row(key) else {
+            return (marker, vec![Verdict::Keep; fragment.cells.len()]);
+        };
+        let cells = fragment
+            .cells
+            .iter()
+            .map(|(name, encoded)| match Cell::decode(encoded) {
+                Ok(cell) => {
+                    let cell_key = shoal_model::fragment::simple_cell_key(row, name);
+                    self.judge(&cell_key, &cell, grace)
+                }
+                Err(_) => Verdict::Keep,
+            })
+            .collect();
+        (marker, cells)
+    }
+
     fn enter_row(&mut self, row: &[u8], section: u8, clustering: &[u8]) {
         self.row.clear();
         self.row.extend_from_slice(row);
@@ -283,10 +319,62 @@ fn show_tracker(
     }
     let mut cursor = engine.scan(lower, upper, false)?;
     while let Some((key, value)) = cursor.current() {
-        tracker.judge(key, &decode(value)?, None);
+        judge_stored(tracker, key, value, None)?;
         cursor.advance();
     }
     cursor.status()
+}
+
+/// A stored cell under the key a write names it by, its encoding and its verdict.
+type JudgedCell<'v> = (Vec<u8>, &'v [u8], Verdict);
+
+/// Judges one stored entry — a cell, or a row fragment's marker and cells (decision
+/// 0018) — and answers its parts under the keys a write names them by, each with its
+/// verdict, in key order.
+fn judge_stored<'v>(
+    tracker: &mut ShadowTracker,
+    key: &[u8],
+    value: &'v [u8],
+    grace: Option<Grace>,
+) -> Result<Vec<JudgedCell<'v>>> {
+    let parts = fragment::expand(key, value).map_err(|e| StorageError::Corrupt(e.0))?;
+    parts
+        .into_iter()
+        .map(|(part_key, encoded)| {
+            let verdict = tracker.judge(&part_key, &decode(encoded)?, grace);
+            Ok((part_key, encoded, verdict))
+        })
+        .collect()
+}
+
+/// When `lower` falls inside a row after the row's marker key — a chunked read resuming
+/// after one of a fragment's cells — the row's start (`partition | section |
+/// clustering`) and its marker key: the fragment there holds cells at and after `lower`
+/// that the scan from `lower` does not meet.
+fn row_resumed_inside(engine: &dyn Engine, lower: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+    let Some((partition, _)) = keys::split_at_partition_end(lower) else {
+        return Ok(None);
+    };
+    let cursor = engine.scan(partition, lower, true)?;
+    let Some((before, _)) = cursor.current() else {
+        return Ok(None);
+    };
+    let row = keys::split_at_partition_end(before)
+        .and_then(|(partition, rest)| {
+            let (section, clustering, _) = keys::split_row_key(rest)?;
+            let row_section = section == keys::SECTION_ROW || section == keys::SECTION_STATIC_ROW;
+            row_section.then_some(partition.len() + 1 + clustering.len())
+        })
+        .map(|length| before[..length].to_vec());
+    drop(cursor);
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let inside =
+        lower.len() > row.len() && lower.starts_with(&row) && lower[row.len()] <= keys::COLUMN_CELL;
+    let mut marker = row.clone();
+    keys::push_column_part(&mut marker, |k| k.push(keys::COLUMN_ROW_MARKER));
+    Ok((inside && marker.as_slice() < lower).then_some((row, marker)))
 }
 
 /// Visits the *visible* cells of `[lower, upper)` in key order — neither shadowed nor
@@ -301,28 +389,72 @@ pub fn visit_visible(
     now_seconds: i64,
     mut visit: impl FnMut(&[u8], &[u8]) -> bool,
 ) -> Result<bool> {
-    let mut cursor = engine.scan(lower, upper, false)?;
     let mut tracker = ShadowTracker::new();
+    // Visible cells of row fragments not visited yet, in key order: they go out between
+    // the row's stored keys, where their keys sort.
+    let mut pending: VecDeque<(Vec<u8>, Vec<u8>)> = VecDeque::new();
+    if let Some((row, marker)) = row_resumed_inside(engine, lower)? {
+        tracker.set_truncation(truncation_for(engine, &row));
+        seed_mid_partition(engine, &mut tracker, lower, &marker)?;
+        let mut after_marker = marker.clone();
+        after_marker.push(0);
+        let cursor = engine.scan(&marker, &after_marker, false)?;
+        if let Some((key, value)) = cursor.current() {
+            let grace = grace_for(engine, key, now_seconds);
+            for (part_key, encoded, verdict) in judge_stored(&mut tracker, key, value, grace)? {
+                if verdict.is_visible() && part_key.as_slice() >= lower {
+                    pending.push_back((part_key, encoded.to_vec()));
+                }
+            }
+        }
+        cursor.status()?;
+    }
+    let mut cursor = engine.scan(lower, upper, false)?;
     if let Some((first, _)) = cursor.current() {
         tracker.set_truncation(truncation_for(engine, first));
         seed_mid_partition(engine, &mut tracker, lower, first)?;
     }
     let mut grace: Option<(Vec<u8>, Option<Grace>)> = None;
     while let Some((key, value)) = cursor.current() {
+        while pending
+            .front()
+            .is_some_and(|(next, _)| next.as_slice() < key)
+        {
+            if let Some((next, cell)) = pending.pop_front() {
+                if !visit(&next, &cell) {
+                    cursor.status()?;
+                    return Ok(false);
+                }
+            }
+        }
         let table = &key[..key.len().min(keys::TABLE_ID_LENGTH)];
         if grace.as_ref().is_none_or(|(cached, _)| cached != table) {
             grace = Some((table.to_vec(), grace_for(engine, key, now_seconds)));
             tracker.set_truncation(truncation_for(engine, key));
         }
         let table_grace = grace.as_ref().and_then(|(_, g)| *g);
-        let cell = decode(value)?;
-        if tracker.judge(key, &cell, table_grace).is_visible() && !visit(key, value) {
-            cursor.status()?;
-            return Ok(false);
+        if fragment::marker_row(key).is_some() && fragment::is_fragment(value) {
+            for (part_key, encoded, verdict) in judge_stored(&mut tracker, key, value, table_grace)?
+            {
+                if verdict.is_visible() {
+                    pending.push_back((part_key, encoded.to_vec()));
+                }
+            }
+        } else {
+            let cell = decode(value)?;
+            if tracker.judge(key, &cell, table_grace).is_visible() && !visit(key, value) {
+                cursor.status()?;
+                return Ok(false);
+            }
         }
         cursor.advance();
     }
     cursor.status()?;
+    for (key, cell) in pending {
+        if !visit(&key, &cell) {
+            return Ok(false);
+        }
+    }
     Ok(true)
 }
 
@@ -407,6 +539,22 @@ pub(crate) fn coverage(key: &[u8]) -> Option<(Vec<u8>, Vec<u8>, Option<RangeTomb
         }
         _ => None,
     }
+}
+
+/// The row marker's key of the row a collection deletion stored under `key` belongs to
+/// (where a row fragment keeps the row's simple cells), or `None` for other keys.
+pub(crate) fn marker_of_collection_deletion(key: &[u8]) -> Option<Vec<u8>> {
+    let (partition, rest) = keys::split_at_partition_end(key)?;
+    let (_, clustering, part) = keys::split_row_key(rest)?;
+    if !matches!(
+        keys::parse_column_part(part)?,
+        ColumnPart::CollectionDeletion { .. }
+    ) {
+        return None;
+    }
+    let mut marker = key[..partition.len() + 1 + clustering.len()].to_vec();
+    keys::push_column_part(&mut marker, |k| k.push(keys::COLUMN_ROW_MARKER));
+    Some(marker)
 }
 
 #[cfg(test)]

@@ -601,7 +601,10 @@ impl IndexCatalog {
         let mut cells: Cells = Vec::new();
         let mut scanned = 0u64;
         while let Some((key, value)) = cursor.current() {
-            cells.push((key.to_vec(), value.to_vec()));
+            // Entries as stored: a row fragment's cells are indexed one by one
+            // (decision 0018).
+            let stored = shoal_model::fragment::expand(key, value).map_err(|e| e.to_string())?;
+            cells.extend(stored.into_iter().map(|(key, cell)| (key, cell.to_vec())));
             cursor.advance();
             scanned += 1;
             if cells.len() >= BUILD_BATCH_ENTRIES {
@@ -686,7 +689,12 @@ impl LocalIndexes for IndexCatalog {
             .map_err(|e| e.to_string())?;
         let mut found: Vec<PartitionRef> = Vec::new();
         while let Some((key, value)) = cursor.current() {
-            let cells = vec![(key.to_vec(), value.to_vec())];
+            // A row fragment holds the row's simple cells (decision 0018): each is indexed.
+            let cells: Vec<(Vec<u8>, Vec<u8>)> = shoal_model::fragment::expand(key, value)
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .map(|(key, cell)| (key, cell.to_vec()))
+                .collect();
             let mut entries = Vec::new();
             Self::entries_with(&only, &cells, &mut entries);
             for (entry, _) in entries {

@@ -452,12 +452,17 @@ impl VectorIndex {
             .map_err(|e| e.to_string())?;
         let mut hits: Vec<VectorHit> = Vec::new();
         let mut scored = 0usize;
-        while let Some((key, value)) = cursor.current() {
-            if let Some(hit) = self.score_stored(key, value, &search.query, now_seconds) {
-                hits.push(hit);
-                scored += 1;
-                if hits.len() >= 4 * (search.limit as usize).max(256) {
-                    hits = merge_vector_hits(hits, search.limit as usize);
+        while let Some((stored_key, stored)) = cursor.current() {
+            // A row fragment holds the row's simple cells (decision 0018): each is scored.
+            let cells =
+                shoal_model::fragment::expand(stored_key, stored).map_err(|e| e.to_string())?;
+            for (key, value) in cells {
+                if let Some(hit) = self.score_stored(&key, value, &search.query, now_seconds) {
+                    hits.push(hit);
+                    scored += 1;
+                    if hits.len() >= 4 * (search.limit as usize).max(256) {
+                        hits = merge_vector_hits(hits, search.limit as usize);
+                    }
                 }
             }
             cursor.advance();

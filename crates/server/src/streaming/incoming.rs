@@ -371,10 +371,13 @@ fn index_ingested(
         return Ok(());
     };
     for chunk in entries.chunks(4096) {
-        let cells: Vec<(Vec<u8>, Vec<u8>)> = chunk
-            .iter()
-            .map(|(key, value)| (key.to_vec(), value.to_vec()))
-            .collect();
+        // Ingested entries are as stored: a row fragment's cells are indexed one by one
+        // (decision 0018).
+        let mut cells: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(chunk.len());
+        for (key, value) in chunk {
+            let stored = shoal_model::fragment::expand(key, value).map_err(|e| e.to_string())?;
+            cells.extend(stored.into_iter().map(|(key, cell)| (key, cell.to_vec())));
+        }
         let mut index_entries = Vec::new();
         indexes.entries(&cells, &mut index_entries);
         if !index_entries.is_empty() {

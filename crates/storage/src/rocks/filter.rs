@@ -6,7 +6,7 @@ use crate::TableRules;
 use parking_lot::Mutex;
 use rocksdb::compaction_filter::{CompactionFilter, Decision};
 use rocksdb::compaction_filter_factory::{CompactionFilterContext, CompactionFilterFactory};
-use shoal_model::{Cell, TableId, WriteTimestamp};
+use shoal_model::{fragment, Cell, TableId, WriteTimestamp};
 use std::collections::BTreeSet;
 use std::ffi::CStr;
 use std::sync::Arc;
@@ -73,12 +73,34 @@ impl PurgeFilter {
     }
 }
 
+impl PurgeFilter {
+    /// A fragment goes once every part of it is dead (shadowed or purgeable); until then it
+    /// is kept whole, dead parts included — they cover nothing, so keeping them never
+    /// keeps a deletion alive longer, and RocksDB's filter API cannot hand back a value we
+    /// own to replace it with.
+    fn filter_fragment(&mut self, key: &[u8], value: &[u8], grace: Option<Grace>) -> Decision {
+        let Ok(view) = fragment::FragmentView::parse(value) else {
+            return Decision::Keep;
+        };
+        let (marker, cells) = self.tracker.judge_fragment(key, &view, grace);
+        let dead = |verdict: &Verdict| matches!(verdict, Verdict::Shadowed | Verdict::Purgeable);
+        if marker.iter().chain(&cells).all(dead) {
+            Decision::Remove
+        } else {
+            Decision::Keep
+        }
+    }
+}
+
 impl CompactionFilter for PurgeFilter {
     fn filter(&mut self, _level: u32, key: &[u8], value: &[u8]) -> Decision {
         // Tables without a registered grace period or truncation are left alone.
         let (grace, truncation) = self.rules_for(key);
         if grace.is_none() && truncation.is_none() {
             return Decision::Keep;
+        }
+        if super::pack::is_marker_key(key) && fragment::is_fragment(value) {
+            return self.filter_fragment(key, value, grace);
         }
         let Ok(cell) = Cell::decode(value) else {
             return Decision::Keep;

@@ -16,6 +16,7 @@
 
 mod filter;
 pub(crate) mod level0;
+mod pack;
 mod writer;
 
 use crate::shadow;
@@ -28,7 +29,7 @@ use rocksdb::{
     Options, ReadOptions, SliceTransform, DB,
 };
 use shoal_model::keys::{self, TOKEN_PREFIX_LENGTH};
-use shoal_model::{Cell, CellKind, TableId};
+use shoal_model::{fragment, Cell, CellKind, TableId};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
@@ -109,9 +110,55 @@ fn sync_wal(db: &DB) -> Result<()> {
     db.flush_wal(true).map_err(io_error)
 }
 
-/// Memtable cells counted per key range at most, for a scan's estimates
+/// Memtable entries counted per key range at most, for a scan's estimates
 /// ([`RocksEngine::approximate_range_cells`]): more than a scan chunk asks of one tablet.
-const MEMTABLE_CELLS_COUNTED: u64 = 4096;
+const MEMTABLE_ENTRIES_COUNTED: u64 = 4096;
+
+/// Entries of the files read for their cells per entry when the memtables hold none of
+/// the ranges estimated.
+const FILE_ENTRIES_SAMPLED: u64 = 256;
+
+/// Entries walked and the cells they hold ([`fragment::cells_held`]).
+#[derive(Debug, Default, Clone, Copy)]
+struct EntriesAndCells {
+    entries: u64,
+    cells: u64,
+}
+
+impl EntriesAndCells {
+    fn plus(self, other: &EntriesAndCells) -> EntriesAndCells {
+        EntriesAndCells {
+            entries: self.entries + other.entries,
+            cells: self.cells + other.cells,
+        }
+    }
+
+    /// One when nothing was counted.
+    fn cells_per_entry(&self) -> f64 {
+        if self.entries == 0 {
+            1.0
+        } else {
+            self.cells as f64 / self.entries as f64
+        }
+    }
+}
+
+/// Counts up to `most` entries from `lower` on, and the cells they hold.
+fn count_cells(
+    mut iterator: rocksdb::DBRawIterator<'_>,
+    lower: &[u8],
+    most: u64,
+) -> EntriesAndCells {
+    iterator.seek(lower);
+    let mut counted = EntriesAndCells::default();
+    while counted.entries < most {
+        let Some(value) = iterator.value() else { break };
+        counted.entries += 1;
+        counted.cells += fragment::cells_held(value) as u64;
+        iterator.next();
+    }
+    counted
+}
 
 /// Reads of the keys of `[lower, upper)` once, front to back, without filling the block
 /// cache with them (the blocks foreground reads keep hot stay).
@@ -129,10 +176,15 @@ fn io_error(error: rocksdb::Error) -> StorageError {
 }
 
 fn merge_last_write_wins(
-    _key: &[u8],
+    key: &[u8],
     existing: Option<&[u8]>,
     operands: &MergeOperands,
 ) -> Option<Vec<u8>> {
+    if pack::is_marker_key(key) {
+        return Some(shoal_model::fragment::join_encoded(
+            existing.into_iter().chain(operands.iter()),
+        ));
+    }
     let mut winner: Option<&[u8]> = existing;
     for operand in operands.iter() {
         winner = Some(match winner {
@@ -268,22 +320,25 @@ impl RocksEngine {
         }
     }
 
-    /// The visible cells of `[lower, upper)` still in memtables, counted up to
-    /// [`MEMTABLE_CELLS_COUNTED`]: RocksDB's size estimates cover files only, and a
-    /// tablet written since the last flush would otherwise look empty. A memtable-only
-    /// iterator touches no file, and the cap bounds the walk; a count at the cap only
-    /// undercounts a tablet that already holds more than a scan chunk asks for.
-    fn memtable_cells(&self, data: &rocksdb::ColumnFamily, lower: &[u8], upper: &[u8]) -> u64 {
+    /// The entries of `[lower, upper)` still in memtables and the cells they hold (a row
+    /// fragment holds several), counted up to [`MEMTABLE_ENTRIES_COUNTED`] entries:
+    /// RocksDB's size estimates cover files only, and a tablet written since the last
+    /// flush would otherwise look empty. A memtable-only iterator touches no file, and the
+    /// cap bounds the walk; a count at the cap only undercounts a tablet that already
+    /// holds more than a scan chunk asks for.
+    fn memtable_cells(
+        &self,
+        data: &rocksdb::ColumnFamily,
+        lower: &[u8],
+        upper: &[u8],
+    ) -> EntriesAndCells {
         let mut read_options = range_read_options(lower, upper);
         read_options.set_read_tier(rocksdb::ReadTier::Memtable);
-        let mut iterator = self.db.raw_iterator_cf_opt(data, read_options);
-        iterator.seek(lower);
-        let mut cells = 0;
-        while iterator.valid() && cells < MEMTABLE_CELLS_COUNTED {
-            cells += 1;
-            iterator.next();
-        }
-        cells
+        count_cells(
+            self.db.raw_iterator_cf_opt(data, read_options),
+            lower,
+            MEMTABLE_ENTRIES_COUNTED,
+        )
     }
 
     fn data(&self) -> Result<&rocksdb::ColumnFamily> {
@@ -381,6 +436,24 @@ impl RocksEngine {
         let mut batch = WriteBatch::new();
         let tombstone = Cell::tombstone(deletion.timestamp, deleted_at).encode();
         let mut tombstoned = 0u64;
+        // A collection deletion covers the cells named by its column, and a row fragment
+        // under the row's marker (before the range) may hold one under that name.
+        if let Some(marker) = shadow::marker_of_collection_deletion(deletion_key) {
+            if let Some(value) = self.db.get_cf(data, &marker).map_err(io_error)? {
+                let parts =
+                    fragment::expand(&marker, &value).map_err(|e| StorageError::Corrupt(e.0))?;
+                for (part_key, encoded) in parts {
+                    if part_key < lower || part_key >= upper {
+                        continue;
+                    }
+                    let cell = Cell::decode(encoded).map_err(|e| StorageError::Corrupt(e.0))?;
+                    if cell.timestamp <= deletion.timestamp && cell.is_live(now_seconds) {
+                        batch.merge(part_key, tombstone.clone());
+                        tombstoned += 1;
+                    }
+                }
+            }
+        }
         let mut cursor = self.scan(&lower, &upper, false)?;
         while let Some((key, value)) = cursor.current() {
             let inside = match &range {
@@ -390,10 +463,15 @@ impl RocksEngine {
                     .is_some_and(|(_, clustering, _)| range.covers(clustering)),
             };
             if inside && key != deletion_key {
-                let cell = Cell::decode(value).map_err(|e| StorageError::Corrupt(e.0))?;
-                if cell.timestamp <= deletion.timestamp && cell.is_live(now_seconds) {
-                    batch.merge(key.to_vec(), tombstone.clone());
-                    tombstoned += 1;
+                // A row fragment's marker and cells are cleared one by one, each under its
+                // own key as a write names it; the writer packs the tombstones back.
+                let parts = fragment::expand(key, value).map_err(|e| StorageError::Corrupt(e.0))?;
+                for (part_key, encoded) in parts {
+                    let cell = Cell::decode(encoded).map_err(|e| StorageError::Corrupt(e.0))?;
+                    if cell.timestamp <= deletion.timestamp && cell.is_live(now_seconds) {
+                        batch.merge(part_key, tombstone.clone());
+                        tombstoned += 1;
+                    }
                 }
             }
             cursor.advance();
@@ -659,14 +737,29 @@ impl Engine for RocksEngine {
     /// estimates do not cover).
     fn approximate_range_cells(&self, ranges: &[(Vec<u8>, Vec<u8>)]) -> Option<Vec<u64>> {
         let data = self.data().ok()?;
-        let in_memory: Vec<u64> = ranges
+        let in_memory: Vec<EntriesAndCells> = ranges
             .iter()
             .map(|(lower, upper)| self.memtable_cells(data, lower, upper))
             .collect();
         let on_disk = self.data_property("rocksdb.total-sst-files-size");
         if on_disk == 0 {
-            return Some(in_memory);
+            return Some(in_memory.iter().map(|counted| counted.cells).collect());
         }
+        // Files are measured in entries; a row fragment is one entry holding a row's
+        // cells. The memtables' cells per entry stand for the files' (the same table,
+        // written the same way); with nothing in memory, the first entries of the files.
+        let mut sample = in_memory
+            .iter()
+            .fold(EntriesAndCells::default(), |sum, counted| sum.plus(counted));
+        if sample.entries == 0 {
+            if let Some((lower, upper)) = ranges.first() {
+                let iterator = self
+                    .db
+                    .raw_iterator_cf_opt(data, range_read_options(lower, upper));
+                sample = count_cells(iterator, lower, FILE_ENTRIES_SAMPLED);
+            }
+        }
+        let cells_per_entry = sample.cells_per_entry();
         let entries_per_byte = self.data_property("rocksdb.estimate-num-keys") as f64
             / (on_disk + self.data_property("rocksdb.cur-size-all-mem-tables")) as f64;
         let file_ranges: Vec<rocksdb::Range> = ranges
@@ -679,7 +772,8 @@ impl Engine for RocksEngine {
                 .into_iter()
                 .zip(in_memory)
                 .map(|(bytes, in_memory)| {
-                    (bytes as f64 * entries_per_byte).round() as u64 + in_memory
+                    (bytes as f64 * entries_per_byte * cells_per_entry).round() as u64
+                        + in_memory.cells
                 })
                 .collect(),
         )

@@ -383,12 +383,13 @@ impl Applier {
             batch: rocksdb::WriteBatch::default(),
             hot: Vec::new(),
         };
-        for (key, cell) in entries {
-            prepared.batch.merge_cf(data, key, cell);
-            if self.counts.record(key) {
-                prepared.hot.push(key.clone());
+        let counts = &mut self.counts;
+        super::pack::pack(entries, |key, operand| {
+            prepared.batch.merge_cf(data, key, operand);
+            if counts.record(key) {
+                prepared.hot.push(key.to_vec());
             }
-        }
+        });
         prepared
     }
 
