@@ -226,6 +226,15 @@ pub fn marker_row(key: &[u8]) -> Option<&[u8]> {
     key.strip_suffix(&[keys::COLUMN_ROW_MARKER, 0, 1])
 }
 
+/// The row marker's key of `row` (`partition | section | clustering`): where the row's
+/// fragment is stored; [`marker_row`] undoes it.
+pub fn marker_key(row: &[u8]) -> Vec<u8> {
+    let mut key = Vec::with_capacity(row.len() + 3);
+    key.extend_from_slice(row);
+    keys::push_column_part(&mut key, |k| k.push(keys::COLUMN_ROW_MARKER));
+    key
+}
+
 /// The key a simple cell of `column` in `row` (`partition | section | clustering`) is
 /// named by: `row | 0x03 | len | name | L`.
 pub fn simple_cell_key(row: &[u8], column: &[u8]) -> Vec<u8> {

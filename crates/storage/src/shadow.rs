@@ -372,8 +372,7 @@ fn row_resumed_inside(engine: &dyn Engine, lower: &[u8]) -> Result<Option<(Vec<u
     };
     let inside =
         lower.len() > row.len() && lower.starts_with(&row) && lower[row.len()] <= keys::COLUMN_CELL;
-    let mut marker = row.clone();
-    keys::push_column_part(&mut marker, |k| k.push(keys::COLUMN_ROW_MARKER));
+    let marker = fragment::marker_key(&row);
     Ok((inside && marker.as_slice() < lower).then_some((row, marker)))
 }
 
@@ -552,9 +551,9 @@ pub(crate) fn marker_of_collection_deletion(key: &[u8]) -> Option<Vec<u8>> {
     ) {
         return None;
     }
-    let mut marker = key[..partition.len() + 1 + clustering.len()].to_vec();
-    keys::push_column_part(&mut marker, |k| k.push(keys::COLUMN_ROW_MARKER));
-    Some(marker)
+    Some(fragment::marker_key(
+        &key[..partition.len() + 1 + clustering.len()],
+    ))
 }
 
 #[cfg(test)]

@@ -50,15 +50,8 @@ struct Run<'e> {
 }
 
 impl Run<'_> {
-    fn marker_key(&self) -> Vec<u8> {
-        let mut key = Vec::with_capacity(self.row.len() + 3);
-        key.extend_from_slice(self.row);
-        keys::push_column_part(&mut key, |k| k.push(keys::COLUMN_ROW_MARKER));
-        key
-    }
-
     fn finish(self, emit: &mut impl FnMut(&[u8], &[u8])) {
-        let key = self.marker_key();
+        let key = fragment::marker_key(self.row);
         emit(&key, &fragment::encode_fragment(self.marker, self.cells));
     }
 }
