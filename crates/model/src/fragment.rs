@@ -39,6 +39,12 @@ pub fn is_fragment(value: &[u8]) -> bool {
     value.first() == Some(&FRAGMENT_KIND)
 }
 
+/// True when the stored entry `(key, value)` is a row fragment: a fragment's encoding
+/// under a row marker's key (a plain marker cell or any other key's value is not).
+pub fn is_stored_fragment(key: &[u8], value: &[u8]) -> bool {
+    is_fragment(value) && marker_row(key).is_some()
+}
+
 /// How many cells a stored value holds, read from its header alone: a fragment's marker
 /// and cells, any other value one (a value too short to say counts as one).
 pub fn cells_held(value: &[u8]) -> usize {

@@ -34,6 +34,11 @@ pub trait LocalIndexes: Send + Sync {
     /// Appends to `out` the index entries that `cells` (about to be applied) add.
     fn entries(&self, cells: &Cells, out: &mut Cells);
 
+    /// True when `table` has an index here, i.e. when [`LocalIndexes::entries`] may add
+    /// entries for its cells (callers that would have to prepare cells for it skip that
+    /// work for the tables it would find nothing in).
+    fn indexes_table(&self, table: &TableId) -> bool;
+
     /// Candidates for `lookup` with tokens up to `upto`, in token order: from the index
     /// entries once this node's index covers everything it stores ([`lookup_candidates`]),
     /// from a scan of the data itself while the index is still being built here.

@@ -209,7 +209,7 @@ impl Default for Config {
             stream_throughput_mib_per_s: 0,
             stream_target_p99_ms: 20,
             stream_p99_growth: 0.0,
-            migrations_per_node: 2,
+            migrations_per_node: 8,
             tablet_split_mib: 128,
             stream_nice: 10,
         }

@@ -55,8 +55,14 @@ const ROUND_BOUND: Duration = Duration::from_secs(60);
 const STALLED_STREAM_REPORT: Duration = Duration::from_secs(20);
 /// How long a barrier may take on one node.
 const BARRIER_BOUND: Duration = Duration::from_secs(15);
-/// Pause before a failed step is tried again.
-const RETRY: Duration = Duration::from_millis(500);
+/// Pause before a failed step is tried again the first time; it doubles with every
+/// further failure of the same migration, up to [`RETRY_MAX`]. Most failures are brief —
+/// a node that joined the metadata a moment ago is still opening its storage and answers
+/// "still starting" for some tens of milliseconds — and a join waits for every one of
+/// them; a step that keeps failing backs off to the longer pause.
+const RETRY_FIRST: Duration = Duration::from_millis(25);
+/// The longest pause between two tries of a failing step.
+const RETRY_MAX: Duration = Duration::from_millis(500);
 /// How long a new member of a strongly consistent tablet's group may take to catch up
 /// (and a member's removal to commit) before the step is retried.
 const CATCH_UP_BOUND: Duration = Duration::from_secs(30);
@@ -318,16 +324,18 @@ impl MigrationDriver {
 
     /// Drives one migration until it ends (or another leader takes over).
     async fn drive(&self, table: TableId, tablet: TabletId, migration: MigrationId) {
+        let mut retry = RETRY_FIRST;
         loop {
             if !self.metadata.is_leader() {
                 return;
             }
             match self.step(table, tablet, migration).await {
-                Ok(true) => continue,
+                Ok(true) => retry = RETRY_FIRST,
                 Ok(false) | Err(Step::Gone) => return,
                 Err(Step::Retry(reason)) => {
-                    tracing::info!(%table, tablet = tablet.0, %migration, %reason, "migration step will be retried");
-                    tokio::time::sleep(RETRY).await;
+                    tracing::info!(%table, tablet = tablet.0, %migration, %reason, ?retry, "migration step will be retried");
+                    tokio::time::sleep(retry).await;
+                    retry = (retry * 2).min(RETRY_MAX);
                 }
             }
         }

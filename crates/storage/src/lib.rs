@@ -37,6 +37,9 @@ pub enum StorageError {
     Io(String),
     #[error("corrupt data in storage: {0}")]
     Corrupt(String),
+    /// The data directory was written by a Shoal with another storage format.
+    #[error("unsupported storage format: {0}")]
+    UnsupportedFormat(String),
     /// A WAL sync failed: the node stops acknowledging writes (see fsyncgate).
     #[error("storage is poisoned after a failed sync and accepts no more writes: {0}")]
     Poisoned(String),

@@ -432,7 +432,7 @@ pub fn visit_visible(
             tracker.set_truncation(truncation_for(engine, key));
         }
         let table_grace = grace.as_ref().and_then(|(_, g)| *g);
-        if fragment::marker_row(key).is_some() && fragment::is_fragment(value) {
+        if fragment::is_stored_fragment(key, value) {
             for (part_key, encoded, verdict) in judge_stored(&mut tracker, key, value, table_grace)?
             {
                 if verdict.is_visible() {

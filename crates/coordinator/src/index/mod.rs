@@ -654,6 +654,10 @@ impl LocalIndexes for IndexCatalog {
         Self::entries_with(&indexed, cells, out);
     }
 
+    fn indexes_table(&self, table: &TableId) -> bool {
+        !self.has_no_index() && self.current().by_table.contains_key(table)
+    }
+
     fn candidates(
         &self,
         engine: &dyn Engine,

@@ -25,8 +25,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
-/// Bytes ingested as one file.
-pub const FILE_BYTES: usize = 32 << 20;
+/// Bytes ingested as one file. A job holds at most two files' worth, and a node runs at
+/// most `migrations_per_node` jobs: 16 MiB keeps eight of them within 256 MiB.
+pub const FILE_BYTES: usize = 16 << 20;
 /// How long one request for a chunk may take.
 const CHUNK_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a `Receive` waits for the job before answering its progress.
@@ -293,7 +294,7 @@ impl Incoming {
                 }
                 let chunks = std::mem::take(&mut file);
                 file_bytes = 0;
-                ingesting = Some(self.ingest_in_background(chunks)?);
+                ingesting = Some(self.ingest_in_background(job.table, chunks)?);
             }
             if done {
                 break;
@@ -310,6 +311,7 @@ impl Incoming {
     /// lower priority; the receiver gets the outcome.
     fn ingest_in_background(
         &self,
+        table: TableId,
         chunks: Vec<Vec<u8>>,
     ) -> Result<tokio::sync::oneshot::Receiver<Result<(), String>>, String> {
         let (done, outcome) = tokio::sync::oneshot::channel();
@@ -327,7 +329,7 @@ impl Incoming {
                     .and_then(|files| {
                         let entries: Vec<_> = files.into_iter().flatten().collect();
                         engine.ingest(&entries).map_err(|e| e.to_string())?;
-                        index_ingested(engine.as_ref(), indexes.get(), &entries)
+                        index_ingested(engine.as_ref(), indexes.get(), table, &entries)
                     });
                 let _ = done.send(ingested);
             })
@@ -360,14 +362,16 @@ impl Incoming {
     }
 }
 
-/// Writes the secondary index entries of cells just ingested (ingestion bypasses the
-/// write path that indexes everything else).
+/// Writes the secondary index entries of cells of `table` just ingested (ingestion
+/// bypasses the write path that indexes everything else). A table without an index here
+/// costs nothing: its fragments are not expanded.
 fn index_ingested(
     engine: &dyn Engine,
     indexes: Option<&Arc<dyn LocalIndexes>>,
+    table: TableId,
     entries: &[(&[u8], &[u8])],
 ) -> Result<(), String> {
-    let Some(indexes) = indexes else {
+    let Some(indexes) = indexes.filter(|indexes| indexes.indexes_table(&table)) else {
         return Ok(());
     };
     for chunk in entries.chunks(4096) {

@@ -99,7 +99,7 @@ impl CompactionFilter for PurgeFilter {
         if grace.is_none() && truncation.is_none() {
             return Decision::Keep;
         }
-        if super::pack::is_marker_key(key) && fragment::is_fragment(value) {
+        if fragment::is_stored_fragment(key, value) {
             return self.filter_fragment(key, value, grace);
         }
         let Ok(cell) = Cell::decode(value) else {

@@ -14,6 +14,7 @@
 //!   commit policy in [`crate::commit`]), never per request.
 //! - Metadata lives in its own column family and is synced on every write.
 
+pub(crate) mod compressibility;
 mod filter;
 pub(crate) mod level0;
 mod pack;
@@ -78,6 +79,8 @@ pub struct RocksEngine {
     db: Arc<DB>,
     /// The data column family's options, for files built to be ingested.
     data_options: Options,
+    /// The same without compression, for ingested files not worth compressing.
+    uncompressed_data_options: Options,
     /// Where files to ingest are built.
     ingest_dir: std::path::PathBuf,
     /// Names files to ingest uniquely.
@@ -272,9 +275,15 @@ impl RocksEngine {
         let ingest_dir = path.join("ingest");
         // Files left by an ingestion a crash interrupted are of no use.
         let _ = std::fs::remove_dir_all(&ingest_dir);
+        // Files of ingested entries that would not compress are built without (see
+        // `compressibility`); `SstFileWriter` takes the last level's compression.
+        let mut uncompressed_data_options = data_options.clone();
+        uncompressed_data_options.set_compression_per_level(&[rocksdb::DBCompressionType::None]);
+        uncompressed_data_options.set_compression_type(rocksdb::DBCompressionType::None);
         let engine = RocksEngine {
             db,
             data_options,
+            uncompressed_data_options,
             ingest_dir,
             ingest_count: std::sync::atomic::AtomicU64::new(0),
             rules,
@@ -299,17 +308,21 @@ impl RocksEngine {
             .map_err(io_error)?;
         match stored {
             Some(version) if version == expected => Ok(()),
-            Some(version) => Err(StorageError::Corrupt(format!(
-                "{} holds data in storage format {:?}, but this Shoal reads format {}; start it with an empty data directory",
-                path.display(),
-                version,
-                keys::STORAGE_FORMAT_VERSION
-            ))),
+            Some(version) => {
+                let found = <[u8; 4]>::try_from(version.as_slice())
+                    .map(|bytes| format!("format {}", u32::from_be_bytes(bytes)))
+                    .unwrap_or_else(|_| format!("an unknown format ({} bytes)", version.len()));
+                Err(StorageError::UnsupportedFormat(format!(
+                    "{} holds data in storage {found}, but this Shoal reads format {}; start it with an empty data directory",
+                    path.display(),
+                    keys::STORAGE_FORMAT_VERSION
+                )))
+            }
             None => {
                 let mut first = self.db.raw_iterator_cf(self.data()?);
                 first.seek_to_first();
                 if first.valid() {
-                    return Err(StorageError::Corrupt(format!(
+                    return Err(StorageError::UnsupportedFormat(format!(
                         "{} holds data written by an older Shoal (before storage format {}); start it with an empty data directory",
                         path.display(),
                         keys::STORAGE_FORMAT_VERSION
@@ -596,7 +609,12 @@ impl Engine for RocksEngine {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let path = self.ingest_dir.join(format!("stream-{number}.sst"));
         let built = (|| -> std::result::Result<(), rocksdb::Error> {
-            let mut file = rocksdb::SstFileWriter::create(&self.data_options);
+            let options = if compressibility::worth_compressing(entries) {
+                &self.data_options
+            } else {
+                &self.uncompressed_data_options
+            };
+            let mut file = rocksdb::SstFileWriter::create(options);
             file.open(&path)?;
             for (key, value) in entries {
                 // Merge operands, like every write: the stored cell reconciles with the
