@@ -32,6 +32,14 @@ fn marker_key(partition: &[u8], clustering: &[u8]) -> Vec<u8> {
     key
 }
 
+/// Owned `(key, value)` entries as the borrowed pairs `Engine::ingest` takes.
+pub(crate) fn borrowed(entries: &[(Vec<u8>, Vec<u8>)]) -> Vec<(&[u8], &[u8])> {
+    entries
+        .iter()
+        .map(|(k, v)| (k.as_slice(), v.as_slice()))
+        .collect()
+}
+
 fn write(engine: &dyn Engine, key: Vec<u8>, cell: Cell) {
     let mut batch = WriteBatch::new();
     batch.merge(key, cell.encode());
@@ -1052,11 +1060,7 @@ fn a_streamed_range_reconciles_with_what_the_destination_already_holds() {
         let mut cursor = source.stream_range(&lower, &upper).expect("stream");
         let mut chunk: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         let ingest = |chunk: &[(Vec<u8>, Vec<u8>)]| {
-            let borrowed: Vec<(&[u8], &[u8])> = chunk
-                .iter()
-                .map(|(k, v)| (k.as_slice(), v.as_slice()))
-                .collect();
-            destination.ingest(&borrowed).expect("ingest");
+            destination.ingest(&borrowed(chunk)).expect("ingest");
         };
         while let Some((key, value)) = cursor.current() {
             chunk.push((key.to_vec(), value.to_vec()));
@@ -1115,15 +1119,12 @@ fn ingested_values_read_back_whether_or_not_their_file_is_compressed() {
                 (key, Cell::live(WriteTimestamp(1), value).encode())
             })
             .collect();
-        let borrowed: Vec<(&[u8], &[u8])> = cells
-            .iter()
-            .map(|(k, v)| (k.as_slice(), v.as_slice()))
-            .collect();
+        let entries = borrowed(&cells);
         assert_eq!(
-            crate::rocks::compressibility::worth_compressing(&borrowed),
+            crate::rocks::compressibility::worth_compressing(&entries),
             compressible
         );
-        engine.ingest(&borrowed).expect("ingest");
+        engine.ingest(&entries).expect("ingest");
         assert_eq!(stored(&engine, &lower, &upper), cells);
         engine.compact_all().expect("compact");
         assert_eq!(stored(&engine, &lower, &upper), cells);

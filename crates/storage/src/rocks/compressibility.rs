@@ -73,11 +73,7 @@ mod tests {
     }
 
     fn judge(entries: &[(Vec<u8>, Vec<u8>)]) -> bool {
-        let borrowed: Vec<(&[u8], &[u8])> = entries
-            .iter()
-            .map(|(k, v)| (k.as_slice(), v.as_slice()))
-            .collect();
-        worth_compressing(&borrowed)
+        worth_compressing(&crate::tests::borrowed(entries))
     }
 
     #[test]
