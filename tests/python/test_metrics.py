@@ -70,6 +70,11 @@ def test_a_node_exports_request_latencies_errors_tables_and_storage(tmp_path):
     assert value(text, "shoal_client_connections_accepted_total") >= 1
     assert value(text, "shoal_storage_memtable_bytes") > 0
     assert value(text, "shoal_raft_is_leader") == 1
+    # Members by state: the one node is normal, and every state is there, at 0 if empty.
+    assert value(text, 'shoal_cluster_members_in_state{state="normal"}') == 1
+    assert value(text, 'shoal_cluster_members_in_state{state="joining"}') == 0
+    assert value(text, 'shoal_cluster_members_in_state{state="leaving"}') == 0
+    assert value(text, "shoal_tablet_migrations") == 0
     assert value(text, "shoal_consensus_entries_committed_total") >= 5
     assert value(text, "shoal_consensus_log_syncs_total") >= 1
     assert value(text, "shoal_consensus_log_bytes_total") > 0

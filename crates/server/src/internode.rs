@@ -225,8 +225,17 @@ async fn read_frame(
     }
     let mut id = [0u8; 8];
     id.copy_from_slice(&header[1..]);
-    let mut body = vec![0u8; length - HEADER_BYTES];
-    reader.read_exact(&mut body).await?;
+    // Read into spare capacity rather than a zeroed buffer: a streamed chunk is megabytes,
+    // and zeroing them first costs as much as copying them in.
+    let body_length = length - HEADER_BYTES;
+    let mut body = Vec::with_capacity(body_length);
+    (&mut *reader)
+        .take(body_length as u64)
+        .read_to_end(&mut body)
+        .await?;
+    if body.len() < body_length {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
     Ok(Some((u64::from_be_bytes(id), body)))
 }
 
@@ -656,6 +665,26 @@ async fn serve_connection(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_frame_is_read_whole_and_a_frame_cut_short_is_an_error() {
+        let reply = Reply::Error("x".repeat(100_000));
+        let frame = encode_frame(7, &reply).unwrap();
+        let mut whole = &frame[..];
+        let (id, payload) = read_frame(&mut whole).await.unwrap().unwrap();
+        assert_eq!(id, 7);
+        assert!(
+            matches!(bincode::deserialize(&payload).unwrap(), Reply::Error(text) if text.len() == 100_000)
+        );
+        assert!(
+            read_frame(&mut whole).await.unwrap().is_none(),
+            "a clean end after it"
+        );
+
+        let mut cut = &frame[..frame.len() - 1];
+        let error = read_frame(&mut cut).await.unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::UnexpectedEof);
+    }
 
     #[test]
     fn a_message_over_the_frame_limit_is_refused_before_it_is_sent() {

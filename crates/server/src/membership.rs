@@ -47,6 +47,10 @@ pub struct FailureDetector {
     me: HostId,
     started: Instant,
     peers: RwLock<HashMap<HostId, PeerHealth>>,
+    /// Counts the times a peer not up was heard from: whoever waits for a node to come
+    /// up (the migration driver, for a joining node) wakes at once instead of at its next
+    /// round.
+    came_up: tokio::sync::watch::Sender<u64>,
 }
 
 impl FailureDetector {
@@ -55,6 +59,7 @@ impl FailureDetector {
             me,
             started: Instant::now(),
             peers: RwLock::new(HashMap::new()),
+            came_up: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -66,9 +71,19 @@ impl FailureDetector {
             schema_version: None,
             load_bytes: None,
         });
+        let was_up = Self::up(health);
         health.last_heard = Some(Instant::now());
         health.schema_version = Some(schema_version);
         health.load_bytes = Some(load_bytes);
+        drop(peers);
+        if !was_up {
+            self.came_up.send_modify(|times| *times += 1);
+        }
+    }
+
+    /// Changes whenever a peer that was not up is heard from.
+    pub fn subscribe_came_up(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.came_up.subscribe()
     }
 
     /// A peer pinged us: remember what it reported, but only our own pings decide
@@ -607,4 +622,28 @@ async fn serve_replica_request(
         )
         .await;
     served.unwrap_or_else(|error| ReplicaResponse::Error(error.message))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hearing_from_a_peer_that_was_not_up_wakes_whoever_waits_for_one() {
+        let detector = FailureDetector::new(HostId([1; 16]));
+        let mut came_up = detector.subscribe_came_up();
+        let peer = HostId([2; 16]);
+        detector.heard_from(peer, [0; 16], 0);
+        assert!(came_up.has_changed().unwrap(), "a new peer came up");
+        came_up.mark_unchanged();
+        detector.heard_from(peer, [0; 16], 0);
+        assert!(
+            !came_up.has_changed().unwrap(),
+            "a peer already up did not come up again"
+        );
+        // Only our own pings decide: a ping from another peer wakes nobody.
+        detector.noted(HostId([3; 16]), [0; 16], 0);
+        assert!(!came_up.has_changed().unwrap());
+        assert!(detector.is_alive(&peer));
+    }
 }

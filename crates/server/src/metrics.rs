@@ -22,6 +22,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
+use shoal_cluster::MemberState;
 use shoal_coordinator::class::StatementClass;
 use shoal_coordinator::observe::{Observed, StatementObserver};
 use shoal_coordinator::Coordinator;
@@ -525,6 +526,29 @@ impl Collector for NodeCollector {
                 "Members of the cluster",
                 state.members.len() as i64,
             )?;
+            // Members by state, every state present (0 when none), as `shoal admin
+            // status` shows them: a join is over when no member is joining and no
+            // migration is under way.
+            let mut states = encoder.encode_descriptor(
+                "cluster_members_in_state",
+                "Members of the cluster in each state (joining, normal, leaving, removing)",
+                None,
+                MetricType::Gauge,
+            )?;
+            for member_state in [
+                MemberState::Joining,
+                MemberState::Normal,
+                MemberState::Leaving,
+                MemberState::Removing,
+            ] {
+                let count = state
+                    .members
+                    .values()
+                    .filter(|member| member.state == member_state)
+                    .count();
+                ConstGauge::new(count as i64)
+                    .encode(states.encode_family(&[("state", member_state.name())])?)?;
+            }
             gauge(
                 &mut encoder,
                 "tablet_migrations",
