@@ -257,21 +257,15 @@ impl MigrationDriver {
     /// p99 during it higher — every move's stages are Raft commits and topology barriers.
     fn largest_first<'s>(&self, state: &'s ClusterState) -> Vec<(&'s TableId, &'s TablePlacement)> {
         let engine = &self.proxy.local().engine;
-        let mut tables: Vec<_> = state
-            .tables
-            .iter()
-            .map(|(table, placement)| {
-                let bytes = engine
-                    .approximate_range_bytes(&keys::table_prefix(table), &keys::table_end(table))
-                    .unwrap_or(0);
-                (std::cmp::Reverse(bytes), table, placement)
-            })
-            .collect();
-        tables.sort_by_key(|(bytes, table, _)| (*bytes, **table));
+        // Stable: tables of equal size stay in id order.
+        let mut tables: Vec<_> = state.tables.iter().collect();
+        tables.sort_by_cached_key(|(table, _)| {
+            let bytes = engine
+                .approximate_range_bytes(&keys::table_prefix(table), &keys::table_end(table))
+                .unwrap_or(0);
+            std::cmp::Reverse(bytes)
+        });
         tables
-            .into_iter()
-            .map(|(_, table, placement)| (table, placement))
-            .collect()
     }
 
     async fn settle_members(&self, state: &ClusterState) -> Result<(), String> {
