@@ -31,6 +31,7 @@
 //! a quorum of the old replicas accepted but nobody committed would be invisible to a
 //! quorum of the new ones, which could then decide something else.
 
+mod cpu;
 pub mod incoming;
 pub mod outgoing;
 pub mod policy;
@@ -289,6 +290,7 @@ impl Streaming {
     pub async fn run_policy(self: Arc<Self>, foreground: impl Fn() -> Vec<(f64, u64)>) {
         let mut previous = foreground();
         let mut previous_bytes = self.throttle.total_bytes();
+        let mut previous_cpu = cpu::CpuTimes::now();
         let mut interval = tokio::time::interval(POLICY_INTERVAL);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_logged: Option<Decision> = None;
@@ -298,8 +300,13 @@ impl Streaming {
             let now = foreground();
             let bytes = self.throttle.total_bytes();
             let measured = measure(&previous, &now, bytes - previous_bytes);
+            let cpu = cpu::CpuTimes::now();
+            let cpu_busy = cpu
+                .zip(previous_cpu)
+                .and_then(|(now, then)| now.busy_since(&then));
             previous = now;
             previous_bytes = bytes;
+            previous_cpu = cpu;
             let decision = self
                 .policy
                 .decide(self.throttle.rate(), &measured, &baseline);
@@ -313,6 +320,7 @@ impl Streaming {
                     client_p99_ms = measured.p99.map(|p| p.as_secs_f64() * 1000.0),
                     target_p99_ms = self.policy.target(&baseline).as_secs_f64() * 1000.0,
                     streamed_mib_per_s = measured.streamed_bytes_per_s >> 20,
+                    cpu_busy_percent = cpu_busy.map(|busy| (busy * 100.0).round()),
                     "streaming rate: {}",
                     decision.reason.describe()
                 );

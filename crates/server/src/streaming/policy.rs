@@ -17,8 +17,18 @@
 //! while nothing streamed ([`Baseline`]) — for operators who would rather a join took
 //! longer than let 2 ms requests reach 20 ms. Off by default: on the 2-core machine of
 //! `bench/results/2026-11-25-elastic-relative` it made a join under load 3–4.5× longer
-//! for a client p99 that was not reliably lower (CPU priority, not the rate, is what
-//! keeps clients fast there).
+//! for a client p99 that was not reliably lower.
+//!
+//! What the policy cannot see: the latency it measures is the node's, from a request read
+//! to its answer written. On a machine whose every core is busy, requests also wait to be
+//! scheduled before that — and a virtual machine that keeps all its cores busy has them
+//! taken away by its host (*steal*) in slices of tens of milliseconds, whatever the
+//! threads' priorities. On the 2-core virtual machines Shoal is built on, joins of
+//! `bench/elastic`'s fourth node under its read load showed it: about 20% steal over the
+//! first 0.6 s (50 ms samples up to 40%), and in one join the sources measured a client
+//! p99 of 0.4–0.8 ms over the first 250 ms while the clients' p99 over that second was
+//! 41 ms. So the machine's CPU use (steal included) is logged with each decision
+//! ([`super::cpu`]), for the operator to read next to the clients' latency.
 //!
 //! Additive-increase/multiplicative-decrease, as congestion control does: it backs off
 //! fast when clients suffer and probes upward slowly. The decisions are data (the new
