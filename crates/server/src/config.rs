@@ -153,6 +153,9 @@ pub struct Config {
     /// Hard cap on the bytes this node streams (sent and received together) per second,
     /// in MiB; 0: no cap but the adaptive one.
     pub stream_throughput_mib_per_s: u64,
+    /// While this node serves client requests, the most it streams per second (sent and
+    /// received together), in MiB, whatever the latency policy allows; 0: no such limit.
+    pub stream_throughput_under_load_mib_per_s: u64,
     /// The client latency (99th percentile, milliseconds) streaming backs off to keep:
     /// while requests served here are slower, streaming slows down; when they are faster,
     /// or there are none, it speeds up to the cap.
@@ -207,6 +210,7 @@ impl Default for Config {
             client_tls_ca_certificate: None,
             replace_address: None,
             stream_throughput_mib_per_s: 0,
+            stream_throughput_under_load_mib_per_s: 80,
             stream_target_p99_ms: 20,
             stream_p99_growth: 0.0,
             migrations_per_node: 8,
@@ -302,6 +306,12 @@ impl Config {
             self.stream_nice
         );
         anyhow::ensure!(
+            self.stream_throughput_under_load_mib_per_s == 0
+                || self.stream_throughput_under_load_mib_per_s >= 4,
+            "stream_throughput_under_load_mib_per_s must be 0 (no limit) or at least 4 (got {})",
+            self.stream_throughput_under_load_mib_per_s
+        );
+        anyhow::ensure!(
             self.stream_target_p99_ms >= 1,
             "stream_target_p99_ms must be at least 1"
         );
@@ -373,5 +383,15 @@ mod tests {
             .to_string()
             .contains("commitlog_sync_period_ms"));
         assert!(toml::from_str::<Config>("no_such_field = 1").is_err());
+        // A limit under load too low to move a tablet in reasonable time.
+        let config = Config {
+            stream_throughput_under_load_mib_per_s: 1,
+            ..Config::default()
+        };
+        assert!(config
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("stream_throughput_under_load_mib_per_s"));
     }
 }

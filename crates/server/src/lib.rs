@@ -119,6 +119,10 @@ impl Node {
                     0 => streaming::policy::UNLIMITED,
                     mib => mib << 20,
                 },
+                under_load_bytes_per_s: match config.stream_throughput_under_load_mib_per_s {
+                    0 => streaming::policy::UNLIMITED,
+                    mib => mib << 20,
+                },
             },
             config.stream_nice,
         ));

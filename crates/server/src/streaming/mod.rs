@@ -14,7 +14,8 @@
 //! - Both sides take every chunk's bytes from the node's [`throttle::Throttle`], whose
 //!   rate the [`policy`] sets every 250 ms from the latency of the client requests the
 //!   node serves: full speed when idle, backing off when clients slow down, never above
-//!   `stream_throughput_mib_per_s`.
+//!   `stream_throughput_mib_per_s` (nor, while clients are served,
+//!   `stream_throughput_under_load_mib_per_s`).
 //! - The CPU work of streaming — reading the source's range, building and ingesting the
 //!   destination's files — runs on threads of its own at a lower operating-system priority
 //!   (`stream_nice`, [`shoal_coordinator::schedule::lower_thread_priority`]): when client

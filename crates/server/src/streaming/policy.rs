@@ -10,7 +10,10 @@
 //!   (so a stream always progresses);
 //! - requests well under the target (at most [`RELAXED_SHARE`] of it): a quarter faster
 //!   plus a step, up to the cap;
-//! - otherwise: hold.
+//! - otherwise: hold;
+//! - and while requests are served, never above `stream_throughput_under_load_mib_per_s`
+//!   (`StreamPolicy::under_load_bytes_per_s`, 80 MiB/s by default): a fixed limit, for
+//!   what the latency cannot show (below).
 //!
 //! The target is an absolute one (`stream_target_p99_ms`) or, when `stream_p99_growth` is
 //! set, the lower of that and `stream_p99_growth` times the p99 this node's clients saw
@@ -29,6 +32,20 @@
 //! p99 of 0.4–0.8 ms over the first 250 ms while the clients' p99 over that second was
 //! 41 ms. So the machine's CPU use (steal included) is logged with each decision
 //! ([`super::cpu`]), for the operator to read next to the clients' latency.
+//!
+//! Hence the limit under load. What hurt clients was streaming's peaks: uncapped, the
+//! fourth node of `bench/elastic` took in 408–480 MiB/s over a join's first quarter
+//! second, and the clients' p99 over that second reached 34–54 ms against 4–6 ms steady.
+//! A rate fixed below the peaks keeps the machine from saturating while it barely slows
+//! the join, whose average rate is well under them. With each source held at 80 MiB/s
+//! while it serves clients (`bench/results/2026-11-29-elastic-under-load-limit`), joins
+//! under the read load had a client p99 2.1–2.2× steady and took 1.10–1.15× an idle
+//! join; uncapped, the same day, 3.9–4.9× and 0.96×
+//! (`bench/results/2026-11-29-elastic-rate-uncapped`). An idle node streams at full
+//! speed, so joins into idle clusters keep all the bandwidth. A limit that adapts to the
+//! machine's CPU use instead (back off above a busy share, steal included) was tried: the
+//! sources, each following the same machine-wide figure, swung it between 40% and 100%
+//! and did no better.
 //!
 //! Additive-increase/multiplicative-decrease, as congestion control does: it backs off
 //! fast when clients suffer and probes upward slowly. The decisions are data (the new
@@ -60,6 +77,9 @@ pub struct StreamPolicy {
     pub p99_growth: Option<f64>,
     /// The hard cap in bytes per second ([`UNLIMITED`]: none).
     pub cap_bytes_per_s: u64,
+    /// The most while the node serves clients, in bytes per second ([`UNLIMITED`]:
+    /// only the cap).
+    pub under_load_bytes_per_s: u64,
 }
 
 /// The client p99 of intervals in which nothing streamed: what requests take here when
@@ -106,6 +126,7 @@ pub struct Measurement {
 pub enum Reason {
     Idle,
     BackingOff,
+    UnderLoadLimit,
     SpeedingUp,
     Holding,
 }
@@ -115,6 +136,7 @@ impl Reason {
         match self {
             Reason::Idle => "no client requests: full speed",
             Reason::BackingOff => "client p99 above target: backing off",
+            Reason::UnderLoadLimit => "clients served: at the limit under load",
             Reason::SpeedingUp => "client p99 well under target: speeding up",
             Reason::Holding => "client p99 near target: holding",
         }
@@ -145,14 +167,43 @@ impl StreamPolicy {
         measured: &Measurement,
         baseline: &Baseline,
     ) -> Decision {
-        let cap = self.cap_bytes_per_s;
-        let floor = FLOOR_BYTES_PER_S.min(cap);
         let Some(p99) = measured.p99.filter(|_| measured.requests > 0) else {
             return Decision {
-                bytes_per_s: cap,
+                bytes_per_s: self.cap_bytes_per_s,
                 reason: Reason::Idle,
             };
         };
+        // Clients are served: never above the limit under load, then as their latency says.
+        let limit = self.cap_bytes_per_s.min(self.under_load_bytes_per_s);
+        let decision = self.follow_latency(
+            current_bytes_per_s.min(limit),
+            p99,
+            measured,
+            baseline,
+            limit,
+        );
+        if decision.reason == Reason::SpeedingUp
+            && decision.bytes_per_s == limit
+            && limit < self.cap_bytes_per_s
+        {
+            return Decision {
+                bytes_per_s: limit,
+                reason: Reason::UnderLoadLimit,
+            };
+        }
+        decision
+    }
+
+    /// The rate from the clients' p99 (AIMD), between the floor and `cap`.
+    fn follow_latency(
+        &self,
+        current_bytes_per_s: u64,
+        p99: Duration,
+        measured: &Measurement,
+        baseline: &Baseline,
+        cap: u64,
+    ) -> Decision {
+        let floor = FLOOR_BYTES_PER_S.min(cap);
         let target = self.target(baseline);
         if p99 > target {
             // Half of what streaming actually did: the current rate may be far above it
@@ -196,6 +247,7 @@ mod tests {
             target_p99: Duration::from_millis(20),
             p99_growth: Some(2.0),
             cap_bytes_per_s: cap,
+            under_load_bytes_per_s: UNLIMITED,
         }
     }
 
@@ -307,5 +359,52 @@ mod tests {
         // A slow baseline never lifts the absolute target.
         baseline.observe(&load(1000, 40, 0));
         assert!(policy(UNLIMITED).target(&baseline) <= Duration::from_millis(20));
+    }
+
+    #[test]
+    fn while_clients_are_served_streaming_stays_under_the_limit_under_load() {
+        let policy = StreamPolicy {
+            under_load_bytes_per_s: 80 * MIB,
+            ..policy(UNLIMITED)
+        };
+        let none = Baseline::default();
+        // Fast clients: up to the limit, not to the cap — and the reason says so.
+        assert_eq!(
+            policy.decide(UNLIMITED, &load(1000, 2, 300 * MIB), &none),
+            Decision {
+                bytes_per_s: 80 * MIB,
+                reason: Reason::UnderLoadLimit
+            }
+        );
+        let climbing = policy.decide(40 * MIB, &load(1000, 2, 40 * MIB), &none);
+        assert_eq!(climbing.reason, Reason::SpeedingUp);
+        assert!(climbing.bytes_per_s > 40 * MIB && climbing.bytes_per_s <= 80 * MIB);
+        // Slow clients still halve what streaming did.
+        assert_eq!(
+            policy.decide(80 * MIB, &load(1000, 50, 80 * MIB), &none),
+            Decision {
+                bytes_per_s: 40 * MIB,
+                reason: Reason::BackingOff
+            }
+        );
+        // Nobody served: full speed again.
+        let idle = Measurement {
+            requests: 0,
+            p99: None,
+            streamed_bytes_per_s: 80 * MIB,
+        };
+        assert_eq!(policy.decide(80 * MIB, &idle, &none).bytes_per_s, UNLIMITED);
+        // A hard cap under the limit is the cap, reported as the latency policy's.
+        let capped = StreamPolicy {
+            cap_bytes_per_s: 50 * MIB,
+            ..policy
+        };
+        assert_eq!(
+            capped.decide(UNLIMITED, &load(1000, 2, 300 * MIB), &none),
+            Decision {
+                bytes_per_s: 50 * MIB,
+                reason: Reason::SpeedingUp
+            }
+        );
     }
 }
