@@ -115,14 +115,12 @@ impl Node {
             streaming::policy::StreamPolicy {
                 target_p99: std::time::Duration::from_millis(config.stream_target_p99_ms),
                 p99_growth: (config.stream_p99_growth > 0.0).then_some(config.stream_p99_growth),
-                cap_bytes_per_s: match config.stream_throughput_mib_per_s {
-                    0 => streaming::policy::UNLIMITED,
-                    mib => mib << 20,
-                },
-                under_load_bytes_per_s: match config.stream_throughput_under_load_mib_per_s {
-                    0 => streaming::policy::UNLIMITED,
-                    mib => mib << 20,
-                },
+                cap_bytes_per_s: streaming::policy::limit_from_mib(
+                    config.stream_throughput_mib_per_s,
+                ),
+                under_load_bytes_per_s: streaming::policy::limit_from_mib(
+                    config.stream_throughput_under_load_mib_per_s,
+                ),
             },
             config.stream_nice,
         ));

@@ -64,6 +64,15 @@ pub const STEP_BYTES_PER_S: u64 = 8 << 20;
 /// "No cap": the throttle does not hold streaming back at all.
 pub const UNLIMITED: u64 = u64::MAX;
 
+/// A configured limit in MiB per second as bytes per second, 0 meaning none
+/// ([`UNLIMITED`]).
+pub fn limit_from_mib(mib_per_s: u64) -> u64 {
+    match mib_per_s {
+        0 => UNLIMITED,
+        mib => mib << 20,
+    }
+}
+
 /// The weight of a new interval in the [`Baseline`] (an exponential moving average).
 pub const BASELINE_WEIGHT: f64 = 0.2;
 
