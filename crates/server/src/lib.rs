@@ -294,7 +294,7 @@ impl Node {
             let close_clients = close_clients.clone();
             async move {
                 let _ = shutdown.changed().await;
-                let _ = close_clients.send(true);
+                close_clients.send_replace(true);
             }
         }));
         let _ = handler.operations.set(Arc::new(operations::NodeOperations {

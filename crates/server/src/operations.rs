@@ -266,7 +266,7 @@ impl NodeOperations {
                 Ok(json!({ "removed": removed }))
             }
             Operation::Drain => {
-                let _ = self.close_clients.send(true);
+                self.close_clients.send_replace(true);
                 engine.flush().map_err(|e| e.to_string())?;
                 engine.sync().map_err(|e| e.to_string())?;
                 Ok(json!({ "drained": true }))
@@ -588,7 +588,7 @@ impl NodeOperations {
         self.wait_until_gone(me).await?;
         // A node outside the cluster routes by a tablet map nobody updates any more, and
         // must not campaign in a metadata group it is no longer part of.
-        let _ = self.close_clients.send(true);
+        self.close_clients.send_replace(true);
         cluster.metadata.mark_left();
         cluster.metadata.shutdown().await;
         tracing::info!(

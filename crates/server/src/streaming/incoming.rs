@@ -51,6 +51,19 @@ struct Job {
     state: watch::Sender<JobState>,
 }
 
+impl Job {
+    /// Records how the job ended. Stored whether or not a `Receive` is waiting right now:
+    /// a job often ends between two of them — while the metadata leader that asks is being
+    /// replaced, for one — and the next ask must find it ended (a `send` to a watch channel
+    /// nobody listens to keeps nothing, and the job would read "receiving" forever).
+    fn finish(&self, outcome: Result<(), String>) {
+        self.state.send_replace(match outcome {
+            Ok(()) => JobState::Done,
+            Err(error) => JobState::Failed(error),
+        });
+    }
+}
+
 /// One job as `shoal admin streams` shows it.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct IncomingStatus {
@@ -134,10 +147,7 @@ impl Incoming {
                 let keys = receive.keys.clone();
                 tokio::spawn(async move {
                     let outcome = incoming.run(&running, &keys).await;
-                    let _ = running.state.send(match outcome {
-                        Ok(()) => JobState::Done,
-                        Err(error) => JobState::Failed(error),
-                    });
+                    running.finish(outcome);
                 });
                 job
             });
@@ -391,4 +401,36 @@ fn index_ingested(
         }
     }
     engine.sync().map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job() -> Job {
+        let (state, _) = watch::channel(JobState::Running);
+        Job {
+            table: TableId::default(),
+            tablet: TabletId(1),
+            sources: Vec::new(),
+            started: Instant::now(),
+            received_bytes: AtomicU64::new(0),
+            estimated_bytes: AtomicU64::new(0),
+            state,
+        }
+    }
+
+    #[test]
+    fn a_job_that_ends_while_nobody_asks_is_found_ended_by_the_next_ask() {
+        // Nobody is subscribed when these jobs end (no `Receive` waiting on them).
+        let done = job();
+        done.finish(Ok(()));
+        assert_eq!(*done.state.subscribe().borrow(), JobState::Done);
+        let failed = job();
+        failed.finish(Err("the source went away".into()));
+        assert_eq!(
+            *failed.state.subscribe().borrow(),
+            JobState::Failed("the source went away".into())
+        );
+    }
 }
