@@ -52,6 +52,20 @@ struct Job {
 }
 
 impl Job {
+    /// A job that has just started: running, nothing received yet.
+    fn new(table: TableId, tablet: TabletId, sources: Vec<SocketAddr>) -> Job {
+        let (state, _) = watch::channel(JobState::Running);
+        Job {
+            table,
+            tablet,
+            sources,
+            started: Instant::now(),
+            received_bytes: AtomicU64::new(0),
+            estimated_bytes: AtomicU64::new(0),
+            state,
+        }
+    }
+
     /// Records how the job ended. Stored whether or not a `Receive` is waiting right now:
     /// a job often ends between two of them — while the metadata leader that asks is being
     /// replaced, for one — and the next ask must find it ended (a `send` to a watch channel
@@ -132,16 +146,11 @@ impl Incoming {
         let job = {
             let mut jobs = self.jobs.lock();
             let job = jobs.entry(receive.migration).or_insert_with(|| {
-                let (state, _) = watch::channel(JobState::Running);
-                let job = Arc::new(Job {
-                    table: receive.keys.table,
-                    tablet: receive.tablet,
-                    sources: receive.sources.clone(),
-                    started: Instant::now(),
-                    received_bytes: AtomicU64::new(0),
-                    estimated_bytes: AtomicU64::new(0),
-                    state,
-                });
+                let job = Arc::new(Job::new(
+                    receive.keys.table,
+                    receive.tablet,
+                    receive.sources.clone(),
+                ));
                 let incoming = Arc::clone(self);
                 let running = Arc::clone(&job);
                 let keys = receive.keys.clone();
@@ -408,16 +417,7 @@ mod tests {
     use super::*;
 
     fn job() -> Job {
-        let (state, _) = watch::channel(JobState::Running);
-        Job {
-            table: TableId::default(),
-            tablet: TabletId(1),
-            sources: Vec::new(),
-            started: Instant::now(),
-            received_bytes: AtomicU64::new(0),
-            estimated_bytes: AtomicU64::new(0),
-            state,
-        }
+        Job::new(TableId::default(), TabletId(1), Vec::new())
     }
 
     #[test]
