@@ -434,6 +434,10 @@ impl MigrationDriver {
                     &pending,
                     StreamRequest::Prepare {
                         tablet: tablet_keys,
+                        // A strongly consistent tablet arrives by its Raft group, whose
+                        // log goes on applying writes after the snapshot: nothing waits
+                        // for a stream's end to release them.
+                        stage_writes: !strong,
                     },
                     BARRIER_BOUND,
                 )

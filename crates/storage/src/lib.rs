@@ -157,6 +157,23 @@ pub trait Engine: Send + Sync + 'static {
     /// Removes every key in `[lower, upper)` (TRUNCATE, DROP TABLE).
     fn delete_range(&self, lower: &[u8], upper: &[u8]) -> Result<()>;
 
+    /// Sets the writes to `[lower, upper)` aside from now on, until
+    /// [`Engine::release_staged_writes`]: a range this node is about to receive by
+    /// [`Engine::ingest`], so that its writes meanwhile do not stand in the way of the
+    /// files (see the RocksDB engine's `staging`). Reads do not see the writes set aside
+    /// until they are released; nobody reads a range that is still being received. Drops
+    /// whatever an earlier staging of the range left. Engines without files keep writing
+    /// as usual (the default).
+    fn stage_writes(&self, _lower: &[u8], _upper: &[u8]) -> Result<()> {
+        Ok(())
+    }
+
+    /// Ends [`Engine::stage_writes`] for `[lower, upper)` and every staged range it
+    /// overlaps, adding the writes set aside to the data; answers how many stored entries it added.
+    fn release_staged_writes(&self, _lower: &[u8], _upper: &[u8]) -> Result<usize> {
+        Ok(0)
+    }
+
     /// Makes every write that has returned so far durable.
     fn sync(&self) -> Result<()>;
 

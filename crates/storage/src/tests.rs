@@ -1099,6 +1099,162 @@ fn a_streamed_range_reconciles_with_what_the_destination_already_holds() {
     });
 }
 
+/// Rows 0..100 of partition `p` (timestamp 10) as a source streams them: stored entries
+/// of `[lower, upper)`.
+fn streamed_rows(lower: &[u8], upper: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let directory = tempfile::tempdir().expect("temporary directory");
+    let source = RocksEngine::open(directory.path(), &RocksOptions::default()).expect("open");
+    for row in 0..100u32 {
+        write(
+            &source,
+            row_key(b"p", &row.to_be_bytes(), "v"),
+            Cell::live(WriteTimestamp(10), b"streamed".to_vec()),
+        );
+    }
+    let mut cursor = source.stream_range(lower, upper).expect("stream");
+    let mut entries = Vec::new();
+    while let Some((key, value)) = cursor.current() {
+        entries.push((key.to_vec(), value.to_vec()));
+        cursor.advance();
+    }
+    cursor.status().expect("stream status");
+    entries
+}
+
+/// The value of row `row` of partition `p`, if the engine holds one.
+fn row_value(engine: &dyn Engine, lower: &[u8], upper: &[u8], row: u32) -> Option<Vec<u8>> {
+    stored(engine, lower, upper)
+        .into_iter()
+        .find(|(key, _)| *key == row_key(b"p", &row.to_be_bytes(), "v"))
+        .map(|(_, value)| Cell::decode(&value).expect("cell").value)
+}
+
+#[test]
+fn writes_staged_while_a_range_streams_in_join_its_data_when_released() {
+    let (lower, upper) = keys::token_range(&TABLE, None, Token(5));
+    let directory = tempfile::tempdir().expect("temporary directory");
+    let engine = RocksEngine::open(directory.path(), &RocksOptions::default()).expect("open");
+    engine.stage_writes(&lower, &upper).expect("stage");
+    // The tablet's writes while it streams in: one newer than the streamed row, one older.
+    write(
+        &engine,
+        row_key(b"p", &1u32.to_be_bytes(), "v"),
+        Cell::live(WriteTimestamp(20), b"written".to_vec()),
+    );
+    write(
+        &engine,
+        row_key(b"p", &2u32.to_be_bytes(), "v"),
+        Cell::live(WriteTimestamp(5), b"older".to_vec()),
+    );
+    assert!(
+        stored(&engine, &lower, &upper).is_empty(),
+        "set aside until released"
+    );
+    engine
+        .ingest(&borrowed(&streamed_rows(&lower, &upper)))
+        .expect("ingest");
+    // The writes did not stand in the way: the file went below level 0, where it would
+    // have had to be compacted.
+    assert_eq!(engine.files_at_level(0), 0);
+    assert!(
+        engine
+            .release_staged_writes(&lower, &upper)
+            .expect("release")
+            > 0
+    );
+    assert_eq!(
+        row_value(&engine, &lower, &upper, 0),
+        Some(b"streamed".to_vec())
+    );
+    assert_eq!(
+        row_value(&engine, &lower, &upper, 1),
+        Some(b"written".to_vec())
+    );
+    assert_eq!(
+        row_value(&engine, &lower, &upper, 2),
+        Some(b"streamed".to_vec())
+    );
+    assert_eq!(stored(&engine, &lower, &upper).len(), 100);
+    // Released, the range takes writes directly again.
+    write(
+        &engine,
+        row_key(b"p", &3u32.to_be_bytes(), "v"),
+        Cell::live(WriteTimestamp(30), b"after".to_vec()),
+    );
+    assert_eq!(
+        row_value(&engine, &lower, &upper, 3),
+        Some(b"after".to_vec())
+    );
+    assert_eq!(
+        engine.release_staged_writes(&lower, &upper).expect("again"),
+        0
+    );
+}
+
+#[test]
+fn writes_staged_when_a_node_stopped_join_the_data_when_it_opens_again() {
+    let (lower, upper) = keys::token_range(&TABLE, None, Token(5));
+    let directory = tempfile::tempdir().expect("temporary directory");
+    {
+        let engine = RocksEngine::open(directory.path(), &RocksOptions::default()).expect("open");
+        engine.stage_writes(&lower, &upper).expect("stage");
+        write(
+            &engine,
+            row_key(b"p", &1u32.to_be_bytes(), "v"),
+            Cell::live(WriteTimestamp(20), b"written".to_vec()),
+        );
+    }
+    let engine = RocksEngine::open(directory.path(), &RocksOptions::default()).expect("reopen");
+    assert_eq!(
+        row_value(&engine, &lower, &upper, 1),
+        Some(b"written".to_vec())
+    );
+    // Nothing is staged any more: a write reads back at once.
+    write(
+        &engine,
+        row_key(b"p", &2u32.to_be_bytes(), "v"),
+        Cell::live(WriteTimestamp(20), b"direct".to_vec()),
+    );
+    assert_eq!(
+        row_value(&engine, &lower, &upper, 2),
+        Some(b"direct".to_vec())
+    );
+}
+
+#[test]
+fn a_range_removed_while_staged_loses_its_staged_writes_too() {
+    let (lower, upper) = keys::token_range(&TABLE, None, Token(5));
+    let directory = tempfile::tempdir().expect("temporary directory");
+    let engine = RocksEngine::open(directory.path(), &RocksOptions::default()).expect("open");
+    engine.stage_writes(&lower, &upper).expect("stage");
+    write(
+        &engine,
+        row_key(b"p", &1u32.to_be_bytes(), "v"),
+        Cell::live(WriteTimestamp(20), b"truncated".to_vec()),
+    );
+    // Removed before anything streamed in (TRUNCATE): the staged write goes.
+    engine.delete_range(&lower, &upper).expect("remove");
+    engine
+        .release_staged_writes(&lower, &upper)
+        .expect("release");
+    assert!(stored(&engine, &lower, &upper).is_empty());
+    // And removed after some did: the streamed rows and the staged write go.
+    engine.stage_writes(&lower, &upper).expect("stage");
+    engine
+        .ingest(&borrowed(&streamed_rows(&lower, &upper)))
+        .expect("ingest");
+    write(
+        &engine,
+        row_key(b"p", &1u32.to_be_bytes(), "v"),
+        Cell::live(WriteTimestamp(20), b"truncated".to_vec()),
+    );
+    engine.delete_range(&lower, &upper).expect("remove");
+    engine
+        .release_staged_writes(&lower, &upper)
+        .expect("release");
+    assert!(stored(&engine, &lower, &upper).is_empty());
+}
+
 #[test]
 fn ingested_values_read_back_whether_or_not_their_file_is_compressed() {
     // Values that do not compress are ingested in an uncompressed file, values that do in

@@ -156,7 +156,8 @@ impl Incoming {
                 let keys = receive.keys.clone();
                 tokio::spawn(async move {
                     let outcome = incoming.run(&running, &keys).await;
-                    running.finish(outcome);
+                    let released = incoming.release_staged_writes(&keys).await;
+                    running.finish(outcome.and(released));
                 });
                 job
             });
@@ -224,6 +225,21 @@ impl Incoming {
                 tracing::info!(table = %keys.table, tablet = job.tablet.0, partitions, %source, "took over the Paxos state of a streamed tablet");
             }
         }
+        Ok(())
+    }
+
+    /// Adds the writes set aside while the tablet streamed in (`StreamRequest::Prepare`)
+    /// to its data, however the stream ended: a stream tried again streams into the data
+    /// directly.
+    async fn release_staged_writes(&self, keys: &TabletKeys) -> Result<(), String> {
+        let engine = Arc::clone(&self.replica.engine);
+        let (lower, upper) = keys.data();
+        let moved =
+            tokio::task::spawn_blocking(move || engine.release_staged_writes(&lower, &upper))
+                .await
+                .map_err(|e| format!("releasing the writes set aside failed: {e}"))?
+                .map_err(|e| format!("releasing the writes set aside failed: {e}"))?;
+        tracing::debug!(table = %keys.table, entries = moved, "released the writes set aside while the tablet streamed in");
         Ok(())
     }
 

@@ -142,8 +142,13 @@ pub enum StreamRequest {
     /// Source: end a session early.
     Close { session: u64 },
     /// Pending replica, before it receives writes: remove whatever an earlier stay left of
-    /// the tablet.
-    Prepare { tablet: TabletKeys },
+    /// the tablet; with `stage_writes`, set the writes it is about to receive aside until
+    /// the tablet's data has streamed in (`Engine::stage_writes`): a tablet that arrives by
+    /// [`StreamRequest::Receive`], whose end releases them.
+    Prepare {
+        tablet: TabletKeys,
+        stage_writes: bool,
+    },
     /// Pending replica: receive a tablet from `sources` (start or keep waiting for it).
     Receive {
         migration: MigrationId,
@@ -243,7 +248,26 @@ impl Streaming {
                 self.outgoing.close(session);
                 Ok(StreamReply::Done)
             }
-            StreamRequest::Prepare { tablet } | StreamRequest::Drop { tablet } => {
+            StreamRequest::Prepare {
+                tablet,
+                stage_writes,
+            } => {
+                let engine = Arc::clone(&self.replica.engine);
+                let (lower, upper) = tablet.data();
+                tokio::task::spawn_blocking(move || {
+                    engine.delete_range(&lower, &upper)?;
+                    if stage_writes {
+                        engine.stage_writes(&lower, &upper)?;
+                    }
+                    Ok::<_, shoal_storage::StorageError>(())
+                })
+                .await
+                .map_err(|e| format!("preparing the range failed: {e}"))?
+                .map_err(|e| e.to_string())?;
+                paxos::forget_state(&self.replica, tablet.table, tablet.after, tablet.last).await?;
+                Ok(StreamReply::Done)
+            }
+            StreamRequest::Drop { tablet } => {
                 let engine = Arc::clone(&self.replica.engine);
                 let (lower, upper) = tablet.data();
                 tokio::task::spawn_blocking(move || engine.delete_range(&lower, &upper))

@@ -18,6 +18,7 @@ pub(crate) mod compressibility;
 mod filter;
 pub(crate) mod level0;
 mod pack;
+mod staging;
 mod writer;
 
 use crate::shadow;
@@ -259,11 +260,29 @@ impl RocksEngine {
         });
 
         let metadata_options = Options::default();
+        // Writes staged while a tablet streams in (`staging`): cells like the data's, few.
+        let mut staged_options = Options::default();
+        staged_options
+            .set_merge_operator_associative("shoal_last_write_wins", merge_last_write_wins);
         let families = vec![
             ColumnFamilyDescriptor::new(DATA_FAMILY, data_options.clone()),
             ColumnFamilyDescriptor::new(METADATA_FAMILY, metadata_options),
+            ColumnFamilyDescriptor::new(staging::STAGED_FAMILY, staged_options),
         ];
         let db = Arc::new(DB::open_cf_descriptors(&db_options, path, families).map_err(io_error)?);
+        let staged_family = db
+            .cf_handle(staging::STAGED_FAMILY)
+            .ok_or_else(|| StorageError::Corrupt("missing staged column family".into()))?;
+        let data_family = db
+            .cf_handle(DATA_FAMILY)
+            .ok_or_else(|| StorageError::Corrupt("missing data column family".into()))?;
+        let recovered = staging::release_everything(&db, staged_family, data_family)?;
+        if recovered > 0 {
+            tracing::info!(
+                cells = recovered,
+                "moved the writes staged before a restart into the data"
+            );
+        }
         let writer = Writer::new(Arc::clone(&db), DATA_FAMILY);
         let writer_thread = std::thread::Builder::new()
             .name("shoal-writer".into())
@@ -375,6 +394,26 @@ impl RocksEngine {
         {
             tracing::warn!(%error, trigger, "cannot change the level-0 compaction trigger");
         }
+    }
+
+    /// True when column family `family` holds a key in `[lower, upper)`.
+    fn holds_any(&self, family: &str, lower: &[u8], upper: &[u8]) -> Result<bool> {
+        let handle = self
+            .db
+            .cf_handle(family)
+            .ok_or_else(|| StorageError::Corrupt(format!("missing {family} column family")))?;
+        let mut iterator = self
+            .db
+            .raw_iterator_cf_opt(handle, range_read_options(lower, upper));
+        iterator.seek_to_first();
+        iterator.status().map_err(io_error)?;
+        Ok(iterator.valid())
+    }
+
+    /// The data column family's files at `level`.
+    #[cfg(test)]
+    pub(crate) fn files_at_level(&self, level: usize) -> u64 {
+        self.data_property(&format!("rocksdb.num-files-at-level{level}"))
     }
 
     /// An integer property of the data column family; 0 when RocksDB does not give it.
@@ -628,20 +667,25 @@ impl Engine for RocksEngine {
             return Err(io_error(error));
         }
         // An ingestion whose file overlaps the memtable flushes it first, stopping every
-        // write to the store meanwhile (the node keeps receiving the tablet's writes while it
-        // streams). So the memtable is flushed first — which does not stop writes — and the
-        // ingestion told not to flush; if writes landed in the range meanwhile, once more.
+        // write to the store meanwhile. The writes a receiving node takes for the range are
+        // staged elsewhere (`staging`), so the memtable normally holds none of its keys and
+        // the file goes in as it is. If it does hold some (staging began late: the node
+        // restarted while receiving), the memtable is flushed — which does not stop writes
+        // — and the ingestion tried again; if writes landed in the range meanwhile, once
+        // more, letting it flush.
         let mut options = rocksdb::IngestExternalFileOptions::default();
         options.set_move_files(true);
         options.set_allow_blocking_flush(false);
         let mut ingested = Ok(());
         for attempt in 0..3 {
-            self.db.flush_cf(self.data()?).map_err(io_error)?;
+            if attempt > 0 {
+                self.db.flush_cf(self.data()?).map_err(io_error)?;
+            }
             if attempt == 2 {
                 options.set_allow_blocking_flush(true);
             }
             ingested = {
-                let _paused = self.writer.pause_collapsing();
+                let _ingestion = self.writer.begin_ingestion();
                 self.db
                     .ingest_external_file_cf_opts(self.data()?, &options, vec![&path])
             };
@@ -654,21 +698,27 @@ impl Engine for RocksEngine {
     }
 
     fn delete_range(&self, lower: &[u8], upper: &[u8]) -> Result<()> {
-        // Nothing stored there (a node about to receive a tablet it never held): no range
-        // tombstone. One would overlap every file ingested into the range afterwards and
-        // keep them all in level 0, where they pile up and stall writes until compacted.
-        let read_options = range_read_options(lower, upper);
-        let mut iterator = self.db.raw_iterator_cf_opt(self.data()?, read_options);
-        iterator.seek_to_first();
-        if !iterator.valid() {
-            iterator.status().map_err(io_error)?;
+        // Nothing stored there, staged or not (a node about to receive a tablet it never
+        // held): no range tombstone. One would overlap every file ingested into the range
+        // afterwards and keep them all in level 0, where they pile up and stall writes
+        // until compacted.
+        if !self.holds_any(DATA_FAMILY, lower, upper)?
+            && !self.holds_any(staging::STAGED_FAMILY, lower, upper)?
+        {
             return Ok(());
         }
-        drop(iterator);
         futures::executor::block_on(self.writer.submit_now(Operation::DeleteRange {
             lower: lower.to_vec(),
             upper: upper.to_vec(),
         }))
+    }
+
+    fn stage_writes(&self, lower: &[u8], upper: &[u8]) -> Result<()> {
+        self.writer.stage(lower, upper)
+    }
+
+    fn release_staged_writes(&self, lower: &[u8], upper: &[u8]) -> Result<usize> {
+        self.writer.release(lower, upper)
     }
 
     fn sync(&self) -> Result<()> {

@@ -1,10 +1,10 @@
 //! The engine's writer: every write to the data column family is applied by one applier
 //! at a time, either by the caller itself or by the writer thread.
 //!
-//! - **The caller applies its own batch** when nobody else is applying one and nothing is
-//!   queued (flat combining, the common case at moderate load): the write costs one RocksDB
-//!   write on the caller's thread and no hand-off — no queue, no wake-up of another thread,
-//!   no wake-up back. It is written with RocksDB's `no_slowdown`, so a caller never blocks
+//! - **The caller applies its own batch** when nobody else is applying one, nothing is
+//!   queued and no file is being ingested (flat combining, the common case at moderate
+//!   load): the write costs one RocksDB write on the caller's thread and no hand-off — no
+//!   queue, no wake-up of another thread, no wake-up back. It is written with RocksDB's `no_slowdown`, so a caller never blocks
 //!   on a write stall: when RocksDB would stall, the batch goes to the queue instead.
 //! - **Otherwise the batch is queued** (bounded: [`QUEUE_SUBMISSIONS`]; a submitter waits for
 //!   room asynchronously) and the writer thread takes all that are waiting (up to
@@ -28,6 +28,7 @@
 //! as a plain value right after its write. No other write can come between that read and
 //! that rewrite, so the rewrite changes nothing a reader can see.
 
+use super::staging::{self, StagedRanges, STAGED_FAMILY};
 use crate::{Result, StorageError};
 use futures::future::{BoxFuture, FutureExt};
 use parking_lot::{Condvar, Mutex};
@@ -35,6 +36,7 @@ use rocksdb::{ErrorKind, WriteOptions, DB};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
@@ -146,6 +148,9 @@ struct Applier {
     /// Files being ingested (streaming): a collapse's read-then-rewrite could hide what an
     /// ingested file adds between the two, so none happens while this is above zero.
     collapse_paused: usize,
+    /// Ranges whose writes go to the staging family ([`super::staging`]): read on every
+    /// batch, so they live with the applier, which every write holds anyway.
+    staged: StagedRanges,
 }
 
 /// What applying a batch inline came to.
@@ -165,6 +170,8 @@ pub(super) struct Writer {
     queue: Mutex<Queue>,
     wake: Condvar,
     room: Arc<Semaphore>,
+    /// Files being ingested now ([`Writer::begin_ingestion`]).
+    ingesting: AtomicUsize,
 }
 
 fn io_error(error: rocksdb::Error) -> StorageError {
@@ -183,10 +190,12 @@ impl Writer {
             applier: Mutex::new(Applier {
                 counts: WriteCounts::new(),
                 collapse_paused: 0,
+                staged: StagedRanges::default(),
             }),
             queue: Mutex::new(Queue::default()),
             wake: Condvar::new(),
             room: Arc::new(Semaphore::new(QUEUE_SUBMISSIONS)),
+            ingesting: AtomicUsize::new(0),
         })
     }
 
@@ -241,6 +250,9 @@ impl Writer {
         &self,
         entries: impl Iterator<Item = &'e (Vec<u8>, Vec<u8>)>,
     ) -> Inline {
+        if self.ingesting.load(Ordering::Acquire) > 0 {
+            return Inline::Declined;
+        }
         {
             let queue = self.queue.lock();
             if queue.closed || !queue.pending.is_empty() {
@@ -250,11 +262,10 @@ impl Writer {
         let Some(mut applier) = self.applier.try_lock() else {
             return Inline::Declined;
         };
-        let data = match Applier::data(&self.db, self.family) {
-            Ok(data) => data,
+        let batch = match applier.batch(&self.db, self.family, entries) {
+            Ok(batch) => batch,
             Err(error) => return Inline::Applied(Err(error)),
         };
-        let batch = applier.batch(data, entries);
         let mut options = WriteOptions::default();
         options.set_sync(false);
         options.set_no_slowdown(true);
@@ -280,11 +291,55 @@ impl Writer {
         Ok(())
     }
 
-    /// No hot key is collapsed until the returned pause is dropped (a collapse running now
-    /// finishes first: it holds the applier).
-    pub(super) fn pause_collapsing(&self) -> CollapsePause<'_> {
+    /// For as long as the returned guard lives, a file is being ingested:
+    /// - no hot key is collapsed (a collapse running now finishes first: it holds the
+    ///   applier): its read-then-rewrite could hide what the file adds between the two;
+    /// - no caller applies its own batch: every write goes through the writer thread.
+    ///   RocksDB stops every write while it adds a file to the store (until its manifest
+    ///   is synced), and a caller would wait for that on its own thread — an async
+    ///   server's worker, which has other requests to serve meanwhile.
+    pub(super) fn begin_ingestion(&self) -> Ingestion<'_> {
         self.applier.lock().collapse_paused += 1;
-        CollapsePause(self)
+        self.ingesting.fetch_add(1, Ordering::AcqRel);
+        Ingestion(self)
+    }
+
+    /// Stages the writes to `[lower, upper)` ([`super::staging`]), dropping whatever a
+    /// staging of it before left behind.
+    pub(super) fn stage(&self, lower: &[u8], upper: &[u8]) -> Result<()> {
+        let mut applier = self.applier.lock();
+        let staged = Applier::family(&self.db, STAGED_FAMILY)?;
+        let mut batch = rocksdb::WriteBatch::default();
+        batch.delete_range_cf(staged, lower, upper);
+        self.db.write(batch).map_err(io_error)?;
+        applier.staged.add(lower, upper);
+        Ok(())
+    }
+
+    /// Ends the staging of `[lower, upper)` and of every staged range overlapping it, and
+    /// moves their staged writes into the data; answers how many stored entries it moved. No write
+    /// is applied meanwhile: the applier is held. If the move fails, the ranges stay staged.
+    pub(super) fn release(&self, lower: &[u8], upper: &[u8]) -> Result<usize> {
+        let mut applier = self.applier.lock();
+        let released = applier.staged.remove_overlapping(lower, upper);
+        let mut ranges = released.clone();
+        ranges.push((lower.to_vec(), upper.to_vec()));
+        let moved = (|| {
+            let staged = Applier::family(&self.db, STAGED_FAMILY)?;
+            let data = Applier::family(&self.db, self.family)?;
+            let mut batch = rocksdb::WriteBatch::default();
+            let moved = staging::release_batch(&self.db, staged, data, &ranges, &mut batch)?;
+            let mut options = WriteOptions::default();
+            options.set_sync(false);
+            self.db.write_opt(batch, &options).map_err(io_error)?;
+            Ok(moved)
+        })();
+        if moved.is_err() {
+            for (lower, upper) in &released {
+                applier.staged.add(lower, upper);
+            }
+        }
+        moved
     }
 
     /// Stops accepting submissions; the writer thread ends once it has applied what is
@@ -352,11 +407,12 @@ impl Writer {
     }
 }
 
-/// While it lives, hot keys are not collapsed ([`Writer::pause_collapsing`]).
-pub(super) struct CollapsePause<'w>(&'w Writer);
+/// While it lives, a file is being ingested ([`Writer::begin_ingestion`]).
+pub(super) struct Ingestion<'w>(&'w Writer);
 
-impl Drop for CollapsePause<'_> {
+impl Drop for Ingestion<'_> {
     fn drop(&mut self) {
+        self.0.ingesting.fetch_sub(1, Ordering::AcqRel);
         self.0.applier.lock().collapse_paused -= 1;
     }
 }
@@ -368,29 +424,46 @@ struct PreparedBatch {
 }
 
 impl Applier {
-    fn data<'a>(db: &'a DB, family: &str) -> Result<&'a rocksdb::ColumnFamily> {
+    fn family<'a>(db: &'a DB, family: &str) -> Result<&'a rocksdb::ColumnFamily> {
         db.cf_handle(family)
-            .ok_or_else(|| StorageError::Corrupt("missing data column family".into()))
+            .ok_or_else(|| StorageError::Corrupt(format!("missing {family} column family")))
     }
 
-    /// The merge operands of `entries`, counting each key's writes.
+    /// The staging family while some range is staged, `None` otherwise.
+    fn staging_family<'a>(&self, db: &'a DB) -> Result<Option<&'a rocksdb::ColumnFamily>> {
+        if self.staged.is_empty() {
+            return Ok(None);
+        }
+        Self::family(db, STAGED_FAMILY).map(Some)
+    }
+
+    /// The merge operands of `entries` — in the data of `family`, or in the staging
+    /// family for keys of a staged range — counting each key's writes to the data.
     fn batch<'e>(
         &mut self,
-        data: &rocksdb::ColumnFamily,
+        db: &DB,
+        family: &str,
         entries: impl Iterator<Item = &'e (Vec<u8>, Vec<u8>)>,
-    ) -> PreparedBatch {
+    ) -> Result<PreparedBatch> {
+        let data = Self::family(db, family)?;
+        let staging = self.staging_family(db)?;
         let mut prepared = PreparedBatch {
             batch: rocksdb::WriteBatch::default(),
             hot: Vec::new(),
         };
         let counts = &mut self.counts;
+        let staged = &self.staged;
         super::pack::pack(entries, |key, operand| {
+            if let Some(staging) = staging.filter(|_| staged.contains(key)) {
+                prepared.batch.merge_cf(staging, key, operand);
+                return;
+            }
             prepared.batch.merge_cf(data, key, operand);
             if counts.record(key) {
                 prepared.hot.push(key.to_vec());
             }
         });
-        prepared
+        Ok(prepared)
     }
 
     /// Writes a group as one batch; returns the outcome and the keys that became hot.
@@ -406,16 +479,24 @@ impl Applier {
                 Operation::Cells(entries) => entries.as_slice(),
                 Operation::DeleteRange { .. } => &[],
             });
-        let data = match Self::data(db, family) {
-            Ok(data) => data,
+        let prepared = self.batch(db, family, cells).and_then(|mut prepared| {
+            let data = Self::family(db, family)?;
+            let staging = self.staging_family(db)?;
+            for submission in group {
+                if let Operation::DeleteRange { lower, upper } = &submission.operation {
+                    prepared.batch.delete_range_cf(data, lower, upper);
+                    // What is staged there goes too: it would join the data later.
+                    if let Some(staging) = staging {
+                        prepared.batch.delete_range_cf(staging, lower, upper);
+                    }
+                }
+            }
+            Ok(prepared)
+        });
+        let prepared = match prepared {
+            Ok(prepared) => prepared,
             Err(error) => return (Err(error), Vec::new()),
         };
-        let mut prepared = self.batch(data, cells);
-        for submission in group {
-            if let Operation::DeleteRange { lower, upper } = &submission.operation {
-                prepared.batch.delete_range_cf(data, lower, upper);
-            }
-        }
         let mut options = WriteOptions::default();
         options.set_sync(false);
         (
@@ -441,7 +522,7 @@ impl Applier {
     }
 
     fn collapse(db: &DB, family: &str, hot: &[Vec<u8>]) -> std::result::Result<(), rocksdb::Error> {
-        let Ok(data) = Self::data(db, family) else {
+        let Ok(data) = Self::family(db, family) else {
             return Ok(());
         };
         let mut batch = rocksdb::WriteBatch::default();
