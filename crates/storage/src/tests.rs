@@ -1121,6 +1121,22 @@ fn streamed_rows(lower: &[u8], upper: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
     entries
 }
 
+/// A RocksDB engine in `directory` that stages the writes to `[lower, upper)`.
+fn open_staging(directory: &std::path::Path, lower: &[u8], upper: &[u8]) -> RocksEngine {
+    let engine = RocksEngine::open(directory, &RocksOptions::default()).expect("open");
+    engine.stage_writes(lower, upper).expect("stage");
+    engine
+}
+
+/// Writes row `row` of partition `p`: `value` at `timestamp`.
+fn write_row(engine: &dyn Engine, row: u32, timestamp: i64, value: &[u8]) {
+    write(
+        engine,
+        row_key(b"p", &row.to_be_bytes(), "v"),
+        Cell::live(WriteTimestamp(timestamp), value.to_vec()),
+    );
+}
+
 /// The value of row `row` of partition `p`, if the engine holds one.
 fn row_value(engine: &dyn Engine, lower: &[u8], upper: &[u8], row: u32) -> Option<Vec<u8>> {
     stored(engine, lower, upper)
@@ -1133,19 +1149,10 @@ fn row_value(engine: &dyn Engine, lower: &[u8], upper: &[u8], row: u32) -> Optio
 fn writes_staged_while_a_range_streams_in_join_its_data_when_released() {
     let (lower, upper) = keys::token_range(&TABLE, None, Token(5));
     let directory = tempfile::tempdir().expect("temporary directory");
-    let engine = RocksEngine::open(directory.path(), &RocksOptions::default()).expect("open");
-    engine.stage_writes(&lower, &upper).expect("stage");
+    let engine = open_staging(directory.path(), &lower, &upper);
     // The tablet's writes while it streams in: one newer than the streamed row, one older.
-    write(
-        &engine,
-        row_key(b"p", &1u32.to_be_bytes(), "v"),
-        Cell::live(WriteTimestamp(20), b"written".to_vec()),
-    );
-    write(
-        &engine,
-        row_key(b"p", &2u32.to_be_bytes(), "v"),
-        Cell::live(WriteTimestamp(5), b"older".to_vec()),
-    );
+    write_row(&engine, 1, 20, b"written");
+    write_row(&engine, 2, 5, b"older");
     assert!(
         stored(&engine, &lower, &upper).is_empty(),
         "set aside until released"
@@ -1163,27 +1170,23 @@ fn writes_staged_while_a_range_streams_in_join_its_data_when_released() {
             > 0
     );
     assert_eq!(
-        row_value(&engine, &lower, &upper, 0),
-        Some(b"streamed".to_vec())
+        row_value(&engine, &lower, &upper, 0).as_deref(),
+        Some(&b"streamed"[..])
     );
     assert_eq!(
-        row_value(&engine, &lower, &upper, 1),
-        Some(b"written".to_vec())
+        row_value(&engine, &lower, &upper, 1).as_deref(),
+        Some(&b"written"[..])
     );
     assert_eq!(
-        row_value(&engine, &lower, &upper, 2),
-        Some(b"streamed".to_vec())
+        row_value(&engine, &lower, &upper, 2).as_deref(),
+        Some(&b"streamed"[..])
     );
     assert_eq!(stored(&engine, &lower, &upper).len(), 100);
     // Released, the range takes writes directly again.
-    write(
-        &engine,
-        row_key(b"p", &3u32.to_be_bytes(), "v"),
-        Cell::live(WriteTimestamp(30), b"after".to_vec()),
-    );
+    write_row(&engine, 3, 30, b"after");
     assert_eq!(
-        row_value(&engine, &lower, &upper, 3),
-        Some(b"after".to_vec())
+        row_value(&engine, &lower, &upper, 3).as_deref(),
+        Some(&b"after"[..])
     );
     assert_eq!(
         engine.release_staged_writes(&lower, &upper).expect("again"),
@@ -1196,28 +1199,19 @@ fn writes_staged_when_a_node_stopped_join_the_data_when_it_opens_again() {
     let (lower, upper) = keys::token_range(&TABLE, None, Token(5));
     let directory = tempfile::tempdir().expect("temporary directory");
     {
-        let engine = RocksEngine::open(directory.path(), &RocksOptions::default()).expect("open");
-        engine.stage_writes(&lower, &upper).expect("stage");
-        write(
-            &engine,
-            row_key(b"p", &1u32.to_be_bytes(), "v"),
-            Cell::live(WriteTimestamp(20), b"written".to_vec()),
-        );
+        let engine = open_staging(directory.path(), &lower, &upper);
+        write_row(&engine, 1, 20, b"written");
     }
     let engine = RocksEngine::open(directory.path(), &RocksOptions::default()).expect("reopen");
     assert_eq!(
-        row_value(&engine, &lower, &upper, 1),
-        Some(b"written".to_vec())
+        row_value(&engine, &lower, &upper, 1).as_deref(),
+        Some(&b"written"[..])
     );
     // Nothing is staged any more: a write reads back at once.
-    write(
-        &engine,
-        row_key(b"p", &2u32.to_be_bytes(), "v"),
-        Cell::live(WriteTimestamp(20), b"direct".to_vec()),
-    );
+    write_row(&engine, 2, 20, b"direct");
     assert_eq!(
-        row_value(&engine, &lower, &upper, 2),
-        Some(b"direct".to_vec())
+        row_value(&engine, &lower, &upper, 2).as_deref(),
+        Some(&b"direct"[..])
     );
 }
 
@@ -1225,13 +1219,8 @@ fn writes_staged_when_a_node_stopped_join_the_data_when_it_opens_again() {
 fn a_range_removed_while_staged_loses_its_staged_writes_too() {
     let (lower, upper) = keys::token_range(&TABLE, None, Token(5));
     let directory = tempfile::tempdir().expect("temporary directory");
-    let engine = RocksEngine::open(directory.path(), &RocksOptions::default()).expect("open");
-    engine.stage_writes(&lower, &upper).expect("stage");
-    write(
-        &engine,
-        row_key(b"p", &1u32.to_be_bytes(), "v"),
-        Cell::live(WriteTimestamp(20), b"truncated".to_vec()),
-    );
+    let engine = open_staging(directory.path(), &lower, &upper);
+    write_row(&engine, 1, 20, b"truncated");
     // Removed before anything streamed in (TRUNCATE): the staged write goes.
     engine.delete_range(&lower, &upper).expect("remove");
     engine
@@ -1243,11 +1232,7 @@ fn a_range_removed_while_staged_loses_its_staged_writes_too() {
     engine
         .ingest(&borrowed(&streamed_rows(&lower, &upper)))
         .expect("ingest");
-    write(
-        &engine,
-        row_key(b"p", &1u32.to_be_bytes(), "v"),
-        Cell::live(WriteTimestamp(20), b"truncated".to_vec()),
-    );
+    write_row(&engine, 1, 20, b"truncated");
     engine.delete_range(&lower, &upper).expect("remove");
     engine
         .release_staged_writes(&lower, &upper)
