@@ -169,7 +169,8 @@ pub trait Engine: Send + Sync + 'static {
     }
 
     /// Ends [`Engine::stage_writes`] for `[lower, upper)` and every staged range it
-    /// overlaps, adding the writes set aside to the data; answers how many stored entries it added.
+    /// overlaps, adding the writes set aside to the data; answers how many stored entries
+    /// it added.
     fn release_staged_writes(&self, _lower: &[u8], _upper: &[u8]) -> Result<usize> {
         Ok(0)
     }

@@ -279,7 +279,7 @@ impl RocksEngine {
         let recovered = staging::release_everything(&db, staged_family, data_family)?;
         if recovered > 0 {
             tracing::info!(
-                cells = recovered,
+                entries = recovered,
                 "moved the writes staged before a restart into the data"
             );
         }

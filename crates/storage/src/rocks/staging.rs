@@ -79,7 +79,7 @@ impl StagedRanges {
 
 /// Adds to `batch` the staged cells of each range, as merge operands of the data (a
 /// resolved value is a valid operand: the merge operator is associative), and their
-/// removal from the staging family; answers how many cells it moves.
+/// removal from the staging family; answers how many stored entries it moves.
 pub(super) fn release_batch(
     db: &DB,
     staged: &ColumnFamily,

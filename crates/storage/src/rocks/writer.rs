@@ -317,8 +317,9 @@ impl Writer {
     }
 
     /// Ends the staging of `[lower, upper)` and of every staged range overlapping it, and
-    /// moves their staged writes into the data; answers how many stored entries it moved. No write
-    /// is applied meanwhile: the applier is held. If the move fails, the ranges stay staged.
+    /// moves their staged writes into the data; answers how many stored entries it moved.
+    /// No write is applied meanwhile: the applier is held. If the move fails, the ranges
+    /// stay staged.
     pub(super) fn release(&self, lower: &[u8], upper: &[u8]) -> Result<usize> {
         let mut applier = self.applier.lock();
         let released = applier.staged.remove_overlapping(lower, upper);
