@@ -251,32 +251,8 @@ impl Streaming {
             StreamRequest::Prepare {
                 tablet,
                 stage_writes,
-            } => {
-                let engine = Arc::clone(&self.replica.engine);
-                let (lower, upper) = tablet.data();
-                tokio::task::spawn_blocking(move || {
-                    engine.delete_range(&lower, &upper)?;
-                    if stage_writes {
-                        engine.stage_writes(&lower, &upper)?;
-                    }
-                    Ok::<_, shoal_storage::StorageError>(())
-                })
-                .await
-                .map_err(|e| format!("preparing the range failed: {e}"))?
-                .map_err(|e| e.to_string())?;
-                paxos::forget_state(&self.replica, tablet.table, tablet.after, tablet.last).await?;
-                Ok(StreamReply::Done)
-            }
-            StreamRequest::Drop { tablet } => {
-                let engine = Arc::clone(&self.replica.engine);
-                let (lower, upper) = tablet.data();
-                tokio::task::spawn_blocking(move || engine.delete_range(&lower, &upper))
-                    .await
-                    .map_err(|e| format!("removing the range failed: {e}"))?
-                    .map_err(|e| e.to_string())?;
-                paxos::forget_state(&self.replica, tablet.table, tablet.after, tablet.last).await?;
-                Ok(StreamReply::Done)
-            }
+            } => self.clear(tablet, stage_writes).await,
+            StreamRequest::Drop { tablet } => self.clear(tablet, false).await,
             StreamRequest::Receive {
                 migration,
                 tablet,
@@ -295,6 +271,25 @@ impl Streaming {
                 Ok(StreamReply::Received { done, bytes })
             }
         }
+    }
+
+    /// Removes the tablet's cells and Paxos state from this node (`Prepare`, `Drop`); with
+    /// `stage_writes`, then stages the writes to its range.
+    async fn clear(&self, tablet: TabletKeys, stage_writes: bool) -> Result<StreamReply, String> {
+        let engine = Arc::clone(&self.replica.engine);
+        let (lower, upper) = tablet.data();
+        tokio::task::spawn_blocking(move || {
+            engine.delete_range(&lower, &upper)?;
+            if stage_writes {
+                engine.stage_writes(&lower, &upper)?;
+            }
+            Ok::<_, shoal_storage::StorageError>(())
+        })
+        .await
+        .map_err(|e| format!("removing the range failed: {e}"))?
+        .map_err(|e| e.to_string())?;
+        paxos::forget_state(&self.replica, tablet.table, tablet.after, tablet.last).await?;
+        Ok(StreamReply::Done)
     }
 
     pub fn status(&self) -> StreamsStatus {

@@ -175,6 +175,12 @@ fn range_read_options(lower: &[u8], upper: &[u8]) -> ReadOptions {
     read_options
 }
 
+/// The handle of column family `name` (every one is opened with the store).
+fn column_family<'a>(db: &'a DB, name: &str) -> Result<&'a rocksdb::ColumnFamily> {
+    db.cf_handle(name)
+        .ok_or_else(|| StorageError::Corrupt(format!("missing {name} column family")))
+}
+
 fn io_error(error: rocksdb::Error) -> StorageError {
     StorageError::Io(error.into_string())
 }
@@ -270,13 +276,11 @@ impl RocksEngine {
             ColumnFamilyDescriptor::new(staging::STAGED_FAMILY, staged_options),
         ];
         let db = Arc::new(DB::open_cf_descriptors(&db_options, path, families).map_err(io_error)?);
-        let staged_family = db
-            .cf_handle(staging::STAGED_FAMILY)
-            .ok_or_else(|| StorageError::Corrupt("missing staged column family".into()))?;
-        let data_family = db
-            .cf_handle(DATA_FAMILY)
-            .ok_or_else(|| StorageError::Corrupt("missing data column family".into()))?;
-        let recovered = staging::release_everything(&db, staged_family, data_family)?;
+        let recovered = staging::release_everything(
+            &db,
+            column_family(&db, staging::STAGED_FAMILY)?,
+            column_family(&db, DATA_FAMILY)?,
+        )?;
         if recovered > 0 {
             tracing::info!(
                 entries = recovered,
@@ -374,9 +378,7 @@ impl RocksEngine {
     }
 
     fn data(&self) -> Result<&rocksdb::ColumnFamily> {
-        self.db
-            .cf_handle(DATA_FAMILY)
-            .ok_or_else(|| StorageError::Corrupt("missing data column family".into()))
+        column_family(&self.db, DATA_FAMILY)
     }
 
     /// [`Engine::adapt_compaction`] as if it were `now` (tests give the clock).
@@ -398,13 +400,10 @@ impl RocksEngine {
 
     /// True when column family `family` holds a key in `[lower, upper)`.
     fn holds_any(&self, family: &str, lower: &[u8], upper: &[u8]) -> Result<bool> {
-        let handle = self
-            .db
-            .cf_handle(family)
-            .ok_or_else(|| StorageError::Corrupt(format!("missing {family} column family")))?;
-        let mut iterator = self
-            .db
-            .raw_iterator_cf_opt(handle, range_read_options(lower, upper));
+        let mut iterator = self.db.raw_iterator_cf_opt(
+            column_family(&self.db, family)?,
+            range_read_options(lower, upper),
+        );
         iterator.seek_to_first();
         iterator.status().map_err(io_error)?;
         Ok(iterator.valid())
@@ -427,9 +426,7 @@ impl RocksEngine {
     }
 
     fn metadata(&self) -> Result<&rocksdb::ColumnFamily> {
-        self.db
-            .cf_handle(METADATA_FAMILY)
-            .ok_or_else(|| StorageError::Corrupt("missing metadata column family".into()))
+        column_family(&self.db, METADATA_FAMILY)
     }
 
     /// Compacts the keys of `[lower, upper)` (and whatever files they share).

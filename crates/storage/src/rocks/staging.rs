@@ -102,36 +102,30 @@ pub(super) fn release_batch(
     Ok(moved)
 }
 
-/// Moves every staged cell into the data (a node that stopped while receiving a tablet);
-/// answers how many. Runs before the engine takes writes.
+/// Moves every staged cell into the data (a node that stopped while receiving a tablet),
+/// [`RECOVERY_BATCH_ENTRIES`] at a time; answers how many. Runs before the engine takes
+/// writes.
 pub(super) fn release_everything(
     db: &DB,
     staged: &ColumnFamily,
     data: &ColumnFamily,
 ) -> Result<usize> {
     let mut moved = 0;
-    loop {
-        let mut cells = db.raw_iterator_cf(staged);
-        cells.seek_to_first();
-        let mut batch = WriteBatch::default();
-        let mut keys = 0;
-        while let (Some(key), Some(value)) = (cells.key(), cells.value()) {
-            batch.merge_cf(data, key, value);
-            batch.delete_cf(staged, key);
-            keys += 1;
-            if keys == RECOVERY_BATCH_ENTRIES {
-                break;
-            }
-            cells.next();
+    let mut batch = WriteBatch::default();
+    let mut cells = db.raw_iterator_cf(staged);
+    cells.seek_to_first();
+    while let (Some(key), Some(value)) = (cells.key(), cells.value()) {
+        batch.merge_cf(data, key, value);
+        batch.delete_cf(staged, key);
+        moved += 1;
+        if moved % RECOVERY_BATCH_ENTRIES == 0 {
+            db.write(std::mem::take(&mut batch)).map_err(io_error)?;
         }
-        cells.status().map_err(io_error)?;
-        drop(cells);
-        if keys == 0 {
-            return Ok(moved);
-        }
-        db.write(batch).map_err(io_error)?;
-        moved += keys;
+        cells.next();
     }
+    cells.status().map_err(io_error)?;
+    db.write(batch).map_err(io_error)?;
+    Ok(moved)
 }
 
 #[cfg(test)]

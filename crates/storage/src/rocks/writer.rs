@@ -4,8 +4,9 @@
 //! - **The caller applies its own batch** when nobody else is applying one, nothing is
 //!   queued and no file is being ingested (flat combining, the common case at moderate
 //!   load): the write costs one RocksDB write on the caller's thread and no hand-off — no
-//!   queue, no wake-up of another thread, no wake-up back. It is written with RocksDB's `no_slowdown`, so a caller never blocks
-//!   on a write stall: when RocksDB would stall, the batch goes to the queue instead.
+//!   queue, no wake-up of another thread, no wake-up back. It is written with RocksDB's
+//!   `no_slowdown`, so a caller never blocks on a write stall: when RocksDB would stall,
+//!   the batch goes to the queue instead.
 //! - **Otherwise the batch is queued** (bounded: [`QUEUE_SUBMISSIONS`]; a submitter waits for
 //!   room asynchronously) and the writer thread takes all that are waiting (up to
 //!   [`GROUP_BYTES`]) and applies them as one RocksDB write — one WAL append for the whole
@@ -28,6 +29,7 @@
 //! as a plain value right after its write. No other write can come between that read and
 //! that rewrite, so the rewrite changes nothing a reader can see.
 
+use super::column_family;
 use super::staging::{self, StagedRanges, STAGED_FAMILY};
 use crate::{Result, StorageError};
 use futures::future::{BoxFuture, FutureExt};
@@ -262,10 +264,11 @@ impl Writer {
         let Some(mut applier) = self.applier.try_lock() else {
             return Inline::Declined;
         };
-        let batch = match applier.batch(&self.db, self.family, entries) {
-            Ok(batch) => batch,
+        let (data, staging) = match applier.families(&self.db, self.family) {
+            Ok(families) => families,
             Err(error) => return Inline::Applied(Err(error)),
         };
+        let batch = applier.batch(data, staging, entries);
         let mut options = WriteOptions::default();
         options.set_sync(false);
         options.set_no_slowdown(true);
@@ -308,7 +311,7 @@ impl Writer {
     /// staging of it before left behind.
     pub(super) fn stage(&self, lower: &[u8], upper: &[u8]) -> Result<()> {
         let mut applier = self.applier.lock();
-        let staged = Applier::family(&self.db, STAGED_FAMILY)?;
+        let staged = column_family(&self.db, STAGED_FAMILY)?;
         let mut batch = rocksdb::WriteBatch::default();
         batch.delete_range_cf(staged, lower, upper);
         self.db.write(batch).map_err(io_error)?;
@@ -326,8 +329,8 @@ impl Writer {
         let mut ranges = released.clone();
         ranges.push((lower.to_vec(), upper.to_vec()));
         let moved = (|| {
-            let staged = Applier::family(&self.db, STAGED_FAMILY)?;
-            let data = Applier::family(&self.db, self.family)?;
+            let staged = column_family(&self.db, STAGED_FAMILY)?;
+            let data = column_family(&self.db, self.family)?;
             let mut batch = rocksdb::WriteBatch::default();
             let moved = staging::release_batch(&self.db, staged, data, &ranges, &mut batch)?;
             let mut options = WriteOptions::default();
@@ -425,29 +428,27 @@ struct PreparedBatch {
 }
 
 impl Applier {
-    fn family<'a>(db: &'a DB, family: &str) -> Result<&'a rocksdb::ColumnFamily> {
-        db.cf_handle(family)
-            .ok_or_else(|| StorageError::Corrupt(format!("missing {family} column family")))
+    /// The data family `family`, and the staging family while some range is staged.
+    fn families<'a>(
+        &self,
+        db: &'a DB,
+        family: &str,
+    ) -> Result<(&'a rocksdb::ColumnFamily, Option<&'a rocksdb::ColumnFamily>)> {
+        let staging = match self.staged.is_empty() {
+            true => None,
+            false => Some(column_family(db, STAGED_FAMILY)?),
+        };
+        Ok((column_family(db, family)?, staging))
     }
 
-    /// The staging family while some range is staged, `None` otherwise.
-    fn staging_family<'a>(&self, db: &'a DB) -> Result<Option<&'a rocksdb::ColumnFamily>> {
-        if self.staged.is_empty() {
-            return Ok(None);
-        }
-        Self::family(db, STAGED_FAMILY).map(Some)
-    }
-
-    /// The merge operands of `entries` — in the data of `family`, or in the staging
-    /// family for keys of a staged range — counting each key's writes to the data.
+    /// The merge operands of `entries` — in `data`, or in `staging` for keys of a staged
+    /// range — counting each key's writes to the data.
     fn batch<'e>(
         &mut self,
-        db: &DB,
-        family: &str,
+        data: &rocksdb::ColumnFamily,
+        staging: Option<&rocksdb::ColumnFamily>,
         entries: impl Iterator<Item = &'e (Vec<u8>, Vec<u8>)>,
-    ) -> Result<PreparedBatch> {
-        let data = Self::family(db, family)?;
-        let staging = self.staging_family(db)?;
+    ) -> PreparedBatch {
         let mut prepared = PreparedBatch {
             batch: rocksdb::WriteBatch::default(),
             hot: Vec::new(),
@@ -464,7 +465,7 @@ impl Applier {
                 prepared.hot.push(key.to_vec());
             }
         });
-        Ok(prepared)
+        prepared
     }
 
     /// Writes a group as one batch; returns the outcome and the keys that became hot.
@@ -480,24 +481,20 @@ impl Applier {
                 Operation::Cells(entries) => entries.as_slice(),
                 Operation::DeleteRange { .. } => &[],
             });
-        let prepared = self.batch(db, family, cells).and_then(|mut prepared| {
-            let data = Self::family(db, family)?;
-            let staging = self.staging_family(db)?;
-            for submission in group {
-                if let Operation::DeleteRange { lower, upper } = &submission.operation {
-                    prepared.batch.delete_range_cf(data, lower, upper);
-                    // What is staged there goes too: it would join the data later.
-                    if let Some(staging) = staging {
-                        prepared.batch.delete_range_cf(staging, lower, upper);
-                    }
-                }
-            }
-            Ok(prepared)
-        });
-        let prepared = match prepared {
-            Ok(prepared) => prepared,
+        let (data, staging) = match self.families(db, family) {
+            Ok(families) => families,
             Err(error) => return (Err(error), Vec::new()),
         };
+        let mut prepared = self.batch(data, staging, cells);
+        for submission in group {
+            if let Operation::DeleteRange { lower, upper } = &submission.operation {
+                prepared.batch.delete_range_cf(data, lower, upper);
+                // What is staged there goes too: it would join the data later.
+                if let Some(staging) = staging {
+                    prepared.batch.delete_range_cf(staging, lower, upper);
+                }
+            }
+        }
         let mut options = WriteOptions::default();
         options.set_sync(false);
         (
@@ -523,7 +520,7 @@ impl Applier {
     }
 
     fn collapse(db: &DB, family: &str, hot: &[Vec<u8>]) -> std::result::Result<(), rocksdb::Error> {
-        let Ok(data) = Self::family(db, family) else {
+        let Ok(data) = column_family(db, family) else {
             return Ok(());
         };
         let mut batch = rocksdb::WriteBatch::default();
