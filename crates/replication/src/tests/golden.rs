@@ -572,7 +572,11 @@ fn run_script(name: &str) {
         runtime,
         cluster: None,
     };
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+    // The directory at run time: one target directory serves several checkouts, and a
+    // test binary built in another one still reads this checkout's scripts.
+    let manifest = std::env::var("CARGO_MANIFEST_DIR")
+        .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
+    let path = std::path::Path::new(&manifest)
         .join("src/testscripts")
         .join(name);
     goldenscript::run(&mut runner, &path).expect("script runs");
