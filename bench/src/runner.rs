@@ -5,7 +5,8 @@
 //! issues the workload's operations from `--concurrency` workers, for `--operations`
 //! operations or `--duration-seconds`, optionally at a `--target-ops-per-second` (latency
 //! is then measured from each operation's intended start, so a stalled server is not
-//! hidden by a stalled client). The first `--warmup-seconds` are not recorded.
+//! hidden by a stalled client; the workers' schedules are staggered, so the operations
+//! arrive evenly spread, not in bursts of `--concurrency`). The first `--warmup-seconds` are not recorded.
 
 use crate::generators::key_name;
 use crate::point::consistency;
@@ -532,7 +533,13 @@ async fn run_phase(shared: Arc<Shared>, load: bool) -> anyhow::Result<Summary> {
             let mut picker = KeyPicker::new(workload.request_distribution, common.records);
             let mut scan_length =
                 ScanLength::new(workload.scan_length_distribution, workload.max_scan_length);
-            let mut intended = Instant::now();
+            // At a target rate every worker issues one operation per `interval`; their
+            // schedules are spread evenly over it (as YCSB staggers its threads), so the
+            // cluster sees a steady stream, not all the workers' requests at once.
+            let mut intended = Instant::now()
+                + interval.map_or(Duration::ZERO, |interval| {
+                    interval.mul_f64(worker as f64 / common.concurrency as f64)
+                });
             loop {
                 if let Some(interval) = interval {
                     intended += interval;
