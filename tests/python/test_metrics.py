@@ -1,6 +1,6 @@
 """The Prometheus endpoint: what one node exports after requests, and a real Prometheus
 server (Debian's `prometheus`) scraping a three-node cluster and computing a request
-rate for every node."""
+rate for every node, each of which also reports the replica requests it served."""
 
 import json
 import re
@@ -141,6 +141,11 @@ def test_prometheus_scrapes_a_three_node_cluster_and_computes_a_request_rate(tmp
             f"write rates per node: {rates}; prometheus log: {(tmp_path / 'prometheus.log').read_text()[-2000:]}"
         up = prometheus_query(web_port, "up")
         assert sorted(float(r["value"][1]) for r in up) == [1.0, 1.0, 1.0]
+        # Every node coordinated writes and every write went to all three replicas: each
+        # node served replica requests for the other two (which its streaming yields to).
+        for address in ADDRESSES:
+            served = value(scrape(address, metrics_port), "shoal_replica_request_latency_seconds_count")
+            assert served and served > 0, f"{address} reports {served} replica requests served"
     finally:
         if driver:
             driver.shutdown()

@@ -136,6 +136,7 @@ impl Node {
             operations: Default::default(),
             streaming: Default::default(),
             strong: Default::default(),
+            metrics: Default::default(),
         });
         let _ = handler.streaming.set(Arc::clone(&streaming));
         let internode_address = SocketAddr::new(config.listen_address, config.internode_port);
@@ -275,6 +276,7 @@ impl Node {
             &coordinator,
         ))));
         let metrics = metrics::Metrics::new(&coordinator, Some(Arc::clone(&proxy)));
+        let _ = handler.metrics.set(Arc::clone(&metrics));
         metrics.set_streaming(Arc::clone(&streaming));
         metrics.set_consensus(Arc::clone(&strong.raft().counters));
         coordinator.set_observer(

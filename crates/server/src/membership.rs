@@ -232,6 +232,9 @@ pub struct NodeHandler {
     pub streaming: OnceLock<Arc<crate::streaming::Streaming>>,
     /// Strongly consistent tablets: their Raft streams and their leaders' requests.
     pub strong: OnceLock<Arc<crate::strong::StrongTables>>,
+    /// The node's metrics: replica requests served for other coordinators count as
+    /// foreground work there, which streaming yields to.
+    pub metrics: OnceLock<Arc<crate::metrics::Metrics>>,
 }
 
 impl NodeHandler {
@@ -282,121 +285,135 @@ impl NodeHandler {
 impl Handler for NodeHandler {
     fn handle(&self, message: Message) -> Pin<Box<dyn Future<Output = Reply> + Send + '_>> {
         Box::pin(async move {
-            match message {
-                Message::Ping {
-                    from,
-                    schema_version,
-                    load_bytes,
-                } => {
-                    self.detector.noted(from, schema_version, load_bytes);
-                    Reply::Pong {
-                        host_id: self.host_id,
-                        schema_version: self.schema_version(),
-                        load_bytes: self.load_bytes(),
-                    }
-                }
-                Message::Repair { keyspace, table } => {
-                    match (self.coordinator.get(), self.proxy.get()) {
-                        (Some(coordinator), Some(proxy)) => {
-                            let repaired = match coordinator
-                                .table_ids(keyspace.as_deref(), table.as_deref())
-                            {
-                                Ok(tables) => proxy.repair(tables).await,
-                                Err(error) => Err(error),
-                            };
-                            match repaired {
-                                Ok(report) => Reply::Repaired(report),
-                                Err(error) => Reply::Error(error.message),
-                            }
-                        }
-                        _ => Reply::Error("this node is still starting".into()),
-                    }
-                }
-                Message::Operate(operation) => match self.operations.get() {
-                    Some(operations) => match operations.perform(operation).await {
-                        Ok(outcome) => Reply::Operated(outcome.to_string()),
-                        Err(error) => Reply::Error(error),
-                    },
-                    None => Reply::Error("this node is still starting".into()),
-                },
-                Message::Status => match self.cluster.get() {
-                    Some(cluster) => Reply::Status(self.status(cluster)),
-                    None => Reply::Error("this node is still starting".into()),
-                },
-                Message::Cluster(request) => match self.cluster.get() {
-                    Some(cluster) => Reply::Cluster(cluster.handle(request).await),
-                    None => Reply::Error("this node is still starting".into()),
-                },
-                // A step of a lightweight transaction another node coordinates: this
-                // node leads the partition's rounds.
-                Message::Replica {
-                    request: ReplicaRequest::PaxosLead(lead),
-                    topology_version,
-                } => match self.proxy.get() {
-                    Some(proxy) => {
-                        Reply::Replica(match proxy.local().fence.check(topology_version) {
-                            Err(refusal) => ReplicaResponse::Error(refusal),
-                            Ok(()) => ReplicaResponse::PaxosLed(proxy.lead(lead).await),
-                        })
-                    }
-                    None => Reply::Error("this node is still starting".into()),
-                },
-                // A counter increment another node forwarded: this node leads it.
-                Message::Replica {
-                    request: ReplicaRequest::Increment(update),
-                    topology_version,
-                } => match (self.proxy.get(), self.coordinator.get()) {
-                    (Some(proxy), Some(coordinator)) => {
-                        Reply::Replica(match proxy.local().fence.check(topology_version) {
-                            Err(refusal) => ReplicaResponse::Error(refusal),
-                            Ok(()) => match coordinator.lead_increment(update).await {
-                                Ok(()) => ReplicaResponse::Applied,
-                                Err(error) => ReplicaResponse::Error(error.message),
-                            },
-                        })
-                    }
-                    _ => Reply::Error("this node is still starting".into()),
-                },
-                Message::Replica {
-                    request,
-                    topology_version,
-                } => match (self.proxy.get(), self.coordinator.get()) {
-                    (Some(proxy), Some(coordinator)) => Reply::Replica(
-                        serve_replica_request(proxy, coordinator, request, topology_version).await,
-                    ),
-                    (Some(proxy), None) => {
-                        Reply::Replica(proxy.local().serve_routed(request, topology_version).await)
-                    }
-                    _ => Reply::Error("this node is still starting".into()),
-                },
-                Message::Barrier { version, fence } => match self.proxy.get() {
-                    Some(proxy) if fence => {
-                        proxy.fence(version);
-                        Reply::Done
-                    }
-                    Some(proxy) => match proxy.settle(version, BARRIER_BOUND).await {
-                        Ok(()) => Reply::Done,
-                        Err(error) => Reply::Error(error),
-                    },
-                    None => Reply::Error("this node is still starting".into()),
-                },
-                Message::Stream(request) => match self.streaming.get() {
-                    Some(streaming) => match streaming.handle(request).await {
-                        Ok(reply) => Reply::Stream(reply),
-                        Err(error) => Reply::Error(error),
-                    },
-                    None => Reply::Error("this node is still starting".into()),
-                },
-                Message::Strong(request) => match self.strong.get() {
-                    Some(strong) => Reply::Strong(strong.serve(request).await),
-                    None => Reply::Error("this node is still starting".into()),
-                },
+            // A replica request is a client's, coordinated elsewhere: its latency is
+            // foreground latency here. A node taking over tablets serves the writes to
+            // them this way (and no client at all), and must see that load to pace its
+            // streaming (`crate::streaming::policy`).
+            let replica_request_started =
+                matches!(message, Message::Replica { .. }).then(std::time::Instant::now);
+            let reply = self.answer(message).await;
+            if let (Some(started), Some(metrics)) = (replica_request_started, self.metrics.get()) {
+                metrics.observe_replica_request(started.elapsed());
             }
+            reply
         })
     }
 
     fn consensus(&self) -> Option<shoal_consensus::runtime::RaftHandle> {
         self.strong.get().map(|strong| strong.raft().clone())
+    }
+}
+
+impl NodeHandler {
+    /// The reply to `message`.
+    async fn answer(&self, message: Message) -> Reply {
+        match message {
+            Message::Ping {
+                from,
+                schema_version,
+                load_bytes,
+            } => {
+                self.detector.noted(from, schema_version, load_bytes);
+                Reply::Pong {
+                    host_id: self.host_id,
+                    schema_version: self.schema_version(),
+                    load_bytes: self.load_bytes(),
+                }
+            }
+            Message::Repair { keyspace, table } => {
+                match (self.coordinator.get(), self.proxy.get()) {
+                    (Some(coordinator), Some(proxy)) => {
+                        let repaired =
+                            match coordinator.table_ids(keyspace.as_deref(), table.as_deref()) {
+                                Ok(tables) => proxy.repair(tables).await,
+                                Err(error) => Err(error),
+                            };
+                        match repaired {
+                            Ok(report) => Reply::Repaired(report),
+                            Err(error) => Reply::Error(error.message),
+                        }
+                    }
+                    _ => Reply::Error("this node is still starting".into()),
+                }
+            }
+            Message::Operate(operation) => match self.operations.get() {
+                Some(operations) => match operations.perform(operation).await {
+                    Ok(outcome) => Reply::Operated(outcome.to_string()),
+                    Err(error) => Reply::Error(error),
+                },
+                None => Reply::Error("this node is still starting".into()),
+            },
+            Message::Status => match self.cluster.get() {
+                Some(cluster) => Reply::Status(self.status(cluster)),
+                None => Reply::Error("this node is still starting".into()),
+            },
+            Message::Cluster(request) => match self.cluster.get() {
+                Some(cluster) => Reply::Cluster(cluster.handle(request).await),
+                None => Reply::Error("this node is still starting".into()),
+            },
+            // A step of a lightweight transaction another node coordinates: this
+            // node leads the partition's rounds.
+            Message::Replica {
+                request: ReplicaRequest::PaxosLead(lead),
+                topology_version,
+            } => match self.proxy.get() {
+                Some(proxy) => Reply::Replica(match proxy.local().fence.check(topology_version) {
+                    Err(refusal) => ReplicaResponse::Error(refusal),
+                    Ok(()) => ReplicaResponse::PaxosLed(proxy.lead(lead).await),
+                }),
+                None => Reply::Error("this node is still starting".into()),
+            },
+            // A counter increment another node forwarded: this node leads it.
+            Message::Replica {
+                request: ReplicaRequest::Increment(update),
+                topology_version,
+            } => match (self.proxy.get(), self.coordinator.get()) {
+                (Some(proxy), Some(coordinator)) => {
+                    Reply::Replica(match proxy.local().fence.check(topology_version) {
+                        Err(refusal) => ReplicaResponse::Error(refusal),
+                        Ok(()) => match coordinator.lead_increment(update).await {
+                            Ok(()) => ReplicaResponse::Applied,
+                            Err(error) => ReplicaResponse::Error(error.message),
+                        },
+                    })
+                }
+                _ => Reply::Error("this node is still starting".into()),
+            },
+            Message::Replica {
+                request,
+                topology_version,
+            } => match (self.proxy.get(), self.coordinator.get()) {
+                (Some(proxy), Some(coordinator)) => Reply::Replica(
+                    serve_replica_request(proxy, coordinator, request, topology_version).await,
+                ),
+                (Some(proxy), None) => {
+                    Reply::Replica(proxy.local().serve_routed(request, topology_version).await)
+                }
+                _ => Reply::Error("this node is still starting".into()),
+            },
+            Message::Barrier { version, fence } => match self.proxy.get() {
+                Some(proxy) if fence => {
+                    proxy.fence(version);
+                    Reply::Done
+                }
+                Some(proxy) => match proxy.settle(version, BARRIER_BOUND).await {
+                    Ok(()) => Reply::Done,
+                    Err(error) => Reply::Error(error),
+                },
+                None => Reply::Error("this node is still starting".into()),
+            },
+            Message::Stream(request) => match self.streaming.get() {
+                Some(streaming) => match streaming.handle(request).await {
+                    Ok(reply) => Reply::Stream(reply),
+                    Err(error) => Reply::Error(error),
+                },
+                None => Reply::Error("this node is still starting".into()),
+            },
+            Message::Strong(request) => match self.strong.get() {
+                Some(strong) => Reply::Strong(strong.serve(request).await),
+                None => Reply::Error("this node is still starting".into()),
+            },
+        }
     }
 }
 

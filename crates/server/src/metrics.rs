@@ -163,8 +163,11 @@ pub struct Metrics {
     tables: parking_lot::RwLock<HashMap<TableId, TableCounters>>,
     pub connections: Gauge,
     pub connections_total: Counter,
+    /// Replica requests served for clients other nodes coordinate.
+    replica_requests: Latency,
     /// Every client request that touches a table (reads, scans, writes), whatever its
-    /// class or level: what streaming yields to (`crate::streaming::policy`).
+    /// class or level, and every replica request served for another node's client: what
+    /// streaming yields to (`crate::streaming::policy`).
     foreground: Latency,
     /// Streaming, for its figures (set once the node has it).
     streaming: Arc<std::sync::OnceLock<Arc<crate::streaming::Streaming>>>,
@@ -245,6 +248,12 @@ impl Metrics {
             "Client connections accepted since start",
             connections_total.clone(),
         );
+        let replica_requests = Latency::default();
+        registry.register(
+            "replica_request_latency_seconds",
+            "Replica requests this node served for other nodes' clients (reads, writes, scan chunks, Paxos steps): latency, from the request read to its answer (the count is the rate)",
+            replica_requests.clone(),
+        );
         let streaming: Arc<std::sync::OnceLock<Arc<crate::streaming::Streaming>>> = Arc::default();
         let consensus: Arc<std::sync::OnceLock<Arc<shoal_consensus::runtime::Counters>>> =
             Arc::default();
@@ -268,6 +277,7 @@ impl Metrics {
             tables: Default::default(),
             connections,
             connections_total,
+            replica_requests,
             foreground: Latency::default(),
             streaming,
             consensus,
@@ -329,6 +339,12 @@ impl Metrics {
     }
 
     /// Client requests on tables, by latency bucket (cumulative counts since start).
+    /// A replica request served for a client another node coordinates took `elapsed`.
+    pub fn observe_replica_request(&self, elapsed: Duration) {
+        self.replica_requests.observe(elapsed);
+        self.foreground.observe(elapsed);
+    }
+
     pub fn foreground_buckets(&self) -> Vec<(f64, u64)> {
         self.foreground.buckets()
     }

@@ -15,6 +15,11 @@
 //!   (`StreamPolicy::under_load_bytes_per_s`, 80 MiB/s by default): a fixed limit, for
 //!   what the latency cannot show (below).
 //!
+//! The requests are the client requests the node coordinated and the replica requests it
+//! answered for other coordinators' clients. A node taking over tablets coordinates
+//! nothing, but every write to those tablets waits for its answer: counting only its own
+//! clients, it would stream at full speed while those writes queue behind its ingestion.
+//!
 //! The target is an absolute one (`stream_target_p99_ms`) or, when `stream_p99_growth` is
 //! set, the lower of that and `stream_p99_growth` times the p99 this node's clients saw
 //! while nothing streamed ([`Baseline`]) — for operators who would rather a join took
@@ -143,9 +148,9 @@ pub enum Reason {
 impl Reason {
     pub fn describe(self) -> &'static str {
         match self {
-            Reason::Idle => "no client requests: full speed",
+            Reason::Idle => "no requests served: full speed",
             Reason::BackingOff => "client p99 above target: backing off",
-            Reason::UnderLoadLimit => "clients served: at the limit under load",
+            Reason::UnderLoadLimit => "requests served: at the limit under load",
             Reason::SpeedingUp => "client p99 well under target: speeding up",
             Reason::Holding => "client p99 near target: holding",
         }
