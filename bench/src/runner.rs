@@ -6,7 +6,8 @@
 //! operations or `--duration-seconds`, optionally at a `--target-ops-per-second` (latency
 //! is then measured from each operation's intended start, so a stalled server is not
 //! hidden by a stalled client; the workers' schedules are staggered, so the operations
-//! arrive evenly spread, not in bursts of `--concurrency`). The first `--warmup-seconds` are not recorded.
+//! arrive evenly spread, not in bursts of `--concurrency`). The first `--warmup-seconds`
+//! are not recorded.
 
 use crate::generators::key_name;
 use crate::point::consistency;

@@ -434,9 +434,10 @@ impl Applier {
         db: &'a DB,
         family: &str,
     ) -> Result<(&'a rocksdb::ColumnFamily, Option<&'a rocksdb::ColumnFamily>)> {
-        let staging = match self.staged.is_empty() {
-            true => None,
-            false => Some(column_family(db, STAGED_FAMILY)?),
+        let staging = if self.staged.is_empty() {
+            None
+        } else {
+            Some(column_family(db, STAGED_FAMILY)?)
         };
         Ok((column_family(db, family)?, staging))
     }
