@@ -1,7 +1,11 @@
 //! Internode messaging: two multiplexed TCP connections per peer and direction, one for
 //! small messages and one for bulk.
 //!
-//! A frame is `u32 length | u8 protocol version | u64 request id | bincode payload`. The caller's side
+//! A frame is `u32 length | u8 protocol version | u64 request id | bincode payload |
+//! attachment`. The attachment is empty except in the reply carrying a streamed chunk, whose
+//! megabytes of cells follow the encoding instead of being serialized into it: the source
+//! writes its buffer to the socket as it is, and the destination takes them as a slice of
+//! the frame it read (`Reply::attachment`). The caller's side
 //! ([`Peers`]) keeps one connection per peer address and [`Lane`]: any number of requests
 //! are in flight on it, each waiting for the response with its id; a writer task coalesces
 //! every frame that is ready into one socket write, and each side's reader reads frames
@@ -27,6 +31,7 @@
 //! peer holds [`QUEUE_FRAMES`] frames, a connection serves at most
 //! [`MAX_REQUESTS_RUNNING`] requests at once, and every call has a timeout.
 
+use bytes::Bytes;
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
 use parking_lot::Mutex;
@@ -47,8 +52,9 @@ use tokio::sync::{mpsc, oneshot};
 
 /// The internode protocol version every frame carries; a peer speaking another one is
 /// disconnected with a message saying so. 2: tablet maps carry the tablets to merge, and
-/// the metadata log the commands that merge them.
-pub const PROTOCOL_VERSION: u8 = 2;
+/// the metadata log the commands that merge them. 3: a streamed chunk's cells travel as its
+/// reply's attachment.
+pub const PROTOCOL_VERSION: u8 = 3;
 /// `version | request id` after the length.
 const HEADER_BYTES: usize = 9;
 /// The largest frame a peer may send (hints and scan chunks stay far below).
@@ -147,6 +153,24 @@ pub enum Reply {
     Strong(crate::strong::StrongReply),
 }
 
+impl Reply {
+    /// Bytes that travel after the reply's encoding instead of inside it: a streamed
+    /// chunk's cells ([`crate::streaming::Chunk`]).
+    fn attachment(&self) -> Option<&Bytes> {
+        match self {
+            Reply::Stream(crate::streaming::StreamReply::Chunk(chunk)) => Some(&chunk.cells),
+            _ => None,
+        }
+    }
+
+    fn attachment_mut(&mut self) -> Option<&mut Bytes> {
+        match self {
+            Reply::Stream(crate::streaming::StreamReply::Chunk(chunk)) => Some(&mut chunk.cells),
+            _ => None,
+        }
+    }
+}
+
 /// One line of `shoal admin status`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MemberStatus {
@@ -173,30 +197,74 @@ pub trait Handler: Send + Sync + 'static {
     }
 }
 
+/// A frame ready to be written: its head (length, version, id and the encoded message)
+/// and the attachment that follows it — a streamed chunk's cells, empty for every other
+/// message — which is written from where it is rather than copied into the head.
+struct Frame {
+    head: Vec<u8>,
+    attachment: Bytes,
+}
+
+impl Frame {
+    fn len(&self) -> usize {
+        self.head.len() + self.attachment.len()
+    }
+}
+
 /// Encodes a frame; a message too large for a peer to accept is an error here, before it
 /// is sent, rather than a closed connection that fails every request in flight on it.
 fn encode_frame(id: u64, payload: &impl Serialize) -> Result<Vec<u8>, String> {
-    encode_frame_within(id, payload, MAX_FRAME_BYTES)
+    encode_frame_within(id, payload, 0, MAX_FRAME_BYTES)
 }
 
+/// Encodes a reply, with its attachment ([`Reply::attachment`]) after it.
+fn encode_reply(id: u64, reply: &Reply) -> Result<Frame, String> {
+    let attachment = reply.attachment().cloned().unwrap_or_default();
+    let head = encode_frame_within(id, reply, attachment.len(), MAX_FRAME_BYTES)?;
+    Ok(Frame { head, attachment })
+}
+
+/// The head of a frame whose encoded `payload` is followed by `attachment_bytes`.
 fn encode_frame_within(
     id: u64,
     payload: &impl Serialize,
+    attachment_bytes: usize,
     max_frame_bytes: usize,
 ) -> Result<Vec<u8>, String> {
-    let size = bincode::serialized_size(payload).map_err(|e| e.to_string())? as usize;
+    let size =
+        bincode::serialized_size(payload).map_err(|e| e.to_string())? as usize + attachment_bytes;
     if HEADER_BYTES + size > max_frame_bytes {
         return Err(format!(
             "an internode message of {size} bytes exceeds the frame limit of {max_frame_bytes} bytes"
         ));
     }
     // Serialized straight into the frame: a scan chunk's megabytes are copied once.
-    let mut frame = Vec::with_capacity(4 + HEADER_BYTES + size);
+    let mut frame = Vec::with_capacity(4 + HEADER_BYTES + size - attachment_bytes);
     frame.extend_from_slice(&((HEADER_BYTES + size) as u32).to_be_bytes());
     frame.push(PROTOCOL_VERSION);
     frame.extend_from_slice(&id.to_be_bytes());
     bincode::serialize_into(&mut frame, payload).map_err(|e| e.to_string())?;
     Ok(frame)
+}
+
+/// Decodes a reply's frame body, giving it its attachment: the bytes after its encoding,
+/// as a slice of the body (not a copy).
+fn decode_reply(body: Vec<u8>) -> Reply {
+    let mut reply: Reply = match bincode::deserialize(&body) {
+        Ok(reply) => reply,
+        Err(error) => return Reply::Error(format!("undecodable reply: {error}")),
+    };
+    if reply.attachment().is_none() {
+        return reply;
+    }
+    let encoded = match bincode::serialized_size(&reply) {
+        Ok(encoded) if encoded as usize <= body.len() => encoded as usize,
+        _ => return Reply::Error("a reply shorter than its encoding".into()),
+    };
+    if let Some(attachment) = reply.attachment_mut() {
+        *attachment = Bytes::from(body).slice(encoded..);
+    }
+    reply
 }
 
 /// Reads one frame: `(id, payload)`; `None` at a clean end of stream. A frame of another
@@ -246,7 +314,7 @@ const WRITE_DIRECTLY_BYTES: usize = 64 * 1024;
 /// Writes queued frames, coalescing whatever small ones are ready into one write.
 async fn write_frames(
     mut writer: impl AsyncWriteExt + Unpin,
-    mut frames: mpsc::Receiver<Vec<u8>>,
+    mut frames: mpsc::Receiver<Frame>,
 ) -> std::io::Result<()> {
     let mut buffer = Vec::with_capacity(64 * 1024);
     while let Some(first) = frames.recv().await {
@@ -255,13 +323,13 @@ async fn write_frames(
         // stream chunk) leaves from where it is, not copied into the buffer first.
         while let Some(frame) = next.take() {
             if frame.len() >= WRITE_DIRECTLY_BYTES {
-                if !buffer.is_empty() {
-                    writer.write_all(&buffer).await?;
-                    buffer.clear();
-                }
-                writer.write_all(&frame).await?;
+                buffer.extend_from_slice(&frame.head);
+                writer.write_all(&buffer).await?;
+                buffer.clear();
+                writer.write_all(&frame.attachment).await?;
             } else {
-                buffer.extend_from_slice(&frame);
+                buffer.extend_from_slice(&frame.head);
+                buffer.extend_from_slice(&frame.attachment);
             }
             if buffer.len() < 1 << 20 {
                 next = frames.try_recv().ok();
@@ -280,7 +348,7 @@ async fn write_frames(
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Reply>>>>;
 
 struct PeerConnection {
-    frames: mpsc::Sender<Vec<u8>>,
+    frames: mpsc::Sender<Frame>,
     pending: Pending,
     closed: Arc<AtomicBool>,
     /// Messages answered, and messages that got no answer in time or whose connection
@@ -359,9 +427,7 @@ fn start_connection(
             let Some(waiter) = pending.lock().remove(&id) else {
                 continue;
             };
-            let reply = bincode::deserialize(&payload)
-                .unwrap_or_else(|e| Reply::Error(format!("undecodable reply: {e}")));
-            let _ = waiter.send(reply);
+            let _ = waiter.send(decode_reply(payload));
         }
         closed.store(true, Ordering::Release);
         // Dropping the senders fails every call still waiting.
@@ -455,7 +521,10 @@ impl Peers {
             .await
             .map_err(|_| format!("connecting to {to} timed out"))??;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let frame = encode_frame(id, message)?;
+        let frame = Frame {
+            head: encode_frame(id, message)?,
+            attachment: Bytes::new(),
+        };
         let (sender, receiver) = oneshot::channel();
         connection.pending.lock().insert(id, sender);
         let outcome = tokio::time::timeout_at(deadline, async {
@@ -596,7 +665,7 @@ async fn serve_connection(
     writer: impl AsyncWriteExt + Unpin + Send + 'static,
     handler: Arc<dyn Handler>,
 ) {
-    let (frames, outgoing) = mpsc::channel::<Vec<u8>>(QUEUE_FRAMES);
+    let (frames, outgoing) = mpsc::channel::<Frame>(QUEUE_FRAMES);
     let writer_task = tokio::spawn(write_frames(writer, outgoing));
     // Frames are read by their own task: reading is not cancellation-safe, so it must not
     // race the replies in a select.
@@ -641,9 +710,9 @@ async fn serve_connection(
             },
             Some((id, reply)) = running.next(), if !running.is_empty() => {
                 // A reply that cannot be sent becomes an error the caller hears at once.
-                let frame = encode_frame(id, &reply).or_else(|error| {
+                let frame = encode_reply(id, &reply).or_else(|error| {
                     tracing::warn!(%error, "cannot send an internode reply");
-                    encode_frame(id, &Reply::Error(error))
+                    encode_reply(id, &Reply::Error(error))
                 });
                 match frame {
                     Ok(frame) => {
@@ -686,12 +755,47 @@ mod tests {
         assert_eq!(error.kind(), std::io::ErrorKind::UnexpectedEof);
     }
 
+    #[tokio::test]
+    async fn a_streamed_chunk_travels_as_its_replys_attachment() {
+        let mut cells = Vec::new();
+        crate::streaming::Chunk::pack(&mut cells, b"key", &[7; 100_000]);
+        crate::streaming::Chunk::pack(&mut cells, b"other", b"value");
+        let reply = Reply::Stream(crate::streaming::StreamReply::Chunk(
+            crate::streaming::Chunk {
+                cells: Bytes::from(cells.clone()),
+                done: true,
+            },
+        ));
+        let frame = encode_reply(5, &reply).unwrap();
+        assert!(frame.head.len() < 64, "the cells are not in the head");
+        let mut bytes = frame.head.clone();
+        bytes.extend_from_slice(&frame.attachment);
+        let (id, body) = read_frame(&mut bytes.as_slice()).await.unwrap().unwrap();
+        assert_eq!(id, 5);
+        let Reply::Stream(crate::streaming::StreamReply::Chunk(chunk)) = decode_reply(body) else {
+            panic!("not a chunk");
+        };
+        assert!(chunk.done);
+        assert_eq!(&chunk.cells[..], &cells[..]);
+
+        // Replies without one decode as before.
+        let frame = encode_reply(6, &Reply::Done).unwrap();
+        assert!(frame.attachment.is_empty());
+        let (_, body) = read_frame(&mut frame.head.as_slice())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(matches!(decode_reply(body), Reply::Done));
+    }
+
     #[test]
     fn a_message_over_the_frame_limit_is_refused_before_it_is_sent() {
         let reply = Reply::Error("x".repeat(1000));
-        let error = encode_frame_within(1, &reply, 500).unwrap_err();
+        let error = encode_frame_within(1, &reply, 0, 500).unwrap_err();
         assert!(error.contains("exceeds the frame limit"), "{error}");
-        assert!(encode_frame_within(1, &reply, 2000).is_ok());
+        assert!(encode_frame_within(1, &reply, 0, 2000).is_ok());
+        let error = encode_frame_within(1, &reply, 1000, 2000).unwrap_err();
+        assert!(error.contains("exceeds the frame limit"), "{error}");
     }
 
     #[test]

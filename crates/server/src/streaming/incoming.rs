@@ -11,6 +11,7 @@
 use super::throttle::Throttle;
 use super::{Chunk, StreamReply, StreamRequest, TabletKeys};
 use crate::internode::{Message, Peers, Reply};
+use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use parking_lot::Mutex;
 use shoal_model::{TableId, TabletId};
@@ -312,7 +313,7 @@ impl Incoming {
     }
 
     async fn pull(&self, job: &Job, source: SocketAddr, session: u64) -> Result<(), String> {
-        let mut file: Vec<Vec<u8>> = Vec::new();
+        let mut file: Vec<Bytes> = Vec::new();
         let mut file_bytes = 0usize;
         let mut ingesting: Option<tokio::sync::oneshot::Receiver<Result<(), String>>> = None;
         loop {
@@ -347,7 +348,7 @@ impl Incoming {
     fn ingest_in_background(
         &self,
         table: TableId,
-        chunks: Vec<Vec<u8>>,
+        chunks: Vec<Bytes>,
     ) -> Result<tokio::sync::oneshot::Receiver<Result<(), String>>, String> {
         let (done, outcome) = tokio::sync::oneshot::channel();
         let engine = Arc::clone(&self.replica.engine);

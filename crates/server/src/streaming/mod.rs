@@ -39,6 +39,7 @@ pub mod policy;
 pub mod throttle;
 
 use crate::internode::Peers;
+use bytes::Bytes;
 use incoming::{Incoming, IncomingStatus, Receive};
 use outgoing::{Outgoing, OutgoingStatus};
 use policy::{Decision, Measurement, StreamPolicy, POLICY_INTERVAL};
@@ -56,10 +57,15 @@ pub type StoredCell<'a> = (&'a [u8], &'a [u8]);
 /// Cells of a range, in key order, as stored, packed in one buffer
 /// (`u32 key length | u32 value length | key | value`, lengths big-endian): one copy per
 /// cell on each side, and no allocation per cell.
+///
+/// Between nodes the cells travel as the attachment of their reply frame
+/// ([`crate::internode`]), not inside its encoding: the source's buffer is written to the
+/// socket as it is, and the destination's chunk is a slice of the frame it read. A chunk's
+/// megabytes are never copied into or out of an encoding.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Chunk {
-    #[serde(with = "serde_bytes")]
-    pub cells: Vec<u8>,
+    #[serde(skip)]
+    pub cells: Bytes,
     /// The last chunk of the range.
     pub done: bool,
 }
@@ -70,15 +76,13 @@ impl Chunk {
         self.cells.len()
     }
 
-    /// Appends one cell.
-    pub fn push(&mut self, key: &[u8], value: &[u8]) {
-        self.cells.reserve(8 + key.len() + value.len());
-        self.cells
-            .extend_from_slice(&(key.len() as u32).to_be_bytes());
-        self.cells
-            .extend_from_slice(&(value.len() as u32).to_be_bytes());
-        self.cells.extend_from_slice(key);
-        self.cells.extend_from_slice(value);
+    /// Appends one cell to `buffer`, packed as a chunk's cells are.
+    pub fn pack(buffer: &mut Vec<u8>, key: &[u8], value: &[u8]) {
+        buffer.reserve(8 + key.len() + value.len());
+        buffer.extend_from_slice(&(key.len() as u32).to_be_bytes());
+        buffer.extend_from_slice(&(value.len() as u32).to_be_bytes());
+        buffer.extend_from_slice(key);
+        buffer.extend_from_slice(value);
     }
 
     /// The cells packed in `buffer`; an error if it is malformed (it came from the
@@ -384,19 +388,19 @@ mod tests {
 
     #[test]
     fn chunks_pack_cells_and_refuse_malformed_buffers() {
-        let mut chunk = Chunk::default();
-        chunk.push(b"key-1", b"value");
-        chunk.push(b"k2", b"");
+        let mut cells = Vec::new();
+        Chunk::pack(&mut cells, b"key-1", b"value");
+        Chunk::pack(&mut cells, b"k2", b"");
         assert_eq!(
-            Chunk::entries(&chunk.cells).unwrap(),
+            Chunk::entries(&cells).unwrap(),
             vec![(&b"key-1"[..], &b"value"[..]), (&b"k2"[..], &b""[..])]
         );
-        for cut in 1..chunk.cells.len() {
+        for cut in 1..cells.len() {
             if cut != 8 + 5 + 5 {
-                assert!(Chunk::entries(&chunk.cells[..cut]).is_err(), "cut at {cut}");
+                assert!(Chunk::entries(&cells[..cut]).is_err(), "cut at {cut}");
             }
         }
-        let mut huge = chunk.cells.clone();
+        let mut huge = cells.clone();
         huge[..4].copy_from_slice(&u32::MAX.to_be_bytes());
         assert!(Chunk::entries(&huge).is_err());
     }

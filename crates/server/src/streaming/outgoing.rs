@@ -190,16 +190,13 @@ fn read_range(
         }
     };
     loop {
-        let mut chunk = Chunk {
-            cells: Vec::with_capacity(CHUNK_BYTES + CHUNK_BYTES / 8),
-            done: false,
-        };
-        while chunk.bytes() < CHUNK_BYTES {
+        let mut cells = Vec::with_capacity(CHUNK_BYTES + CHUNK_BYTES / 8);
+        while cells.len() < CHUNK_BYTES {
             let Some((key, value)) = cursor.current() else {
                 break;
             };
             if keep(key) {
-                chunk.push(key, value);
+                Chunk::pack(&mut cells, key, value);
             }
             cursor.advance();
         }
@@ -207,8 +204,11 @@ fn read_range(
             let _ = chunks.blocking_send(Err(error.to_string()));
             return;
         }
-        chunk.done = cursor.current().is_none();
-        let done = chunk.done;
+        let done = cursor.current().is_none();
+        let chunk = Chunk {
+            cells: cells.into(),
+            done,
+        };
         throttle.acquire_blocking(chunk.bytes() as u64);
         if chunks.blocking_send(Ok(chunk)).is_err() || done {
             return;
