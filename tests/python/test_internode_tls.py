@@ -5,10 +5,12 @@ certificate, or with one of another CA, gets nothing from a node's internode por
 certificate renewed on disk is served without a restart."""
 
 import os
+import re
 import socket
 import ssl
 import subprocess
 import time
+from pathlib import Path
 
 from cassandra import ConsistencyLevel
 from cassandra.cluster import Cluster, ExecutionProfile, EXEC_PROFILE_DEFAULT
@@ -56,9 +58,15 @@ def served_certificate(address, port, context):
             return wrapped.getpeercert(binary_form=True)
 
 
-# The internode protocol version every frame carries (`server::internode::PROTOCOL_VERSION`):
-# a frame of another version closes the connection, which would pass for a refusal here.
-INTERNODE_PROTOCOL_VERSION = 2
+def internode_protocol_version():
+    """The internode protocol version every frame carries, read from its one definition
+    (`server::internode::PROTOCOL_VERSION`): a frame of another version closes the
+    connection, which would pass for a refusal here."""
+    source = (Path(__file__).resolve().parents[2] / "crates" / "server" / "src" / "internode.rs").read_text()
+    return int(re.search(r"pub const PROTOCOL_VERSION: u8 = (\d+);", source).group(1))
+
+
+INTERNODE_PROTOCOL_VERSION = internode_protocol_version()
 
 
 def internode_reply(address, port, context):
