@@ -338,13 +338,14 @@ impl Metrics {
             .map(|c| (c.read_latency.clone(), c.write_latency.clone()))
     }
 
-    /// Client requests on tables, by latency bucket (cumulative counts since start).
     /// A replica request served for a client another node coordinates took `elapsed`.
     pub fn observe_replica_request(&self, elapsed: Duration) {
         self.replica_requests.observe(elapsed);
         self.foreground.observe(elapsed);
     }
 
+    /// Client requests on tables and replica requests served for other nodes' clients, by
+    /// latency bucket (cumulative counts since start).
     pub fn foreground_buckets(&self) -> Vec<(f64, u64)> {
         self.foreground.buckets()
     }
