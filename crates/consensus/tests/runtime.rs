@@ -138,9 +138,13 @@ impl Cluster {
         }
     }
 
+    /// Stops node `n` and waits until its listener is closed: `abort` only asks the
+    /// serving task to end, and a restart binding the address before the task is dropped
+    /// would find it still in use.
     async fn stop(&mut self, n: usize) {
         self.nodes[n].handle.stop().await;
         self.nodes[n].serving.abort();
+        let _ = (&mut self.nodes[n].serving).await;
     }
 
     /// Restarts node `n` with a fresh state machine, or (`keep_state`) with the one it
