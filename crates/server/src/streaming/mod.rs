@@ -12,8 +12,9 @@
 //!   second [`Peers`]), so multi-MiB chunks never queue in front of the small messages
 //!   client requests wait for.
 //! - Both sides take every chunk's bytes from the node's [`throttle::Throttle`], whose
-//!   rate the [`policy`] sets every 250 ms from the latency of the client requests the
-//!   node serves: full speed when idle, backing off when clients slow down, never above
+//!   rate the [`policy`] sets every 250 ms (and, on an idle node, as soon as requests
+//!   come) from the latency of the client requests the node serves: full speed when
+//!   idle, backing off when clients slow down, never above
 //!   `stream_throughput_mib_per_s` (nor, while clients are served,
 //!   `stream_throughput_under_load_mib_per_s`).
 //! - The CPU work of streaming — reading the source's range, building and ingesting the
@@ -315,15 +316,21 @@ impl Streaming {
         let mut previous = foreground();
         let mut previous_bytes = self.throttle.total_bytes();
         let mut previous_cpu = cpu::CpuTimes::now();
-        let mut interval = tokio::time::interval(POLICY_INTERVAL);
-        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut previous_at = tokio::time::Instant::now();
         let mut last_logged: Option<Decision> = None;
         let mut baseline = policy::Baseline::default();
         loop {
-            interval.tick().await;
+            let idle = self.throttle.last_decision().reason == policy::Reason::Idle;
+            next_decision_due(idle, previous_at, &previous, &foreground).await;
             let now = foreground();
             let bytes = self.throttle.total_bytes();
-            let measured = measure(&previous, &now, bytes - previous_bytes);
+            let measured = measure(
+                &previous,
+                &now,
+                bytes - previous_bytes,
+                previous_at.elapsed(),
+            );
+            previous_at = tokio::time::Instant::now();
             let cpu = cpu::CpuTimes::now();
             let cpu_busy = cpu
                 .zip(previous_cpu)
@@ -354,8 +361,51 @@ impl Streaming {
     }
 }
 
-/// What one interval saw, from the cumulative latency buckets before and after it.
-fn measure(before: &[(f64, u64)], after: &[(f64, u64)], streamed_bytes: u64) -> Measurement {
+/// Waits until the policy should decide again: [`POLICY_INTERVAL`] after the last
+/// decision (`since`) — or, while the node is `idle` and streaming may go at full speed,
+/// as soon as a request comes (looked for every [`IDLE_CHECK`]). A node that has just started is
+/// idle, and the first requests it serves are often a join's: the writes it takes as a
+/// pending replica, right before its tablets start streaming in. Seen only at the end
+/// of the interval, they left it pulling from all its sources at full speed for up to a
+/// quarter second under load: 280 MiB/s over a join's first interval against a limit
+/// under load of 80 (`bench/results/2026-11-29-idle-check-1`).
+async fn next_decision_due(
+    idle: bool,
+    since: tokio::time::Instant,
+    before: &[(f64, u64)],
+    foreground: &impl Fn() -> Vec<(f64, u64)>,
+) {
+    let due = since + POLICY_INTERVAL;
+    if !idle {
+        tokio::time::sleep_until(due).await;
+        return;
+    }
+    while tokio::time::Instant::now() < due {
+        tokio::time::sleep(IDLE_CHECK.min(due - tokio::time::Instant::now())).await;
+        if requests_between(before, &foreground()) > 0 {
+            return;
+        }
+    }
+}
+
+/// How often an idle node looks for requests between decisions.
+const IDLE_CHECK: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Requests counted in `after`'s cumulative buckets but not yet in `before`'s.
+fn requests_between(before: &[(f64, u64)], after: &[(f64, u64)]) -> u64 {
+    let before: u64 = before.iter().map(|(_, count)| count).sum();
+    let after: u64 = after.iter().map(|(_, count)| count).sum();
+    after.saturating_sub(before)
+}
+
+/// What one interval of `elapsed` saw, from the cumulative latency buckets before and
+/// after it.
+fn measure(
+    before: &[(f64, u64)],
+    after: &[(f64, u64)],
+    streamed_bytes: u64,
+    elapsed: std::time::Duration,
+) -> Measurement {
     let counts: Vec<(f64, u64)> = after
         .iter()
         .zip(before.iter().map(|(_, c)| *c).chain(std::iter::repeat(0)))
@@ -374,7 +424,8 @@ fn measure(before: &[(f64, u64)], after: &[(f64, u64)], streamed_bytes: u64) -> 
             .unwrap_or(f64::MAX);
         std::time::Duration::from_secs_f64(bound.min(3600.0))
     });
-    let seconds = POLICY_INTERVAL.as_secs_f64();
+    // Never less than a millisecond: a rate from a sliver of time would be noise.
+    let seconds = elapsed.as_secs_f64().max(0.001);
     Measurement {
         requests,
         p99,
@@ -409,11 +460,55 @@ mod tests {
     fn an_interval_is_measured_from_the_difference_of_cumulative_buckets() {
         let before = vec![(0.001, 100), (0.01, 10), (1.0, 0)];
         let after = vec![(0.001, 190), (0.01, 19), (1.0, 1)];
-        let measured = measure(&before, &after, 1 << 20);
+        let measured = measure(&before, &after, 1 << 20, POLICY_INTERVAL);
         assert_eq!(measured.requests, 100);
         assert_eq!(measured.p99, Some(std::time::Duration::from_secs_f64(0.01)));
         assert_eq!(measured.streamed_bytes_per_s, 4 << 20);
-        let idle = measure(&after, &after, 0);
+        // A shorter interval (an idle node deciding early) counts its bytes per second.
+        let early = measure(&before, &after, 1 << 20, POLICY_INTERVAL / 5);
+        assert_eq!(early.streamed_bytes_per_s, 20 << 20);
+        let idle = measure(&after, &after, 0, POLICY_INTERVAL);
         assert_eq!((idle.requests, idle.p99), (0, None));
+    }
+
+    /// Cumulative buckets that count `requests` once the clock passes `from`.
+    fn requests_from(from: tokio::time::Instant, requests: u64) -> impl Fn() -> Vec<(f64, u64)> {
+        move || {
+            let counted = if tokio::time::Instant::now() >= from {
+                requests
+            } else {
+                0
+            };
+            vec![(0.001, counted), (1.0, 0)]
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_node_decides_as_soon_as_requests_come_and_a_busy_one_every_interval() {
+        let start = tokio::time::Instant::now();
+        let nothing = vec![(0.001, 0), (1.0, 0)];
+        // Idle, and the first requests come 30 ms in: decided within a check of them.
+        let first_requests = start + std::time::Duration::from_millis(30);
+        next_decision_due(true, start, &nothing, &requests_from(first_requests, 3)).await;
+        let waited = start.elapsed();
+        assert!(
+            waited >= std::time::Duration::from_millis(30)
+                && waited <= std::time::Duration::from_millis(30) + IDLE_CHECK,
+            "{waited:?}"
+        );
+        // Idle and nothing comes: the whole interval.
+        let start = tokio::time::Instant::now();
+        next_decision_due(
+            true,
+            start,
+            &nothing,
+            &requests_from(start + POLICY_INTERVAL * 4, 3),
+        )
+        .await;
+        assert_eq!(start.elapsed(), POLICY_INTERVAL);
+        // Busy: the whole interval, however many requests come meanwhile.
+        let start = tokio::time::Instant::now();
+        next_decision_due(false, start, &nothing, &requests_from(start, 3)).await;
+        assert_eq!(start.elapsed(), POLICY_INTERVAL);
     }
 }

@@ -3,7 +3,9 @@
 //!
 //! Every [`POLICY_INTERVAL`] the node measures the requests it served (how many, their
 //! 99th-percentile latency) and the bytes it streamed, and [`StreamPolicy::decide`] turns
-//! that into the rate for the next interval:
+//! that into the rate for the next interval (an idle node does not wait for the interval's
+//! end: the first requests it serves bring the decision forward, so a joining node is held
+//! to the limit under load before its tablets start streaming in):
 //!
 //! - no requests at all: full speed (the cap);
 //! - requests slower than the target: half of what streaming actually did, down to a floor
