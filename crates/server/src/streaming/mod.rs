@@ -363,9 +363,9 @@ impl Streaming {
 
 /// Waits until the policy should decide again: [`POLICY_INTERVAL`] after the last
 /// decision (`since`) — or, while the node is `idle` and streaming may go at full speed,
-/// as soon as a request comes (looked for every [`IDLE_CHECK`]). A node that has just started is
-/// idle, and the first requests it serves are often a join's: the writes it takes as a
-/// pending replica, right before its tablets start streaming in. Seen only at the end
+/// as soon as a request comes (looked for every [`IDLE_CHECK`]). A node that has just
+/// started is idle, and the first requests it serves are often a join's: the writes it
+/// takes as a pending replica, right before its tablets start streaming in. Seen only at the end
 /// of the interval, they left it pulling from all its sources at full speed for up to a
 /// quarter second under load: 280 MiB/s over a join's first interval against a limit
 /// under load of 80 (`bench/results/2026-11-29-idle-check-1`).
