@@ -658,9 +658,13 @@ impl ClusterState {
 
     /// The replicas reads of `token` in table `table_id` ask, first replica first.
     pub fn replicas(&self, table_id: &TableId, token: Token) -> Option<Vec<HostId>> {
-        self.tables
-            .get(table_id)
-            .map(|placement| placement.tablets.tablet_for(token).read_replicas())
+        self.tables.get(table_id).map(|placement| {
+            placement
+                .tablets
+                .tablet_for(token)
+                .read_replicas()
+                .into_owned()
+        })
     }
 
     pub fn member_by_host(&self, host_id: &HostId) -> Option<&Member> {

@@ -19,6 +19,7 @@
 
 use serde::{Deserialize, Serialize};
 use shoal_model::{HostId, TabletId, Token};
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::fmt;
 
@@ -94,16 +95,19 @@ pub struct Tablet {
 
 /// The replicas a write must reach: the `old` set, and while a move is under way the `new`
 /// one too. The consistency level must be met in each.
+///
+/// The old set is the tablet's own (borrowed: every write looks it up, and most tablets
+/// are not moving).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WriteReplicas {
-    pub old: Vec<HostId>,
+pub struct WriteReplicas<'a> {
+    pub old: &'a [HostId],
     pub new: Option<Vec<HostId>>,
 }
 
-impl WriteReplicas {
+impl WriteReplicas<'_> {
     /// Every node a write goes to, each once, old set first.
     pub fn all(&self) -> Vec<HostId> {
-        let mut all = self.old.clone();
+        let mut all = self.old.to_vec();
         for host in self.new.iter().flatten() {
             if !all.contains(host) {
                 all.push(*host);
@@ -126,16 +130,19 @@ impl Tablet {
         apply_move(&self.replicas, transition.leaving, transition.pending)
     }
 
-    /// The replicas reads ask.
-    pub fn read_replicas(&self) -> Vec<HostId> {
+    /// The replicas reads ask (the tablet's own set, borrowed, unless reads have moved to
+    /// the new one).
+    pub fn read_replicas(&self) -> Cow<'_, [HostId]> {
         match &self.transition {
-            Some(transition) if transition.stage == MigrationStage::ReadNew => self.new_replicas(),
-            _ => self.replicas.clone(),
+            Some(transition) if transition.stage == MigrationStage::ReadNew => {
+                Cow::Owned(self.new_replicas())
+            }
+            _ => Cow::Borrowed(&self.replicas),
         }
     }
 
     /// The replicas writes reach.
-    pub fn write_replicas(&self) -> WriteReplicas {
+    pub fn write_replicas(&self) -> WriteReplicas<'_> {
         let new = match &self.transition {
             Some(transition)
                 if matches!(
@@ -148,7 +155,7 @@ impl Tablet {
             _ => None,
         };
         WriteReplicas {
-            old: self.replicas.clone(),
+            old: &self.replicas,
             new,
         }
     }
@@ -408,22 +415,22 @@ mod tests {
         let old = vec![host(1), host(2), host(3)];
         let new = vec![host(1), host(4), host(3)];
         let allocated = moving(MigrationStage::Allocated);
-        assert_eq!(allocated.read_replicas(), old);
+        assert_eq!(*allocated.read_replicas(), *old);
         assert_eq!(allocated.write_replicas().new, None);
         let write_both = moving(MigrationStage::WriteBoth);
-        assert_eq!(write_both.read_replicas(), old);
+        assert_eq!(*write_both.read_replicas(), *old);
         assert_eq!(write_both.write_replicas().new, Some(new.clone()));
         assert_eq!(
             write_both.write_replicas().all(),
             vec![host(1), host(2), host(3), host(4)]
         );
         let read_new = moving(MigrationStage::ReadNew);
-        assert_eq!(read_new.read_replicas(), new);
+        assert_eq!(*read_new.read_replicas(), *new);
         assert_eq!(read_new.write_replicas().old, old);
         // At cleanup the replica set already is the new one.
         let mut cleanup = moving(MigrationStage::Cleanup);
         cleanup.replicas = new.clone();
-        assert_eq!(cleanup.read_replicas(), new);
+        assert_eq!(*cleanup.read_replicas(), *new);
         assert_eq!(cleanup.write_replicas().all(), new);
     }
 

@@ -3,6 +3,7 @@
 
 use shoal_cql::request::Consistency;
 use shoal_cql::{CqlError, ErrorCode};
+use smallvec::{smallvec, SmallVec};
 use std::time::Duration;
 
 /// How long a write waits for the replicas its consistency level needs.
@@ -48,8 +49,9 @@ impl WriteType {
 /// How many acknowledgements a consistency level needs, overall or per datacenter.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Requirement {
-    /// `(datacenter, count)`; `None` counts replicas anywhere.
-    pub(crate) needs: Vec<(Option<String>, usize)>,
+    /// `(datacenter, count)`; `None` counts replicas anywhere. One entry but at
+    /// `EACH_QUORUM`, kept inline: every request works one out.
+    pub(crate) needs: SmallVec<[(Option<String>, usize); 1]>,
 }
 
 impl Requirement {
@@ -59,13 +61,13 @@ impl Requirement {
         let total = datacenters.len();
         let in_dc = |dc: &str| datacenters.iter().filter(|d| **d == dc).count();
         let needs = match consistency {
-            Consistency::Any | Consistency::One => vec![(None, 1)],
-            Consistency::Two => vec![(None, 2)],
-            Consistency::Three => vec![(None, 3)],
-            Consistency::Quorum | Consistency::Serial => vec![(None, total / 2 + 1)],
-            Consistency::All => vec![(None, total)],
-            Consistency::LocalOne => vec![(Some(local_datacenter.to_string()), 1)],
-            Consistency::LocalQuorum | Consistency::LocalSerial => vec![(
+            Consistency::Any | Consistency::One => smallvec![(None, 1)],
+            Consistency::Two => smallvec![(None, 2)],
+            Consistency::Three => smallvec![(None, 3)],
+            Consistency::Quorum | Consistency::Serial => smallvec![(None, total / 2 + 1)],
+            Consistency::All => smallvec![(None, total)],
+            Consistency::LocalOne => smallvec![(Some(local_datacenter.to_string()), 1)],
+            Consistency::LocalQuorum | Consistency::LocalSerial => smallvec![(
                 Some(local_datacenter.to_string()),
                 in_dc(local_datacenter) / 2 + 1,
             )],

@@ -15,6 +15,7 @@ use shoal_cql::request::Consistency;
 use shoal_cql::CqlError;
 use shoal_model::{HostId, TableId, Token};
 use shoal_placement::ReplicationStrategy;
+use smallvec::SmallVec;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -199,7 +200,7 @@ pub(crate) fn write_replicas_of(
             .collect()
     };
     TabletReplicas {
-        replicas: resolve(&sets.old),
+        replicas: resolve(sets.old),
         strategy: Some(placement.strategy.clone()),
         new: sets.new.as_deref().map(resolve),
     }
@@ -213,8 +214,24 @@ pub(crate) fn requirement(
     consistency: Consistency,
     replicas: &TabletReplicas,
 ) -> Requirement {
-    let mut dcs: Vec<&str> = replicas.iter().map(|r| r.datacenter.as_str()).collect();
-    match &replicas.strategy {
+    requirement_of_set(
+        local_datacenter,
+        consistency,
+        &replicas.replicas,
+        replicas.strategy.as_ref(),
+    )
+}
+
+/// [`requirement`] of one replica set of a tablet replicated by `strategy`.
+fn requirement_of_set(
+    local_datacenter: &str,
+    consistency: Consistency,
+    replicas: &[Replica],
+    strategy: Option<&ReplicationStrategy>,
+) -> Requirement {
+    // One entry per replica the replication factor calls for: a handful, kept inline.
+    let mut dcs: SmallVec<[&str; 8]> = replicas.iter().map(|r| r.datacenter.as_str()).collect();
+    match strategy {
         Some(ReplicationStrategy::Simple { factor }) => {
             while dcs.len() < *factor {
                 dcs.push(local_datacenter);
@@ -233,26 +250,44 @@ pub(crate) fn requirement(
     Requirement::of(consistency, &dcs, local_datacenter)
 }
 
-/// What `consistency` needs of each replica set a write of the tablet must meet — the
-/// current set and, while the tablet moves, the new one — checked against their live
-/// replicas: `Unavailable` when one cannot meet it (never at `ANY`, which a hint meets).
-pub(crate) fn write_requirements(
+/// Checks that `consistency` can be met in each replica set a write of the tablet must
+/// meet — the current set and, while the tablet moves, the new one — by their live
+/// replicas: `Unavailable` when one cannot (never at `ANY`, which a hint meets).
+pub(crate) fn check_writable(
     local_datacenter: &str,
     consistency: Consistency,
     replicas: &TabletReplicas,
-) -> Result<Vec<(Requirement, TabletReplicas)>, CqlError> {
-    let mut sets = Vec::new();
-    for set in std::iter::once(replicas.clone()).chain(replicas.new_set()) {
-        let needed = requirement(local_datacenter, consistency, &set);
+) -> Result<(), CqlError> {
+    let sets = std::iter::once(replicas.replicas.as_slice()).chain(replicas.new.as_deref());
+    for set in sets {
+        let needed = requirement_of_set(
+            local_datacenter,
+            consistency,
+            set,
+            replicas.strategy.as_ref(),
+        );
         let alive = set.iter().filter(|r| r.alive);
         let enough = consistency == Consistency::Any
             || needed.met_by(alive.clone().map(|r| r.datacenter.as_str()));
         if !enough {
             return Err(unavailable(consistency, needed.block_for(), alive.count()));
         }
-        sets.push((needed, set));
     }
-    Ok(sets)
+    Ok(())
+}
+
+/// What `consistency` needs of each replica set a write of the tablet must meet, with the
+/// set ([`check_writable`] first).
+pub(crate) fn write_requirements(
+    local_datacenter: &str,
+    consistency: Consistency,
+    replicas: &TabletReplicas,
+) -> Result<Vec<(Requirement, TabletReplicas)>, CqlError> {
+    check_writable(local_datacenter, consistency, replicas)?;
+    Ok(std::iter::once(replicas.clone())
+        .chain(replicas.new_set())
+        .map(|set| (requirement(local_datacenter, consistency, &set), set))
+        .collect())
 }
 
 /// The replicas a read at `consistency` asks, local first: the requirement, the replicas

@@ -21,18 +21,34 @@ use crate::barrier::TopologyGuard;
 use crate::consistency::{write_timeout, WriteType, WRITE_TIMEOUT};
 use crate::messages::Cells;
 use crate::proxy::StorageProxy;
-use crate::topology::{requirement, write_requirements, TabletReplicas};
+use crate::topology::{check_writable, requirement, Replica, TabletReplicas};
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
+use shoal_cluster::ClusterState;
 use shoal_cql::request::Consistency;
 use shoal_cql::CqlError;
 use shoal_model::{keys, HostId};
 use shoal_storage::WriteBatch;
+use smallvec::SmallVec;
 use std::sync::Arc;
+
+/// The datacenters of the replicas of `set` that acknowledged.
+fn acknowledged_in<'s>(acknowledged: &[HostId], set: &'s [Replica]) -> SmallVec<[&'s str; 8]> {
+    acknowledged
+        .iter()
+        .filter_map(|host| set.iter().find(|r| r.host_id == *host))
+        .map(|replica| replica.datacenter.as_str())
+        .collect()
+}
+
+/// Whether two storage keys are of the same partition (the same table and token).
+fn same_partition(one: &[u8], other: &[u8]) -> bool {
+    one.get(..keys::TOKEN_PREFIX_LENGTH) == other.get(..keys::TOKEN_PREFIX_LENGTH)
+}
 
 /// The outcome of sending one part of a write to one replica.
 enum Delivery {
-    Acknowledged(HostId, String),
+    Acknowledged(HostId),
     Hinted,
     NotHinted,
     Failed(HostId, Cells),
@@ -49,49 +65,10 @@ impl StorageProxy {
         // Taken before the tablet map is read, held until every replica has answered.
         let in_flight = self.enter();
         let state = self.topology.state();
-        // Group the cells by the replica set of their tablet. Cells of one partition come
-        // together (a statement writes one partition at a time), so replicas are looked up
-        // once per run of cells with the same table and token.
-        let mut groups: Vec<(TabletReplicas, Cells)> = Vec::new();
-        let mut current: Option<usize> = None;
-        for (key, value) in batch.into_entries() {
-            let same_partition = current.is_some_and(|index| {
-                groups[index].1.last().is_some_and(|(previous, _)| {
-                    previous.get(..keys::TOKEN_PREFIX_LENGTH)
-                        == key.get(..keys::TOKEN_PREFIX_LENGTH)
-                })
-            });
-            if !same_partition {
-                let replicas = match keys::table_and_token(&key) {
-                    Some((table, token)) => self.write_replicas_of(&state, &table, token),
-                    None => TabletReplicas {
-                        replicas: Vec::new(),
-                        strategy: None,
-                        new: None,
-                    },
-                };
-                if replicas.replicas.is_empty() {
-                    return Err(CqlError::server(
-                        "no replicas are placed for this table yet; retry once the schema has settled",
-                    ));
-                }
-                let same_replicas =
-                    |(other, _): &(TabletReplicas, Cells)| other.same_hosts(&replicas);
-                current = Some(match groups.iter().position(same_replicas) {
-                    Some(index) => index,
-                    None => {
-                        groups.push((replicas, Vec::new()));
-                        groups.len() - 1
-                    }
-                });
-            }
-            if let Some(index) = current {
-                groups[index].1.push((key, value));
-            }
-        }
+        let mut groups = self.group_by_replicas(&state, batch.into_entries())?;
         // Check every group (both sets of a moving tablet) before sending anything.
         for (replicas, _) in &groups {
-            write_requirements(self.local_datacenter(), consistency, replicas)?;
+            check_writable(self.local_datacenter(), consistency, replicas)?;
         }
         shoal_trace::event(|| {
             let replicas: Vec<String> = groups
@@ -130,6 +107,72 @@ impl StorageProxy {
         Ok(())
     }
 
+    /// The cells of a batch grouped by the replica set of their tablet. Cells of one
+    /// partition come together (a statement writes one partition at a time), so replicas
+    /// are looked up once per run of cells with the same table and token; a batch of one
+    /// partition, what most statements write, is one group with its cells as they came.
+    fn group_by_replicas(
+        &self,
+        state: &ClusterState,
+        entries: Cells,
+    ) -> Result<Vec<(TabletReplicas, Cells)>, CqlError> {
+        let Some((first, _)) = entries.first() else {
+            return Ok(Vec::new());
+        };
+        if entries.iter().all(|(key, _)| same_partition(key, first)) {
+            let replicas = self.replicas_of_key(state, first)?;
+            return Ok(vec![(replicas, entries)]);
+        }
+        let mut groups: Vec<(TabletReplicas, Cells)> = Vec::new();
+        let mut current: Option<usize> = None;
+        for (key, value) in entries {
+            let same_partition = current.is_some_and(|index| {
+                groups[index]
+                    .1
+                    .last()
+                    .is_some_and(|(previous, _)| same_partition(previous, &key))
+            });
+            if !same_partition {
+                let replicas = self.replicas_of_key(state, &key)?;
+                let same_replicas =
+                    |(other, _): &(TabletReplicas, Cells)| other.same_hosts(&replicas);
+                current = Some(match groups.iter().position(same_replicas) {
+                    Some(index) => index,
+                    None => {
+                        groups.push((replicas, Vec::new()));
+                        groups.len() - 1
+                    }
+                });
+            }
+            if let Some(index) = current {
+                groups[index].1.push((key, value));
+            }
+        }
+        Ok(groups)
+    }
+
+    /// The replicas a write of the cell stored under `key` goes to.
+    fn replicas_of_key(
+        &self,
+        state: &ClusterState,
+        key: &[u8],
+    ) -> Result<TabletReplicas, CqlError> {
+        let replicas = match keys::table_and_token(key) {
+            Some((table, token)) => self.write_replicas_of(state, &table, token),
+            None => TabletReplicas {
+                replicas: Vec::new(),
+                strategy: None,
+                new: None,
+            },
+        };
+        if replicas.replicas.is_empty() {
+            return Err(CqlError::server(
+                "no replicas are placed for this table yet; retry once the schema has settled",
+            ));
+        }
+        Ok(replicas)
+    }
+
     async fn write_group(
         &self,
         replicas: TabletReplicas,
@@ -146,16 +189,13 @@ impl StorageProxy {
         let requirement = requirement(local_datacenter, consistency, &replicas);
         let mut deliveries = FuturesUnordered::new();
         for replica in replicas.targets() {
-            let datacenter = replica.datacenter.clone();
             let host_id = replica.host_id;
             if replica.local && write_type == WriteType::Counter {
                 // The leader of a counter increment (this node) wrote these shards through
                 // its log before sending them (`shoal_coordinator::counter`): its own
                 // acknowledgement is already in.
-                deliveries.push(
-                    Box::pin(async move { Delivery::Acknowledged(host_id, datacenter) })
-                        as BoxFuture<'static, Delivery>,
-                );
+                deliveries.push(Box::pin(async move { Delivery::Acknowledged(host_id) })
+                    as BoxFuture<'static, Delivery>);
             } else if replica.alive {
                 // A remote replica that fails gets these cells as a hint; a local write
                 // that fails has nothing to hint.
@@ -167,7 +207,7 @@ impl StorageProxy {
                 let applied = self.apply_on(replica, cells.clone());
                 deliveries.push(Box::pin(async move {
                     if applied.await {
-                        Delivery::Acknowledged(host_id, datacenter)
+                        Delivery::Acknowledged(host_id)
                     } else {
                         Delivery::Failed(host_id, hint)
                     }
@@ -182,29 +222,17 @@ impl StorageProxy {
                 }));
             }
         }
-        let mut acknowledged: Vec<(HostId, String)> = Vec::new();
+        let mut acknowledged: Vec<HostId> = Vec::new();
         let mut hinted = 0usize;
         let timeout = tokio::time::sleep(WRITE_TIMEOUT);
         tokio::pin!(timeout);
-        let acknowledged_in = |acknowledged: &[(HostId, String)], set: &TabletReplicas| {
-            acknowledged
-                .iter()
-                .filter(|(host, _)| set.iter().any(|r| r.host_id == *host))
-                .map(|(_, datacenter)| datacenter.clone())
-                .collect::<Vec<String>>()
-        };
-        let met = |acknowledged: &Vec<(HostId, String)>, hinted: usize| {
-            let old_met = requirement.met_by(
-                acknowledged_in(acknowledged, &replicas)
-                    .iter()
-                    .map(String::as_str),
-            );
+        let met = |acknowledged: &[HostId], hinted: usize| {
+            let old_met =
+                requirement.met_by(acknowledged_in(acknowledged, &replicas).iter().copied());
             let new_met = match (&new_requirement, &new_set) {
-                (Some(needed), Some(set)) => needed.met_by(
-                    acknowledged_in(acknowledged, set)
-                        .iter()
-                        .map(String::as_str),
-                ),
+                (Some(needed), Some(set)) => {
+                    needed.met_by(acknowledged_in(acknowledged, set).iter().copied())
+                }
                 _ => true,
             };
             (old_met && new_met)
@@ -213,7 +241,7 @@ impl StorageProxy {
         while !met(&acknowledged, hinted) {
             tokio::select! {
                 delivery = deliveries.next() => match delivery {
-                    Some(Delivery::Acknowledged(host, dc)) => acknowledged.push((host, dc)),
+                    Some(Delivery::Acknowledged(host)) => acknowledged.push(host),
                     Some(Delivery::Hinted) => hinted += 1,
                     Some(Delivery::NotHinted) => {}
                     Some(Delivery::Failed(host, cells)) => {

@@ -34,6 +34,10 @@ impl WriteContext<'_> {
     }
 }
 
+/// Bytes a cell's key has room for after its row's prefix: a column name, a collection
+/// element's path and the part's length, for most columns.
+const COLUMN_PART_ROOM: usize = 48;
+
 /// Writes the cells of one row (or of a partition's static row).
 pub(crate) struct RowWriter<'a> {
     pub(crate) batch: &'a mut WriteBatch,
@@ -46,7 +50,10 @@ pub(crate) struct RowWriter<'a> {
 
 impl RowWriter<'_> {
     fn put(&mut self, part: impl FnOnce(&mut Vec<u8>), cell: Cell) {
-        let mut key = self.prefix.clone();
+        // Room for the column part from the start (a clone of the prefix would have none,
+        // and every cell's key would be allocated twice).
+        let mut key = Vec::with_capacity(self.prefix.len() + COLUMN_PART_ROOM);
+        key.extend_from_slice(&self.prefix);
         keys::push_column_part(&mut key, part);
         self.batch.merge(key, cell.encode());
     }
