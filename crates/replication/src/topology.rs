@@ -260,34 +260,48 @@ pub(crate) fn check_writable(
 ) -> Result<(), CqlError> {
     let sets = std::iter::once(replicas.replicas.as_slice()).chain(replicas.new.as_deref());
     for set in sets {
-        let needed = requirement_of_set(
+        writable_set(
             local_datacenter,
             consistency,
             set,
             replicas.strategy.as_ref(),
-        );
-        let alive = set.iter().filter(|r| r.alive);
-        let enough = consistency == Consistency::Any
-            || needed.met_by(alive.clone().map(|r| r.datacenter.as_str()));
-        if !enough {
-            return Err(unavailable(consistency, needed.block_for(), alive.count()));
-        }
+        )?;
     }
     Ok(())
 }
 
 /// What `consistency` needs of each replica set a write of the tablet must meet, with the
-/// set ([`check_writable`] first).
+/// set, once [`check_writable`] would pass.
 pub(crate) fn write_requirements(
     local_datacenter: &str,
     consistency: Consistency,
     replicas: &TabletReplicas,
 ) -> Result<Vec<(Requirement, TabletReplicas)>, CqlError> {
-    check_writable(local_datacenter, consistency, replicas)?;
-    Ok(std::iter::once(replicas.clone())
+    std::iter::once(replicas.clone())
         .chain(replicas.new_set())
-        .map(|set| (requirement(local_datacenter, consistency, &set), set))
-        .collect())
+        .map(|set| {
+            let needed = writable_set(local_datacenter, consistency, &set, set.strategy.as_ref())?;
+            Ok((needed, set))
+        })
+        .collect()
+}
+
+/// What `consistency` needs of one replica set of a write, if its live replicas can meet
+/// it: `Unavailable` otherwise (never at `ANY`, which a hint meets).
+fn writable_set(
+    local_datacenter: &str,
+    consistency: Consistency,
+    set: &[Replica],
+    strategy: Option<&ReplicationStrategy>,
+) -> Result<Requirement, CqlError> {
+    let needed = requirement_of_set(local_datacenter, consistency, set, strategy);
+    let alive = set.iter().filter(|r| r.alive);
+    let enough = consistency == Consistency::Any
+        || needed.met_by(alive.clone().map(|r| r.datacenter.as_str()));
+    if !enough {
+        return Err(unavailable(consistency, needed.block_for(), alive.count()));
+    }
+    Ok(needed)
 }
 
 /// The replicas a read at `consistency` asks, local first: the requirement, the replicas
