@@ -61,7 +61,9 @@ pub struct EpochLogArgs {
 struct Discard;
 
 impl StateMachine for Discard {
-    fn apply(&mut self, _: GroupId, _: LogIndex, _: &Bytes) {}
+    fn apply(&mut self, _: GroupId, _: LogIndex, _: &Bytes) -> runtime::Applied {
+        runtime::Applied::Done
+    }
 }
 
 pub fn run(args: EpochLogArgs) -> anyhow::Result<()> {

@@ -25,6 +25,7 @@
 
 pub mod state;
 pub mod store;
+pub mod strong_split;
 
 pub use state::{
     node_id_of, ClusterState, Command, CommandOutcome, Member, MemberState, NodeId, TablePlacement,

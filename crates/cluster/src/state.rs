@@ -129,6 +129,14 @@ pub struct TablePlacement {
     /// tables placed before this was recorded (their floor is today's layout's count).
     #[serde(default)]
     pub created_with: usize,
+    /// Tablets of a strongly consistent table being split ([`Command::PlanStrongSplit`]):
+    /// their Raft groups are fenced until the split ends.
+    #[serde(default)]
+    pub strong_splits: BTreeMap<TabletId, crate::strong_split::StrongSplit>,
+    /// The clock each tablet made by a strong split starts its Raft group's at: the newest
+    /// timestamp the group it came from applied ([`Command::FinishStrongSplit`]).
+    #[serde(default)]
+    pub clock_floors: BTreeMap<TabletId, i64>,
 }
 
 /// What the replicated log carries.
@@ -202,6 +210,31 @@ pub enum Command {
         first: TabletId,
         second: TabletId,
     },
+    /// Starts splitting a tablet of a strongly consistent table at `at`: its Raft group's
+    /// leader fences the group (no write after the fence takes effect), and once every
+    /// member has applied the fence the split is finished or abandoned. The tablet may not
+    /// move meanwhile. See `strong_split`.
+    PlanStrongSplit {
+        table: TableId,
+        tablet: TabletId,
+        at: Token,
+    },
+    /// Splits a tablet whose strong split `plan` is planned, as [`Command::SplitTablet`]
+    /// does; the halves' groups start their clocks at `clock`, where every member's
+    /// fenced group stopped.
+    FinishStrongSplit {
+        table: TableId,
+        tablet: TabletId,
+        plan: u64,
+        clock: i64,
+    },
+    /// Gives up the planned strong split `plan` (a member did not apply the fence in
+    /// time): the group's leader lifts the fence.
+    AbandonStrongSplit {
+        table: TableId,
+        tablet: TabletId,
+        plan: u64,
+    },
 }
 
 /// What applying a command did.
@@ -227,11 +260,14 @@ pub struct ClusterState {
     /// barrier) that the topology reached version `v` refuses requests from coordinators
     /// still routing by an older one.
     pub topology_version: u64,
+    /// The number the next planned strong split gets (its group's fence names it).
+    #[serde(default)]
+    pub next_split_plan: u64,
     /// The id the next migration gets.
     pub next_migration: u64,
 }
 
-fn rejected(reason: impl Into<String>) -> CommandOutcome {
+pub(crate) fn rejected(reason: impl Into<String>) -> CommandOutcome {
     CommandOutcome::Rejected(reason.into())
 }
 
@@ -240,7 +276,10 @@ impl ClusterState {
         // Marking tablets to merge changes no routing: only what the balancer plans.
         let changes_topology = !matches!(
             command,
-            Command::ChangeRoles { .. } | Command::PlanTabletMerge { .. }
+            Command::ChangeRoles { .. }
+                | Command::PlanTabletMerge { .. }
+                | Command::PlanStrongSplit { .. }
+                | Command::AbandonStrongSplit { .. }
         );
         let outcome = match command {
             Command::AddMember(member) => self.add_member(member),
@@ -343,6 +382,20 @@ impl ClusterState {
                     Err(reason) => rejected(reason),
                 }
             }
+            Command::PlanStrongSplit { table, tablet, at } => {
+                self.plan_strong_split(table, tablet, at)
+            }
+            Command::FinishStrongSplit {
+                table,
+                tablet,
+                plan,
+                clock,
+            } => self.finish_strong_split(table, tablet, plan, clock),
+            Command::AbandonStrongSplit {
+                table,
+                tablet,
+                plan,
+            } => self.abandon_strong_split(table, tablet, plan),
             Command::SetPrimaries { table, primaries } => {
                 let Some(placement) = self.tables.get_mut(&table) else {
                     return rejected("no such table");
@@ -398,8 +451,7 @@ impl ClusterState {
                 // migrations the balancer plans (adding or dropping replicas).
                 Some(existing) => TablePlacement {
                     strategy,
-                    tablets: existing.tablets.clone(),
-                    ..*existing
+                    ..existing.clone()
                 },
                 None => match self.place(&strategy) {
                     Ok(tablets) => TablePlacement {
@@ -407,6 +459,8 @@ impl ClusterState {
                         created_with: tablets.tablets().len(),
                         tablets,
                         split: false,
+                        strong_splits: BTreeMap::new(),
+                        clock_floors: BTreeMap::new(),
                     },
                     Err(error) => return rejected(error.to_string()),
                 },
@@ -459,6 +513,13 @@ impl ClusterState {
         }
         if leaving.is_none() && pending.is_none() {
             return rejected("a migration moves a replica somewhere");
+        }
+        if self
+            .tables
+            .get(&table)
+            .is_some_and(|p| p.strong_splits.contains_key(&tablet))
+        {
+            return rejected("the tablet is being split");
         }
         let id = MigrationId(self.next_migration);
         let Some(target) = self
@@ -832,6 +893,92 @@ mod tests {
             .collect();
         assert_eq!(ring.len(), 3 * TABLETS_PER_NODE);
         assert!(!ring.contains(&Token(first.last_token.0 - 1000)));
+    }
+
+    #[test]
+    fn a_strong_split_is_planned_then_finished_once_or_abandoned_and_holds_its_tablet_still() {
+        let mut state = three_nodes_one_table(2);
+        let first = state.tables[&TABLE].tablets.tablets()[0].clone();
+        let at = Token(first.last_token.0 - 1000);
+        let plan = Command::PlanStrongSplit {
+            table: TABLE,
+            tablet: first.id,
+            at,
+        };
+        let version = state.topology_version;
+        assert_eq!(state.apply(plan.clone()), CommandOutcome::Applied);
+        // Planning routes nothing differently; the tablet is whole until the finish.
+        assert_eq!(state.topology_version, version);
+        assert_eq!(
+            state.tables[&TABLE].tablets.tablets().len(),
+            3 * TABLETS_PER_NODE
+        );
+        assert!(matches!(state.apply(plan), CommandOutcome::Rejected(_)));
+        // A planned tablet does not move.
+        let elsewhere = (1..=3u8)
+            .map(|id| HostId([id; 16]))
+            .find(|h| !first.replicas.contains(h));
+        let mv = Command::StartMigration {
+            table: TABLE,
+            tablet: first.id,
+            leaving: Some(first.replicas[0]),
+            pending: elsewhere,
+        };
+        assert_eq!(
+            state.apply(mv),
+            CommandOutcome::Rejected("the tablet is being split".into())
+        );
+
+        let plan_number = state.tables[&TABLE].strong_splits[&first.id].plan;
+        // Another plan's finish (one abandoned since) is refused.
+        let stale = Command::FinishStrongSplit {
+            table: TABLE,
+            tablet: first.id,
+            plan: plan_number + 1,
+            clock: 1234,
+        };
+        assert!(matches!(state.apply(stale), CommandOutcome::Rejected(_)));
+        let finish = Command::FinishStrongSplit {
+            table: TABLE,
+            tablet: first.id,
+            plan: plan_number,
+            clock: 1234,
+        };
+        assert_eq!(state.apply(finish.clone()), CommandOutcome::Applied);
+        assert!(state.topology_version > version);
+        let placement = state.tables[&TABLE].clone();
+        let halves = &placement.tablets.tablets()[..2];
+        assert_eq!(halves[0].last_token, at);
+        assert!(halves.iter().all(|t| t.replicas == first.replicas));
+        assert!(halves
+            .iter()
+            .all(|t| placement.clock_floors.get(&t.id) == Some(&1234)));
+        assert!(placement.strong_splits.is_empty());
+        // Only one end per plan: finishing again, or abandoning now, is refused.
+        assert!(matches!(state.apply(finish), CommandOutcome::Rejected(_)));
+        let abandon = |plan| Command::AbandonStrongSplit {
+            table: TABLE,
+            tablet: halves[0].id,
+            plan,
+        };
+        assert!(matches!(
+            state.apply(abandon(plan_number)),
+            CommandOutcome::Rejected(_)
+        ));
+
+        // Abandoned: the tablet stays whole and may be planned again.
+        let half = halves[0].clone();
+        let plan = Command::PlanStrongSplit {
+            table: TABLE,
+            tablet: half.id,
+            at: Token(half.last_token.0 - 10),
+        };
+        assert_eq!(state.apply(plan.clone()), CommandOutcome::Applied);
+        let second_plan = state.tables[&TABLE].strong_splits[&half.id].plan;
+        assert_ne!(second_plan, plan_number, "every plan has its own number");
+        assert_eq!(state.apply(abandon(second_plan)), CommandOutcome::Applied);
+        assert!(state.tables[&TABLE].strong_splits.is_empty());
+        assert_eq!(state.apply(plan), CommandOutcome::Applied);
     }
 
     #[test]

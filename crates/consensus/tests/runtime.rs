@@ -24,7 +24,7 @@ struct Recorder {
 }
 
 impl StateMachine for Recorder {
-    fn apply(&mut self, group: GroupId, index: LogIndex, payload: &Bytes) {
+    fn apply(&mut self, group: GroupId, index: LogIndex, payload: &Bytes) -> runtime::Applied {
         let mut applied = self.applied.lock().expect("not poisoned");
         let log = applied.entry(group).or_default();
         if log.last().is_some_and(|(last, _)| *last >= index) {
@@ -32,9 +32,10 @@ impl StateMachine for Recorder {
                 .lock()
                 .expect("not poisoned")
                 .push((group, index));
-            return;
+            return runtime::Applied::Done;
         }
         log.push((index, payload.clone()));
+        runtime::Applied::Done
     }
 }
 

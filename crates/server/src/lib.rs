@@ -333,6 +333,7 @@ impl Node {
                 Arc::clone(&metadata),
                 Arc::clone(&coordinator),
                 Arc::clone(&peers),
+                Arc::clone(&strong),
                 config.tablet_split_mib << 20,
             )));
         }

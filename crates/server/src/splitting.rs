@@ -30,15 +30,21 @@
 //! A table never merges below the tablets it was created with ([`TABLETS_PER_NODE`] per
 //! node then). One split or merge step per node per check keeps the metadata log and the
 //! balancer calm. A tablet whose bytes all sit on one token (keys sharing their first eight
-//! bytes) cannot be split. Tablets of strongly consistent keyspaces are neither split nor
-//! merged: their Raft groups would have to split and merge with them, which is not built.
-//! A pair marked to merge stays marked if it grows again before the merge; the merged
-//! tablet is then split like any other.
+//! bytes) cannot be split. A pair marked to merge stays marked if it grows again before the
+//! merge; the merged tablet is then split like any other.
+//!
+//! Tablets of strongly consistent keyspaces split the same way, by size, but each is a Raft
+//! group, and its halves need groups of their own: the split is planned, the group fenced
+//! and the split finished once every member applied the fence
+//! ([`crate::strong::splits`]). They are not merged (the groups would have to merge
+//! too, which is not built).
 //!
 //! [`TABLETS_PER_NODE`]: shoal_cluster::TABLETS_PER_NODE
 
 use crate::internode::{Message, Peers, Reply};
 use crate::operations::Operation;
+use crate::strong::splits::SplitDriver;
+use crate::strong::StrongTables;
 use shoal_cluster::{ClusterMetadata, ClusterState, Command, CommandOutcome};
 use shoal_coordinator::Coordinator;
 use shoal_model::token::Partitioner;
@@ -64,12 +70,30 @@ pub async fn run(
     metadata: Arc<ClusterMetadata>,
     coordinator: Arc<Coordinator>,
     peers: Arc<Peers>,
+    strong: Arc<StrongTables>,
     split_bytes: u64,
 ) {
     let merge_bytes = split_bytes / MERGE_FRACTION;
+    let mut strong_splits = SplitDriver::new(strong, Arc::clone(&metadata));
     loop {
         tokio::time::sleep(CHECK_EVERY).await;
-        let step = match oversized_tablet(&metadata, &coordinator, split_bytes) {
+        strong_splits.end_planned().await;
+        let strong_tables = ordered_tables(&coordinator, KeyspaceConsistency::Strong);
+        if let Some((table, tablet, at)) =
+            oversized_tablet(&metadata, &coordinator, &strong_tables, split_bytes)
+        {
+            strong_splits.split(table, &tablet, at).await;
+            continue;
+        }
+        let tables = ordered_tables(&coordinator, KeyspaceConsistency::Eventual);
+        let split = oversized_tablet(&metadata, &coordinator, &tables, split_bytes).map(
+            |(table, tablet, at)| Command::SplitTablet {
+                table,
+                tablet: tablet.id,
+                at,
+            },
+        );
+        let step = match split {
             Some(split) => Some(split),
             None => merge_step(&metadata, &coordinator, &peers, merge_bytes).await,
         };
@@ -85,28 +109,33 @@ pub async fn run(
     }
 }
 
-/// The ordered tables of keyspaces that are not strongly consistent.
-fn ordered_tables(coordinator: &Coordinator) -> Vec<Arc<TableMetadata>> {
+/// The ordered tables of keyspaces of `consistency`.
+fn ordered_tables(
+    coordinator: &Coordinator,
+    consistency: KeyspaceConsistency,
+) -> Vec<Arc<TableMetadata>> {
     let schema = coordinator.schema();
     schema
         .user_keyspaces()
-        .filter(|keyspace| keyspace.consistency != KeyspaceConsistency::Strong)
+        .filter(|keyspace| keyspace.consistency == consistency)
         .flat_map(|keyspace| keyspace.tables.values())
         .filter(|table| table.options.partitioner == Partitioner::Ordered)
         .cloned()
         .collect()
 }
 
-/// The split of the first tablet this node leads that holds more than `split_bytes`.
+/// The first tablet of `tables` this node leads that holds more than `split_bytes`, and
+/// the token to split it at.
 fn oversized_tablet(
     metadata: &ClusterMetadata,
     coordinator: &Coordinator,
+    tables: &[Arc<TableMetadata>],
     split_bytes: u64,
-) -> Option<Command> {
+) -> Option<(TableId, shoal_placement::Tablet, Token)> {
     let me = metadata.me().host_id;
     let state = metadata.state();
     let engine = coordinator.engine().as_ref();
-    for table in ordered_tables(coordinator) {
+    for table in tables {
         let Some(placement) = state.tables.get(&table.id) else {
             continue;
         };
@@ -114,7 +143,10 @@ fn oversized_tablet(
         for tablet in placement.tablets.tablets() {
             let bounds = (after, tablet.last_token);
             after = Some(tablet.last_token);
-            if tablet.transition.is_some() || tablet.replicas.first() != Some(&me) {
+            if tablet.transition.is_some()
+                || tablet.replicas.first() != Some(&me)
+                || placement.strong_splits.contains_key(&tablet.id)
+            {
                 continue;
             }
             let bytes = range_bytes(engine, &table.id, bounds.0, bounds.1);
@@ -122,11 +154,7 @@ fn oversized_tablet(
                 continue;
             }
             if let Some(at) = middle_token(engine, &table.id, bounds.0, bounds.1, bytes) {
-                return Some(Command::SplitTablet {
-                    table: table.id,
-                    tablet: tablet.id,
-                    at,
-                });
+                return Some((table.id, tablet.clone(), at));
             }
         }
     }
@@ -152,7 +180,7 @@ async fn merge_step(
     merge_bytes: u64,
 ) -> Option<Command> {
     let me = metadata.me().host_id;
-    let tables = ordered_tables(coordinator);
+    let tables = ordered_tables(coordinator, KeyspaceConsistency::Eventual);
     let candidates = {
         let state = metadata.state();
         if let Some(ready) = ready_merge(&state, &tables, me) {

@@ -42,7 +42,9 @@ const COMMANDS_PER_TURN: usize = 1024;
 /// anybody waiting for those entries hears of them: a machine may collect a turn's
 /// entries and write them together there.
 pub trait StateMachine: Send + 'static {
-    fn apply(&mut self, group: GroupId, index: LogIndex, payload: &Bytes);
+    /// Applies one committed entry. Every member must come to the same [`Applied`] for the
+    /// same entry: the outcome is the log's, not the node's.
+    fn apply(&mut self, group: GroupId, index: LogIndex, payload: &Bytes) -> Applied;
 
     /// Every entry handed to [`StateMachine::apply`] so far must be visible when this
     /// returns (not yet durable: that is [`StateMachine::make_durable`]).
@@ -63,6 +65,17 @@ pub trait StateMachine: Send + 'static {
     fn make_durable(&mut self) -> Result<(), String> {
         Ok(())
     }
+}
+
+/// What applying a committed entry did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// The entry took effect.
+    Done,
+    /// The state machine refused the entry: it committed and changed nothing (for a
+    /// table: its group is fenced for a split). Its proposer hears
+    /// [`ProposeError::Refused`], and may propose it again elsewhere.
+    Refused,
 }
 
 /// Delivers messages to peer nodes, in order per peer, without waiting.
@@ -108,6 +121,9 @@ pub enum ProposeError {
     Stopped,
     /// A membership change was not proposed (see [`MembershipRefused`]).
     Membership(MembershipRefused),
+    /// The entry committed and the state machine refused it ([`Applied::Refused`]):
+    /// nothing changed.
+    Refused,
 }
 
 /// Where a group's state machine stands on one replica: what a snapshot taken from it
@@ -845,18 +861,21 @@ impl NodeTask {
                     index,
                     entry,
                 } => {
+                    let mut applied = Applied::Done;
                     if entry.kind == EntryKind::Data && !entry.payload.is_empty() {
-                        self.state_machine.apply(group, index, &entry.payload);
+                        applied = self.state_machine.apply(group, index, &entry.payload);
                         applied_any = true;
                     }
                     self.counters
                         .entries_committed
                         .fetch_add(1, Ordering::Relaxed);
                     if let Some((term, done)) = self.waiting.remove(&(group, index)) {
-                        let result = if term == entry.term {
-                            Ok(())
-                        } else {
+                        let result = if term != entry.term {
                             Err(ProposeError::Superseded)
+                        } else if applied == Applied::Refused {
+                            Err(ProposeError::Refused)
+                        } else {
+                            Ok(())
                         };
                         decided.push((done, result));
                     }

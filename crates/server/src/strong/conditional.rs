@@ -220,18 +220,20 @@ impl StrongTables {
         turn: &mut StrongTurn,
     ) -> Result<PreparedRound, CqlError> {
         turn.end_lease();
-        let target = Self::group_for(&self.metadata.state(), &key.table, key.token)?;
         let lower = shoal_model::keys::partition_prefix(&key.table, key.token, &key.partition_key);
         let upper = shoal_model::keys::increment_prefix(&lower).unwrap_or_else(|| vec![0xff; 64]);
-        let request = StrongRequest::Lock {
-            group: target.group.0,
+        let request = |group: GroupId| StrongRequest::Lock {
+            group: group.0,
             table: key.table.0,
             token: key.token.0,
-            lower,
-            upper,
+            lower: lower.clone(),
+            upper: upper.clone(),
         };
         let deadline = deadline.max(tokio::time::Instant::now() + super::STRONG_WRITE_TIMEOUT);
-        match self.at_leader(&target, &request, deadline).await {
+        let (target, answer) = self
+            .at_tablet_leader((&key.table, key.token), request, deadline)
+            .await?;
+        match answer {
             Some(StrongReply::Locked {
                 lease,
                 leader,
@@ -278,7 +280,7 @@ impl StrongTables {
         };
         match answer {
             Some(StrongReply::Applied) => Ok(ProposalOutcome::Committed),
-            Some(StrongReply::LeaseLost | StrongReply::NotLeader { .. }) => {
+            Some(StrongReply::LeaseLost | StrongReply::NotLeader { .. } | StrongReply::Fenced) => {
                 Ok(ProposalOutcome::Preempted)
             }
             _ => Err(write_timeout(serial, 0, target.majority(), WriteType::Cas)),
@@ -293,6 +295,9 @@ impl StrongTables {
         lower: &[u8],
         upper: &[u8],
     ) -> StrongReply {
+        if self.records.fence(group).is_some() {
+            return StrongReply::Fenced;
+        }
         let Some(lock) = self.locks.exclusive(&table, token).await else {
             return StrongReply::Busy;
         };
@@ -363,6 +368,8 @@ impl StrongTables {
             Ok(Err(ProposeError::NotLeader(_) | ProposeError::Superseded)) => {
                 StrongReply::NotLeader { leader: None }
             }
+            // Committed after the group's fence (a split): it changed nothing.
+            Ok(Err(ProposeError::Refused)) => StrongReply::Fenced,
             Ok(Err(ProposeError::Stopped | ProposeError::Membership(_))) | Err(_) => {
                 StrongReply::Unknown
             }

@@ -15,6 +15,11 @@
 //!   of a strong table with a replica here (or moving here) is a group here, created with
 //!   the tablet's replicas as its members; a tablet that leaves (moved away, its table
 //!   dropped) leaves the node's groups.
+//! - **Splits fence the group** ([`crate::splitting`], `shoal_cluster::strong_split`):
+//!   once the tablet map plans a split, the group's leader appends a fence
+//!   ([`machine::fence_entry`]) after which no write takes effect; writers are told
+//!   ([`StrongReply::Fenced`]) and try again until the tablet map routes them to one of
+//!   the halves, whose groups start once every member applied the fence.
 //! - **Moves change members**: the migration driver asks the leader to add the new
 //!   replica ([`StrongRequest::ChangeMembers`]), has it install a snapshot of the tablet
 //!   streamed from the leader ([`StrongRequest::SnapshotPoint`], [`StrongRequest::Install`])
@@ -37,6 +42,7 @@
 pub mod conditional;
 pub mod machine;
 pub mod replication;
+pub mod splits;
 
 use crate::internode::{Message, Peers, Reply};
 use crate::tls::InternodeTls;
@@ -61,6 +67,8 @@ use std::time::Duration;
 pub const STRONG_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Pause before asking again who leads a group that has no leader yet.
 const NO_LEADER_PAUSE: Duration = Duration::from_millis(20);
+/// Pause before asking a fenced group again (a split usually ends within milliseconds).
+const FENCED_PAUSE: Duration = Duration::from_millis(5);
 /// How long the leader waits for a membership change to commit before it answers
 /// `Unknown` (a member being added may have to install a snapshot before it can count).
 const MEMBERSHIP_CHANGE_WAIT: Duration = Duration::from_secs(2);
@@ -167,6 +175,9 @@ pub struct WireStatus {
     pub members_settled: bool,
     /// On the leader: each other member and the last index it holds.
     pub matched: Vec<([u8; 16], u64)>,
+    /// The split plan this member's fence serves and the group's clock where it stopped,
+    /// once this member applied one.
+    pub fenced: Option<(u64, i64)>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -210,6 +221,10 @@ pub enum StrongReply {
     Busy,
     /// The lease named is not held (it expired): nothing was proposed.
     LeaseLost,
+    /// The group is fenced for a split: nothing was done. Asked again, the request reaches
+    /// one of the halves once the tablet map has them (or the group again, if the split
+    /// is abandoned).
+    Fenced,
 }
 
 /// The Raft group of `tablet` of `table`: the same number on every node.
@@ -222,6 +237,8 @@ pub fn group_of(table: &TableId, tablet: TabletId) -> GroupId {
 /// A strongly consistent tablet's group and its members (the tablet's replicas).
 #[derive(Clone)]
 pub struct TabletGroup {
+    pub table: TableId,
+    pub tablet: TabletId,
     pub group: GroupId,
     pub members: Vec<HostId>,
 }
@@ -233,6 +250,15 @@ impl TabletGroup {
     }
 }
 
+/// A group this node should hold, as the tablet map has it.
+struct WantedGroup {
+    target: TabletGroup,
+    /// Where its clock starts (a half of a split tablet).
+    floor: Option<i64>,
+    /// The split of the tablet planned, by number: the group is to be fenced for it.
+    splitting: Option<u64>,
+}
+
 /// This node's share of the strongly consistent tablets.
 pub struct StrongTables {
     me: HostId,
@@ -241,6 +267,8 @@ pub struct StrongTables {
     schema: Arc<SchemaStore>,
     peers: Arc<Peers>,
     engine: Arc<dyn Engine>,
+    /// Fences and clock floors, shared with the state machine.
+    records: Arc<machine::GroupRecords>,
     /// The leader's partition locks and the leases of conditional statements on them.
     locks: conditional::PartitionLocks,
     leases: Arc<conditional::Leases>,
@@ -293,13 +321,17 @@ impl StrongTables {
             None => transport,
             Some(tls) => transport.securing(crate::tls::securing_consensus_streams(tls)),
         };
+        let records = Arc::new(machine::GroupRecords::default());
         let raft = runtime::start(
             me,
             NodeOptions::default(),
             directory.to_path_buf(),
             Vec::new(),
             Arc::new(transport),
-            Box::new(machine::EngineMachine::new(Arc::clone(&engine))),
+            Box::new(machine::EngineMachine::new(
+                Arc::clone(&engine),
+                Arc::clone(&records),
+            )),
         )?;
         Ok(Arc::new(StrongTables {
             me,
@@ -308,6 +340,7 @@ impl StrongTables {
             schema,
             peers,
             engine,
+            records,
             locks: Default::default(),
             leases: Default::default(),
             strong: parking_lot::RwLock::new(StrongCache {
@@ -344,8 +377,9 @@ impl StrongTables {
         strong
     }
 
-    /// The groups this node should hold now: every tablet of a strong table placed here.
-    fn wanted_groups(&self, state: &ClusterState) -> BTreeMap<GroupId, Vec<HostId>> {
+    /// The groups this node should hold now: every tablet of a strong table placed here,
+    /// with its clock floor and whether a split of it is planned.
+    fn wanted_groups(&self, state: &ClusterState) -> BTreeMap<GroupId, WantedGroup> {
         let schema = self.schema.current();
         let mut wanted = BTreeMap::new();
         for table in strong_tables(&schema) {
@@ -355,7 +389,17 @@ impl StrongTables {
             for tablet in placement.tablets.tablets() {
                 let target = Self::tablet_group(&table, tablet);
                 if target.members.contains(&self.me) {
-                    wanted.insert(target.group, target.members);
+                    wanted.insert(
+                        target.group,
+                        WantedGroup {
+                            floor: placement.clock_floors.get(&tablet.id).copied(),
+                            splitting: placement
+                                .strong_splits
+                                .get(&tablet.id)
+                                .map(|split| split.plan),
+                            target,
+                        },
+                    );
                 }
             }
         }
@@ -364,20 +408,25 @@ impl StrongTables {
 
     /// Keeps this node's groups in step with the schema and the tablet map, for as long as
     /// the node runs: a tablet placed here (or moving here) has its group here, a tablet
-    /// that left (moved away, its table dropped) has its group removed. Members change
-    /// through the group's own log ([`StrongTables::change_members`]), never here.
+    /// that left (moved away, split, its table dropped) has its group removed. Members
+    /// change through the group's own log ([`StrongTables::change_members`]), never here.
+    /// As a group's leader, this node fences the group while the tablet map plans its
+    /// split, and lifts a fence the map no longer plans.
     pub async fn follow(self: Arc<Self>) {
         let mut states = self.metadata.subscribe();
         let mut held: HashSet<GroupId> = HashSet::new();
         loop {
             let wanted = self.wanted_groups(&self.metadata.state());
-            for (group, members) in &wanted {
+            for (group, want) in &wanted {
                 if held.contains(group) {
                     continue;
                 }
+                if let Some(floor) = want.floor {
+                    self.records.set_floor(*group, floor);
+                }
                 let spec = GroupSpec {
                     group: *group,
-                    members: members.clone(),
+                    members: want.target.members.clone(),
                 };
                 if !self.raft.add_group(spec).await {
                     return;
@@ -385,10 +434,79 @@ impl StrongTables {
             }
             for group in held.iter().filter(|group| !wanted.contains_key(group)) {
                 self.raft.remove_group(*group).await;
+                self.records.forget(*group);
+            }
+            for (group, want) in &wanted {
+                self.keep_fence(*group, want.splitting).await;
             }
             held = wanted.into_keys().collect();
             let _ = tokio::time::timeout(FOLLOW_INTERVAL, states.changed()).await;
         }
+    }
+
+    /// At `group`'s leader: fences the group while its split is planned, and lifts a fence
+    /// whose split was abandoned. The entry is proposed without waiting for it (the next
+    /// pass looks again).
+    async fn keep_fence(self: &Arc<Self>, group: GroupId, splitting: Option<u64>) {
+        let fenced = self.records.fence(group).map(|fence| fence.plan);
+        if fenced == splitting || self.raft.leader(group).await != Some(self.me) {
+            return;
+        }
+        let entry = match (fenced, splitting) {
+            // The fence of a split that was abandoned (or of an earlier plan) goes first.
+            (Some(earlier), _) => machine::unfence_entry(earlier),
+            (None, Some(plan)) => machine::fence_entry(plan),
+            (None, None) => return,
+        };
+        tracing::info!(
+            ?group,
+            ?fenced,
+            ?splitting,
+            "fencing or unfencing a strongly consistent tablet's group"
+        );
+        let tables = Arc::clone(self);
+        tokio::spawn(async move {
+            let proposed =
+                tokio::time::timeout(STRONG_WRITE_TIMEOUT, tables.raft.propose(group, entry)).await;
+            if !matches!(proposed, Ok(Ok(()))) {
+                tracing::debug!(
+                    ?group,
+                    ?proposed,
+                    "a fence entry did not commit; tried again later"
+                );
+            }
+        });
+    }
+
+    /// True while `target`'s tablet is in the tablet map (not split, merged or dropped).
+    fn still_placed(&self, target: &TabletGroup) -> bool {
+        self.metadata
+            .state()
+            .tables
+            .get(&target.table)
+            .is_some_and(|placement| placement.tablets.get(target.tablet).is_some())
+    }
+
+    /// Where each member of `target`'s group stands with fences: `None` for a member that
+    /// did not answer, else the plan and clock of the fence it applied, if any.
+    pub async fn member_fences(&self, target: &TabletGroup) -> Vec<Option<Option<(u64, i64)>>> {
+        let asks = target.members.iter().map(|member| {
+            self.on_node(
+                *member,
+                StrongRequest::Status {
+                    group: target.group.0,
+                    leader_only: false,
+                },
+            )
+        });
+        futures::future::join_all(asks)
+            .await
+            .into_iter()
+            .map(|answer| match answer {
+                Some(StrongReply::Status(status)) => Some(status.fenced),
+                _ => None,
+            })
+            .collect()
     }
 
     /// The group of the tablet holding `token` of `table` in `state`.
@@ -414,6 +532,8 @@ impl StrongTables {
             }
         }
         TabletGroup {
+            table: *table,
+            tablet: tablet.id,
             group: group_of(table, tablet.id),
             members,
         }
@@ -458,15 +578,44 @@ impl StrongTables {
         consistency: Consistency,
         write_type: WriteType,
     ) -> Result<(), CqlError> {
-        let target = self.group_of_batch(&batch)?;
-        let request = StrongRequest::Propose {
-            group: target.group.0,
+        let mut request = StrongRequest::Propose {
+            group: 0,
             entry: machine::encode_entry(&batch).to_vec(),
         };
         let deadline = tokio::time::Instant::now() + STRONG_WRITE_TIMEOUT;
-        match self.at_leader(&target, &request, deadline).await {
-            Some(StrongReply::Applied) => Ok(()),
-            _ => Err(write_timeout(consistency, 0, target.majority(), write_type)),
+        loop {
+            // Looked up again after a split turned the write away: a half takes it.
+            let target = self.group_of_batch(&batch)?;
+            if let StrongRequest::Propose { group, .. } = &mut request {
+                *group = target.group.0;
+            }
+            match self.at_leader(&target, &request, deadline).await {
+                Some(StrongReply::Applied) => return Ok(()),
+                Some(StrongReply::Fenced) if tokio::time::Instant::now() < deadline => {}
+                _ => return Err(write_timeout(consistency, 0, target.majority(), write_type)),
+            }
+        }
+    }
+
+    /// [`Self::at_leader`] for the tablet holding `token` of `table` as the tablet map has
+    /// it at each attempt: a request a split's fence turned away goes to the half holding
+    /// `token` once the split is done. Returns the group last asked and its answer.
+    pub(crate) async fn at_tablet_leader(
+        &self,
+        (table, token): (&TableId, Token),
+        request: impl Fn(GroupId) -> StrongRequest,
+        deadline: tokio::time::Instant,
+    ) -> Result<(TabletGroup, Option<StrongReply>), CqlError> {
+        loop {
+            let target = Self::group_for(&self.metadata.state(), table, token)?;
+            let answer = self
+                .at_leader(&target, &request(target.group), deadline)
+                .await;
+            if matches!(answer, Some(StrongReply::Fenced)) && tokio::time::Instant::now() < deadline
+            {
+                continue;
+            }
+            return Ok((target, answer));
         }
     }
 
@@ -497,10 +646,23 @@ impl StrongTables {
                 Some(StrongReply::NotLeader { leader }) => {
                     named = leader.map(HostId).filter(|l| target.members.contains(l));
                 }
+                // A split is ending: asked again until the tablet map has the halves (the
+                // caller then routes to them), or the fence is lifted.
+                Some(StrongReply::Fenced) => {
+                    tokio::time::sleep(FENCED_PAUSE).await;
+                    if !self.still_placed(target) {
+                        return Some(StrongReply::Fenced);
+                    }
+                    continue;
+                }
                 None if may_repeat => {}
                 other => return other,
             }
             if named.is_none() {
+                // A group nobody leads any more (its tablet was split since): re-routed.
+                if !self.still_placed(target) {
+                    return Some(StrongReply::Fenced);
+                }
                 tokio::time::sleep(NO_LEADER_PAUSE).await;
             }
         }
@@ -522,6 +684,8 @@ impl StrongTables {
             },
             // Another leader's entry took its index: this one was not applied.
             Ok(Err(ProposeError::Superseded)) => StrongReply::NotLeader { leader: None },
+            // Committed after the group's fence: it changed nothing.
+            Ok(Err(ProposeError::Refused)) => StrongReply::Fenced,
             Ok(Err(ProposeError::Stopped | ProposeError::Membership(_))) | Err(_) => {
                 StrongReply::Unknown
             }
@@ -601,16 +765,18 @@ impl StrongTables {
         reverse: bool,
         consistency: Consistency,
     ) -> Result<StrongReply, CqlError> {
-        let target = Self::group_for(&self.metadata.state(), table, token)?;
-        let request = StrongRequest::Read {
-            group: target.group.0,
+        let request = |group: GroupId| StrongRequest::Read {
+            group: group.0,
             lower: lower.to_vec(),
             upper: upper.to_vec(),
             limit,
             reverse,
         };
         let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
-        match self.at_leader(&target, &request, deadline).await {
+        let (target, answer) = self
+            .at_tablet_leader((table, token), request, deadline)
+            .await?;
+        match answer {
             Some(reply @ (StrongReply::Cells { .. } | StrongReply::CellsBefore { .. })) => {
                 Ok(reply)
             }
@@ -698,6 +864,9 @@ impl StrongTables {
     ) -> StrongReply {
         match request {
             StrongRequest::Propose { group, entry } => {
+                if self.records.fence(GroupId(*group)).is_some() {
+                    return StrongReply::Fenced;
+                }
                 let entry = bytes::Bytes::copy_from_slice(entry);
                 // Held until applied: a conditional statement on the partition waits.
                 let _shared = match machine::entry_partition(&entry) {
@@ -790,6 +959,10 @@ impl StrongTables {
             applied: status.applied.0,
             members_settled: status.members_settled,
             matched: status.matched.iter().map(|(m, i)| (m.0, i.0)).collect(),
+            fenced: self
+                .records
+                .fence(group)
+                .map(|fence| (fence.plan, fence.clock)),
         })
     }
 
@@ -831,7 +1004,7 @@ impl StrongTables {
                 StrongReply::Refused(format!("membership change refused for now: {refused:?}"))
             }
             Ok(Err(ProposeError::Superseded)) => StrongReply::NotLeader { leader: None },
-            Ok(Err(ProposeError::Stopped)) | Err(_) => StrongReply::Unknown,
+            Ok(Err(ProposeError::Stopped | ProposeError::Refused)) | Err(_) => StrongReply::Unknown,
         }
     }
 
