@@ -20,6 +20,7 @@ ROWS = 6000
 FIRST_KEY = -1000
 PAD_BYTES = 1000
 PROBE = FIRST_KEY + 3
+TABLETS_PER_NODE = 8  # what a table is created with, per node (shoal_cluster::TABLETS_PER_NODE)
 # Far in the future: every timestamp the old group applies after the probe is moved past it.
 FUTURE_MICROS = 4_000_000_000_000_000
 
@@ -142,5 +143,33 @@ def test_the_halves_order_writes_after_everything_the_split_group_applied_also_a
         assert session.execute(f"SELECT v FROM strong_ordered.events WHERE k = {PROBE}").one().v == 4
         count = session.execute("SELECT count(*) FROM strong_ordered.events").one()[0]
         assert count == ROWS  # the probe is one of the loaded keys
+    finally:
+        driver.shutdown()
+
+
+def test_empty_neighbours_merge_behind_both_fences_and_the_merged_groups_serve_every_request(cluster, split):
+    """The splits took the table past the tablets it was created with; pairs of empty
+    neighbours (the rest of the key space) then merge, each behind the fences of both its
+    groups, until the table is back at that count while the loaded range stays split.
+    Keys across the whole key space, merged tablets included, are written, read in order
+    and updated conditionally."""
+    created_with = TABLETS_PER_NODE * len(cluster.running())
+    wait_until(lambda: len(table_tablets(cluster)) == created_with, timeout=120,
+               message=f"empty pieces merged back to {created_with} tablets")
+    assert len(holding_loaded_keys(table_tablets(cluster))) >= 4
+    driver, session = connect(cluster)
+    try:
+        insert = session.prepare("INSERT INTO strong_ordered.events (k, v) VALUES (?, ?)")
+        step = 2**64 // 200
+        keys = [-(2**63) + 1 + i * step for i in range(200)]
+        for k in keys:
+            session.execute(insert, (k, 1))
+        written = set(keys)
+        scanned = SimpleStatement("SELECT k FROM strong_ordered.events", fetch_size=500)
+        assert [row.k for row in session.execute(scanned) if row.k in written] == keys
+        for k in keys[::40]:
+            applied = session.execute(f"UPDATE strong_ordered.events SET v = 2 WHERE k = {k} IF v = 1").one()
+            assert applied[0] is True
+            assert session.execute(f"SELECT v FROM strong_ordered.events WHERE k = {k}").one().v == 2
     finally:
         driver.shutdown()

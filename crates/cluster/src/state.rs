@@ -133,6 +133,10 @@ pub struct TablePlacement {
     /// their Raft groups are fenced until the split ends.
     #[serde(default)]
     pub strong_splits: BTreeMap<TabletId, crate::strong_split::StrongSplit>,
+    /// Pairs of tablets of a strongly consistent table being merged, by the first tablet,
+    /// and the plan's number ([`Command::PlanStrongMerge`]): both groups are fenced.
+    #[serde(default)]
+    pub strong_merges: BTreeMap<TabletId, u64>,
     /// The clock each tablet made by a strong split starts its Raft group's at: the newest
     /// timestamp the group it came from applied ([`Command::FinishStrongSplit`]).
     #[serde(default)]
@@ -235,6 +239,25 @@ pub enum Command {
         tablet: TabletId,
         plan: u64,
     },
+    /// Starts merging `first`, a tablet of a strongly consistent table marked to merge
+    /// ([`Command::PlanTabletMerge`]) and held by the same nodes as the one after it:
+    /// both groups are fenced, and the merge is then finished or abandoned.
+    PlanStrongMerge { table: TableId, first: TabletId },
+    /// Merges the pair whose strong merge `plan` is planned, as [`Command::MergeTablets`]
+    /// does; the merged tablet's group starts its clock at `clock` (the newer of the
+    /// two groups').
+    FinishStrongMerge {
+        table: TableId,
+        first: TabletId,
+        plan: u64,
+        clock: i64,
+    },
+    /// Gives up the planned strong merge `plan`: both fences are lifted.
+    AbandonStrongMerge {
+        table: TableId,
+        first: TabletId,
+        plan: u64,
+    },
 }
 
 /// What applying a command did.
@@ -280,6 +303,8 @@ impl ClusterState {
                 | Command::PlanTabletMerge { .. }
                 | Command::PlanStrongSplit { .. }
                 | Command::AbandonStrongSplit { .. }
+                | Command::PlanStrongMerge { .. }
+                | Command::AbandonStrongMerge { .. }
         );
         let outcome = match command {
             Command::AddMember(member) => self.add_member(member),
@@ -361,6 +386,12 @@ impl ClusterState {
                          created with"
                     ));
                 }
+                let second = placement.next_tablet(first).map(|t| t.id);
+                if placement.strong_plan_of(first).is_some()
+                    || second.is_some_and(|second| placement.strong_plan_of(second).is_some())
+                {
+                    return rejected(format!("{first} or the tablet after it is being split"));
+                }
                 match placement.tablets.plan_merge(first) {
                     Ok(_) => CommandOutcome::Applied,
                     Err(reason) => rejected(reason),
@@ -396,6 +427,16 @@ impl ClusterState {
                 tablet,
                 plan,
             } => self.abandon_strong_split(table, tablet, plan),
+            Command::PlanStrongMerge { table, first } => self.plan_strong_merge(table, first),
+            Command::FinishStrongMerge {
+                table,
+                first,
+                plan,
+                clock,
+            } => self.finish_strong_merge(table, first, plan, clock),
+            Command::AbandonStrongMerge { table, first, plan } => {
+                self.abandon_strong_merge(table, first, plan)
+            }
             Command::SetPrimaries { table, primaries } => {
                 let Some(placement) = self.tables.get_mut(&table) else {
                     return rejected("no such table");
@@ -460,6 +501,7 @@ impl ClusterState {
                         tablets,
                         split: false,
                         strong_splits: BTreeMap::new(),
+                        strong_merges: BTreeMap::new(),
                         clock_floors: BTreeMap::new(),
                     },
                     Err(error) => return rejected(error.to_string()),
@@ -517,9 +559,9 @@ impl ClusterState {
         if self
             .tables
             .get(&table)
-            .is_some_and(|p| p.strong_splits.contains_key(&tablet))
+            .is_some_and(|p| p.strong_plan_of(tablet).is_some())
         {
-            return rejected("the tablet is being split");
+            return rejected("the tablet is being split or merged");
         }
         let id = MigrationId(self.next_migration);
         let Some(target) = self
@@ -926,7 +968,7 @@ mod tests {
         };
         assert_eq!(
             state.apply(mv),
-            CommandOutcome::Rejected("the tablet is being split".into())
+            CommandOutcome::Rejected("the tablet is being split or merged".into())
         );
 
         let plan_number = state.tables[&TABLE].strong_splits[&first.id].plan;
@@ -1028,6 +1070,66 @@ mod tests {
             }),
             CommandOutcome::Rejected(_)
         ));
+    }
+
+    #[test]
+    fn a_strong_merge_fences_both_tablets_and_ends_once_with_the_newer_clock() {
+        let mut state = three_nodes_one_table(3);
+        let tablets = state.tables[&TABLE].tablets.tablets().to_vec();
+        let (first, second) = (tablets[0].clone(), tablets[1].clone());
+        let last = tablets.last().unwrap();
+        state.apply(Command::SplitTablet {
+            table: TABLE,
+            tablet: last.id,
+            at: Token(last.last_token.0 - 1000),
+        });
+        let plan = Command::PlanStrongMerge {
+            table: TABLE,
+            first: first.id,
+        };
+        // Only a pair marked to merge.
+        assert!(matches!(
+            state.apply(plan.clone()),
+            CommandOutcome::Rejected(_)
+        ));
+        state.apply(Command::PlanTabletMerge {
+            table: TABLE,
+            first: first.id,
+        });
+        assert_eq!(state.apply(plan.clone()), CommandOutcome::Applied);
+        let placement = &state.tables[&TABLE];
+        let number = placement.strong_merges[&first.id];
+        // Both groups are fenced for it; the third tablet is not.
+        assert_eq!(placement.strong_plan_of(first.id), Some(number));
+        assert_eq!(placement.strong_plan_of(second.id), Some(number));
+        assert_eq!(placement.strong_plan_of(tablets[2].id), None);
+        assert!(matches!(state.apply(plan), CommandOutcome::Rejected(_)));
+
+        let abandon = Command::AbandonStrongMerge {
+            table: TABLE,
+            first: first.id,
+            plan: number,
+        };
+        assert_eq!(state.apply(abandon.clone()), CommandOutcome::Applied);
+        assert!(matches!(state.apply(abandon), CommandOutcome::Rejected(_)));
+        state.apply(Command::PlanStrongMerge {
+            table: TABLE,
+            first: first.id,
+        });
+        let number = state.tables[&TABLE].strong_merges[&first.id];
+        let finish = Command::FinishStrongMerge {
+            table: TABLE,
+            first: first.id,
+            plan: number,
+            clock: 77,
+        };
+        assert_eq!(state.apply(finish.clone()), CommandOutcome::Applied);
+        let placement = &state.tables[&TABLE];
+        let merged = &placement.tablets.tablets()[0];
+        assert_eq!(merged.last_token, second.last_token);
+        assert_eq!(placement.clock_floors.get(&merged.id), Some(&77));
+        assert!(placement.strong_merges.is_empty());
+        assert!(matches!(state.apply(finish), CommandOutcome::Rejected(_)));
     }
 
     #[test]

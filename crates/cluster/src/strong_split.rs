@@ -1,4 +1,5 @@
-//! Splitting a tablet of a strongly consistent table: the metadata's half of the protocol.
+//! Splitting and merging the tablets of a strongly consistent table: the metadata's half
+//! of the protocol.
 //!
 //! Such a tablet is a Raft group of its replicas, and its data lives in each member's
 //! engine, keyed like any table's: splitting it moves no data, but the two halves need
@@ -20,8 +21,14 @@
 //!
 //! Finishing and abandoning both need the plan, so exactly one of them ends a split,
 //! whichever node proposes them and however often.
+//!
+//! A merge is the same with two groups: a pair marked to merge and held by the same nodes
+//! is planned ([`Command::PlanStrongMerge`]), both groups are fenced under the plan's
+//! number, and once every member of both has applied its fence the pair is merged
+//! ([`Command::FinishStrongMerge`]) with the newer of the two clocks as the merged
+//! tablet's floor — or the plan is abandoned ([`Command::AbandonStrongMerge`]).
 
-use crate::state::{rejected, ClusterState, CommandOutcome};
+use crate::state::{rejected, ClusterState, CommandOutcome, TablePlacement};
 use serde::{Deserialize, Serialize};
 use shoal_model::{TableId, TabletId, Token};
 
@@ -35,7 +42,38 @@ pub struct StrongSplit {
     pub plan: u64,
 }
 
+impl TablePlacement {
+    /// The number of the strong split or merge plan `tablet`'s group is to be fenced for:
+    /// a split of it, or a merge of it with its neighbour (either side).
+    pub fn strong_plan_of(&self, tablet: TabletId) -> Option<u64> {
+        if let Some(split) = self.strong_splits.get(&tablet) {
+            return Some(split.plan);
+        }
+        if let Some(plan) = self.strong_merges.get(&tablet) {
+            return Some(*plan);
+        }
+        let tablets = self.tablets.tablets();
+        let index = tablets.iter().position(|t| t.id == tablet)?;
+        let previous = tablets.get(index.checked_sub(1)?)?;
+        self.strong_merges.get(&previous.id).copied()
+    }
+
+    /// The tablet after `first`, if any.
+    pub fn next_tablet(&self, first: TabletId) -> Option<&shoal_placement::Tablet> {
+        let tablets = self.tablets.tablets();
+        let index = tablets.iter().position(|t| t.id == first)?;
+        tablets.get(index + 1)
+    }
+}
+
 impl ClusterState {
+    /// Takes the next plan number.
+    fn next_plan(&mut self) -> u64 {
+        let plan = self.next_split_plan;
+        self.next_split_plan += 1;
+        plan
+    }
+
     pub(crate) fn plan_strong_split(
         &mut self,
         table: TableId,
@@ -45,15 +83,14 @@ impl ClusterState {
         let Some(placement) = self.tables.get_mut(&table) else {
             return rejected("no such table");
         };
-        if placement.strong_splits.contains_key(&tablet) {
-            return rejected(format!("{tablet} is already being split"));
+        if placement.strong_plan_of(tablet).is_some() {
+            return rejected(format!("{tablet} is already being split or merged"));
         }
         // Checked on a copy: the tablet itself splits only when the split finishes.
         if let Err(reason) = placement.tablets.clone().split(tablet, at) {
             return rejected(reason);
         }
-        let plan = self.next_split_plan;
-        self.next_split_plan += 1;
+        let plan = self.next_plan();
         if let Some(placement) = self.tables.get_mut(&table) {
             placement
                 .strong_splits
@@ -112,5 +149,87 @@ impl ClusterState {
             }
             _ => rejected(format!("split plan {plan} of {tablet} is not under way")),
         }
+    }
+}
+
+impl ClusterState {
+    pub(crate) fn plan_strong_merge(&mut self, table: TableId, first: TabletId) -> CommandOutcome {
+        let Some(placement) = self.tables.get(&table) else {
+            return rejected("no such table");
+        };
+        let Some((lower, upper)) = placement
+            .tablets
+            .merges()
+            .find(|(lower, _)| lower.id == first)
+        else {
+            return rejected(format!("{first} is not marked to merge"));
+        };
+        let held_alike = lower.replicas.len() == upper.replicas.len()
+            && lower.replicas.iter().all(|h| upper.replicas.contains(h));
+        if !held_alike || lower.transition.is_some() || upper.transition.is_some() {
+            return rejected(format!(
+                "{first} and {} are not held by the same nodes at rest",
+                upper.id
+            ));
+        }
+        if placement.strong_plan_of(lower.id).is_some()
+            || placement.strong_plan_of(upper.id).is_some()
+        {
+            return rejected(format!(
+                "{first} or {} is already being split or merged",
+                upper.id
+            ));
+        }
+        let plan = self.next_plan();
+        if let Some(placement) = self.tables.get_mut(&table) {
+            placement.strong_merges.insert(first, plan);
+        }
+        CommandOutcome::Applied
+    }
+
+    pub(crate) fn finish_strong_merge(
+        &mut self,
+        table: TableId,
+        first: TabletId,
+        plan: u64,
+        clock: i64,
+    ) -> CommandOutcome {
+        let Some(placement) = self.tables.get_mut(&table) else {
+            return rejected("no such table");
+        };
+        if placement.strong_merges.get(&first) != Some(&plan) {
+            return rejected(format!("merge plan {plan} of {first} is not under way"));
+        }
+        placement.strong_merges.remove(&first);
+        let Some(second) = placement.next_tablet(first).map(|t| t.id) else {
+            return rejected(format!("{first} is the last tablet"));
+        };
+        match placement.tablets.merge(first, second) {
+            Ok(merged) => {
+                placement.clock_floors.remove(&first);
+                placement.clock_floors.remove(&second);
+                placement.clock_floors.insert(merged, clock);
+                CommandOutcome::Applied
+            }
+            // Cannot happen while the plan keeps the pair still; the plan is gone, so the
+            // fences are lifted.
+            Err(reason) => rejected(reason),
+        }
+    }
+
+    pub(crate) fn abandon_strong_merge(
+        &mut self,
+        table: TableId,
+        first: TabletId,
+        plan: u64,
+    ) -> CommandOutcome {
+        let Some(placement) = self.tables.get_mut(&table) else {
+            return rejected("no such table");
+        };
+        if placement.strong_merges.get(&first) != Some(&plan) {
+            return rejected(format!("merge plan {plan} of {first} is not under way"));
+        }
+        placement.strong_merges.remove(&first);
+        CommandOutcome::Applied
     }
 }

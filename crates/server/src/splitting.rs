@@ -36,8 +36,8 @@
 //! Tablets of strongly consistent keyspaces split the same way, by size, but each is a Raft
 //! group, and its halves need groups of their own: the split is planned, the group fenced
 //! and the split finished once every member applied the fence
-//! ([`crate::strong::splits`]). They are not merged (the groups would have to merge
-//! too, which is not built).
+//! ([`crate::strong::splits`]); they merge the same way, a marked pair held by the same
+//! nodes fencing both groups before the merged tablet gets a group of its own.
 //!
 //! [`TABLETS_PER_NODE`]: shoal_cluster::TABLETS_PER_NODE
 
@@ -85,6 +85,11 @@ pub async fn run(
             strong_splits.split(table, &tablet, at).await;
             continue;
         }
+        let ready = ready_merge(&metadata.state(), &strong_tables, metadata.me().host_id);
+        if let Some((table, first, second)) = ready {
+            strong_splits.merge(table, &first, &second).await;
+            continue;
+        }
         let tables = ordered_tables(&coordinator, KeyspaceConsistency::Eventual);
         let split = oversized_tablet(&metadata, &coordinator, &tables, split_bytes).map(
             |(table, tablet, at)| Command::SplitTablet {
@@ -95,7 +100,17 @@ pub async fn run(
         );
         let step = match split {
             Some(split) => Some(split),
-            None => merge_step(&metadata, &coordinator, &peers, merge_bytes).await,
+            None => {
+                let all = [tables.as_slice(), &strong_tables].concat();
+                merge_step(
+                    &metadata,
+                    &coordinator,
+                    &peers,
+                    (&tables, &all),
+                    merge_bytes,
+                )
+                .await
+            }
         };
         let Some(step) = step else {
             continue;
@@ -171,22 +186,28 @@ struct MergeCandidate {
     second_primary: Option<HostId>,
 }
 
-/// The next merge step this node should propose: a marked pair now held by the same
-/// nodes merged, else the first pair of small neighbours marked.
+/// The next merge step this node should propose: a marked pair of an `eventual` table now
+/// held by the same nodes merged, else the first pair of small neighbours of `all` the
+/// ordered tables marked.
 async fn merge_step(
     metadata: &ClusterMetadata,
     coordinator: &Coordinator,
     peers: &Peers,
+    (eventual, all): (&[Arc<TableMetadata>], &[Arc<TableMetadata>]),
     merge_bytes: u64,
 ) -> Option<Command> {
     let me = metadata.me().host_id;
-    let tables = ordered_tables(coordinator, KeyspaceConsistency::Eventual);
     let candidates = {
         let state = metadata.state();
-        if let Some(ready) = ready_merge(&state, &tables, me) {
-            return Some(ready);
+        // A ready pair of a strongly consistent table merges through `SplitDriver::merge`.
+        if let Some((table, first, second)) = ready_merge(&state, eventual, me) {
+            return Some(Command::MergeTablets {
+                table,
+                first: first.id,
+                second: second.id,
+            });
         }
-        merge_candidates(&state, &tables, me)
+        merge_candidates(&state, all, me)
     };
     let engine = coordinator.engine().as_ref();
     for candidate in candidates {
@@ -218,9 +239,13 @@ async fn merge_step(
     None
 }
 
-/// A pair marked to merge whose first tablet this node leads, held by the same nodes and
-/// at rest: its merge.
-fn ready_merge(state: &ClusterState, tables: &[Arc<TableMetadata>], me: HostId) -> Option<Command> {
+/// A pair marked to merge whose first tablet this node leads, held by the same nodes, at
+/// rest and not being split or merged already: the table and the pair.
+fn ready_merge(
+    state: &ClusterState,
+    tables: &[Arc<TableMetadata>],
+    me: HostId,
+) -> Option<(TableId, shoal_placement::Tablet, shoal_placement::Tablet)> {
     for table in tables {
         let Some(placement) = state.tables.get(&table.id) else {
             continue;
@@ -232,12 +257,10 @@ fn ready_merge(state: &ClusterState, tables: &[Arc<TableMetadata>], me: HostId) 
                 && held_alike
                 && first.transition.is_none()
                 && second.transition.is_none()
+                && placement.strong_plan_of(first.id).is_none()
+                && placement.strong_plan_of(second.id).is_none()
             {
-                return Some(Command::MergeTablets {
-                    table: table.id,
-                    first: first.id,
-                    second: second.id,
-                });
+                return Some((table.id, first.clone(), second.clone()));
             }
         }
     }

@@ -255,7 +255,8 @@ struct WantedGroup {
     target: TabletGroup,
     /// Where its clock starts (a half of a split tablet).
     floor: Option<i64>,
-    /// The split of the tablet planned, by number: the group is to be fenced for it.
+    /// The split or merge of the tablet planned, by number: the group is to be fenced
+    /// for it.
     splitting: Option<u64>,
 }
 
@@ -393,10 +394,7 @@ impl StrongTables {
                         target.group,
                         WantedGroup {
                             floor: placement.clock_floors.get(&tablet.id).copied(),
-                            splitting: placement
-                                .strong_splits
-                                .get(&tablet.id)
-                                .map(|split| split.plan),
+                            splitting: placement.strong_plan_of(tablet.id),
                             target,
                         },
                     );
@@ -411,7 +409,7 @@ impl StrongTables {
     /// that left (moved away, split, its table dropped) has its group removed. Members
     /// change through the group's own log ([`StrongTables::change_members`]), never here.
     /// As a group's leader, this node fences the group while the tablet map plans its
-    /// split, and lifts a fence the map no longer plans.
+    /// split or merge, and lifts a fence the map no longer plans.
     pub async fn follow(self: Arc<Self>) {
         let mut states = self.metadata.subscribe();
         let mut held: HashSet<GroupId> = HashSet::new();
@@ -444,8 +442,8 @@ impl StrongTables {
         }
     }
 
-    /// At `group`'s leader: fences the group while its split is planned, and lifts a fence
-    /// whose split was abandoned. The entry is proposed without waiting for it (the next
+    /// At `group`'s leader: fences the group while its split or merge is planned, and
+    /// lifts a fence whose plan was abandoned. The entry is proposed without waiting for it (the next
     /// pass looks again).
     async fn keep_fence(self: &Arc<Self>, group: GroupId, splitting: Option<u64>) {
         let fenced = self.records.fence(group).map(|fence| fence.plan);

@@ -1,5 +1,5 @@
-//! Driving the split of a strongly consistent tablet: this node's half of the protocol
-//! `shoal_cluster::strong_split` describes.
+//! Driving the splits (and merges) of strongly consistent tablets: this node's half of
+//! the protocol `shoal_cluster::strong_split` describes.
 //!
 //! [`SplitDriver::split`] plans the split in the tablet map; the group's leader then
 //! fences the group ([`super::StrongTables::follow`]), and the driver asks every member,
@@ -15,11 +15,13 @@
 //! has seen it planned for twice [`FENCE_WAIT`] (the primary may be the node that went
 //! down). Finishing and abandoning need the plan still there under its number, so
 //! drivers racing each other end it exactly once.
+//!
+//! A merge ([`SplitDriver::merge`]) is driven the same way over the pair's two groups: it
+//! finishes once every member of both applied its fence, with the newer of their clocks.
 
 use super::{StrongTables, TabletGroup};
-use shoal_cluster::strong_split::StrongSplit;
 use shoal_cluster::{ClusterMetadata, Command, CommandOutcome};
-use shoal_model::{TableId, TabletId, Token};
+use shoal_model::{HostId, TableId, TabletId, Token};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,15 +34,15 @@ const FENCE_POLL: Duration = Duration::from_millis(5);
 /// answers).
 const ASK_MEMBERS_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// Plans and ends the splits of strongly consistent tablets this node holds.
+/// Plans and ends the splits and merges of strongly consistent tablets this node holds.
 pub struct SplitDriver {
     strong: Arc<StrongTables>,
     metadata: Arc<ClusterMetadata>,
-    /// Planned splits this node has seen, by tablet and plan, and since when.
+    /// Planned changes this node has seen, by (first) tablet and plan, and since when.
     seen: HashMap<(TableId, TabletId, u64), Instant>,
 }
 
-/// What each member answered about its group's fence for a split plan.
+/// What each member answered about its group's fence for a plan.
 enum Fences {
     /// Every member applied the plan's fence; the newest clock among them.
     All { clock: i64 },
@@ -48,6 +50,60 @@ enum Fences {
     None,
     /// Anything else: some members fenced, some not, or not answering.
     Partly,
+}
+
+/// A planned change of a strongly consistent table's tablets.
+struct Planned {
+    /// The groups fenced for it: the tablet split, or the pair merged (first, then second).
+    groups: Vec<TabletGroup>,
+    plan: u64,
+    merge: bool,
+}
+
+impl Planned {
+    fn table(&self) -> TableId {
+        self.groups[0].table
+    }
+
+    fn tablet(&self) -> TabletId {
+        self.groups[0].tablet
+    }
+
+    fn finish(&self, clock: i64) -> Command {
+        let (table, tablet, plan) = (self.table(), self.tablet(), self.plan);
+        if self.merge {
+            Command::FinishStrongMerge {
+                table,
+                first: tablet,
+                plan,
+                clock,
+            }
+        } else {
+            Command::FinishStrongSplit {
+                table,
+                tablet,
+                plan,
+                clock,
+            }
+        }
+    }
+
+    fn abandon(&self) -> Command {
+        let (table, tablet, plan) = (self.table(), self.tablet(), self.plan);
+        if self.merge {
+            Command::AbandonStrongMerge {
+                table,
+                first: tablet,
+                plan,
+            }
+        } else {
+            Command::AbandonStrongSplit {
+                table,
+                tablet,
+                plan,
+            }
+        }
+    }
 }
 
 impl SplitDriver {
@@ -60,105 +116,168 @@ impl SplitDriver {
     }
 
     /// Plans the split of `tablet` of `table` at `at` and sees it through. Nothing is
-    /// planned unless every member answers and none holds a fence (an abandoned split's
+    /// planned unless every member answers and none holds a fence (an abandoned plan's
     /// not lifted yet).
     pub async fn split(&mut self, table: TableId, tablet: &shoal_placement::Tablet, at: Token) {
-        let target = StrongTables::tablet_group(&table, tablet);
-        if !matches!(self.fences(&target, None).await, Fences::None) {
-            return;
-        }
-        let plan = Command::PlanStrongSplit {
+        let command = Command::PlanStrongSplit {
             table,
             tablet: tablet.id,
             at,
         };
-        match self.metadata.propose(plan).await {
+        self.plan_and_end(vec![StrongTables::tablet_group(&table, tablet)], command)
+            .await;
+    }
+
+    /// Plans the merge of `first` with `second`, the tablet after it (marked to merge and
+    /// held by the same nodes), and sees it through, as [`SplitDriver::split`] does.
+    pub async fn merge(
+        &mut self,
+        table: TableId,
+        first: &shoal_placement::Tablet,
+        second: &shoal_placement::Tablet,
+    ) {
+        let groups = vec![
+            StrongTables::tablet_group(&table, first),
+            StrongTables::tablet_group(&table, second),
+        ];
+        let command = Command::PlanStrongMerge {
+            table,
+            first: first.id,
+        };
+        self.plan_and_end(groups, command).await;
+    }
+
+    /// Proposes `command`, a plan fencing `groups` (the first names the planned tablet),
+    /// once every member of them answers with no fence, and ends the plan.
+    async fn plan_and_end(&mut self, groups: Vec<TabletGroup>, command: Command) {
+        for group in &groups {
+            if !matches!(self.fences(group, None).await, Fences::None) {
+                return;
+            }
+        }
+        let merge = matches!(command, Command::PlanStrongMerge { .. });
+        match self.metadata.propose(command).await {
             Ok(CommandOutcome::Applied) => {}
             other => {
                 tracing::debug!(
                     ?other,
-                    "a strongly consistent tablet's split was not planned"
+                    "a strongly consistent tablet's change was not planned"
                 );
                 return;
             }
         }
-        let planned = self
+        let (table, tablet) = (groups[0].table, groups[0].tablet);
+        let plan = self
             .metadata
             .state()
             .tables
             .get(&table)
-            .and_then(|placement| placement.strong_splits.get(&tablet.id).copied());
-        if let Some(planned) = planned {
-            self.end(target, planned).await;
+            .and_then(|placement| {
+                if merge {
+                    placement.strong_merges.get(&tablet).copied()
+                } else {
+                    placement.strong_splits.get(&tablet).map(|split| split.plan)
+                }
+            });
+        if let Some(plan) = plan {
+            self.end(Planned {
+                groups,
+                plan,
+                merge,
+            })
+            .await;
         }
     }
 
-    /// Ends the planned splits this node should: those of tablets it is the primary of,
-    /// and any other of its tablets' seen planned for twice [`FENCE_WAIT`].
+    /// Ends the planned splits and merges this node should: those of tablets it is the
+    /// primary of, and any other of its tablets' seen planned for twice [`FENCE_WAIT`].
     pub async fn end_planned(&mut self) {
         let me = self.metadata.me().host_id;
-        let planned: Vec<(TabletGroup, StrongSplit)> = {
-            let state = self.metadata.state();
-            state
-                .tables
-                .iter()
-                .flat_map(|(table, placement)| {
-                    placement.strong_splits.iter().filter_map(|(id, split)| {
-                        let tablet = placement.tablets.get(*id)?;
-                        tablet
-                            .replicas
-                            .contains(&me)
-                            .then(|| (StrongTables::tablet_group(table, tablet), *split))
-                    })
-                })
-                .collect()
-        };
+        let planned = self.planned_here(me);
         let now = Instant::now();
         self.seen.retain(|(table, tablet, plan), _| {
-            planned.iter().any(|(target, split)| {
-                target.table == *table && target.tablet == *tablet && split.plan == *plan
+            planned.iter().any(|planned| {
+                (planned.table(), planned.tablet(), planned.plan) == (*table, *tablet, *plan)
             })
         });
-        for (target, split) in planned {
+        for planned in planned {
             let first_seen = *self
                 .seen
-                .entry((target.table, target.tablet, split.plan))
+                .entry((planned.table(), planned.tablet(), planned.plan))
                 .or_insert(now);
-            let primary = target.members.first() == Some(&me);
+            let primary = planned.groups[0].members.first() == Some(&me);
             if primary || first_seen.elapsed() >= 2 * FENCE_WAIT {
-                self.end(target, split).await;
+                self.end(planned).await;
             }
         }
     }
 
-    /// Waits up to [`FENCE_WAIT`] for every member of `target`'s group to apply the fence
-    /// of `split`, then finishes the split at their clock, or abandons it.
-    async fn end(&self, target: TabletGroup, split: StrongSplit) {
+    /// The splits and merges planned of tablets with a replica on `me`.
+    fn planned_here(&self, me: HostId) -> Vec<Planned> {
+        let state = self.metadata.state();
+        let mut planned = Vec::new();
+        for (table, placement) in &state.tables {
+            let group = |tablet| StrongTables::tablet_group(table, tablet);
+            for (id, split) in &placement.strong_splits {
+                if let Some(tablet) = placement.tablets.get(*id) {
+                    planned.push(Planned {
+                        groups: vec![group(tablet)],
+                        plan: split.plan,
+                        merge: false,
+                    });
+                }
+            }
+            for (id, plan) in &placement.strong_merges {
+                if let (Some(first), Some(second)) =
+                    (placement.tablets.get(*id), placement.next_tablet(*id))
+                {
+                    planned.push(Planned {
+                        groups: vec![group(first), group(second)],
+                        plan: *plan,
+                        merge: true,
+                    });
+                }
+            }
+        }
+        planned.retain(|planned| planned.groups[0].members.contains(&me));
+        planned
+    }
+
+    /// Waits up to [`FENCE_WAIT`] for every member of the planned change's groups to apply
+    /// its fence, then finishes the change at the newest of their clocks, or abandons it.
+    async fn end(&self, planned: Planned) {
         let deadline = Instant::now() + FENCE_WAIT;
         let command = loop {
-            if let Fences::All { clock } = self.fences(&target, Some(split.plan)).await {
-                break Command::FinishStrongSplit {
-                    table: target.table,
-                    tablet: target.tablet,
-                    plan: split.plan,
-                    clock,
-                };
+            if let Some(clock) = self.fenced_clock(&planned).await {
+                break planned.finish(clock);
             }
             if Instant::now() >= deadline {
-                break Command::AbandonStrongSplit {
-                    table: target.table,
-                    tablet: target.tablet,
-                    plan: split.plan,
-                };
+                break planned.abandon();
             }
             tokio::time::sleep(FENCE_POLL).await;
         };
         match self.metadata.propose(command.clone()).await {
             Ok(CommandOutcome::Applied) => {
-                tracing::info!(?command, "ended a strongly consistent tablet's split")
+                tracing::info!(
+                    ?command,
+                    "ended a strongly consistent tablet's split or merge"
+                )
             }
-            other => tracing::debug!(?command, ?other, "a split's end was not applied"),
+            other => tracing::debug!(?command, ?other, "a split's or merge's end was not applied"),
         }
+    }
+
+    /// The newest clock of the planned change's groups once every member of each applied
+    /// its fence; `None` before.
+    async fn fenced_clock(&self, planned: &Planned) -> Option<i64> {
+        let mut newest = i64::MIN;
+        for group in &planned.groups {
+            match self.fences(group, Some(planned.plan)).await {
+                Fences::All { clock } => newest = newest.max(clock),
+                _ => return None,
+            }
+        }
+        Some(newest)
     }
 
     /// What the members of `target`'s group answer about fences (of `plan`, or any).
