@@ -106,16 +106,10 @@ impl ClusterState {
         plan: u64,
         clock: i64,
     ) -> CommandOutcome {
-        let Some(placement) = self.tables.get_mut(&table) else {
-            return rejected("no such table");
+        let (placement, planned) = match self.end_split_plan(table, tablet, plan) {
+            Ok(ended) => ended,
+            Err(refused) => return refused,
         };
-        let Some(planned) = placement.strong_splits.get(&tablet).copied() else {
-            return rejected(format!("no split of {tablet} is planned"));
-        };
-        if planned.plan != plan {
-            return rejected(format!("split plan {plan} of {tablet} ended already"));
-        }
-        placement.strong_splits.remove(&tablet);
         match placement.tablets.split(tablet, planned.at) {
             Ok(halves) => {
                 placement.clock_floors.remove(&tablet);
@@ -125,11 +119,9 @@ impl ClusterState {
                 placement.split = true;
                 CommandOutcome::Applied
             }
-            Err(reason) => {
-                // Cannot happen while the plan keeps the tablet from moving; the plan is
-                // gone, so the leader lifts the fence.
-                rejected(reason)
-            }
+            // Cannot happen while the plan keeps the tablet from moving; the plan is gone,
+            // so the leader lifts the fence.
+            Err(reason) => rejected(reason),
         }
     }
 
@@ -139,15 +131,32 @@ impl ClusterState {
         tablet: TabletId,
         plan: u64,
     ) -> CommandOutcome {
-        let Some(placement) = self.tables.get_mut(&table) else {
-            return rejected("no such table");
-        };
-        match placement.strong_splits.get(&tablet) {
+        match self.end_split_plan(table, tablet, plan) {
+            Ok(_) => CommandOutcome::Applied,
+            Err(refused) => refused,
+        }
+    }
+
+    /// Takes split `plan` of `tablet` out of `table`'s plans: the table's placement and
+    /// the plan, or why not (no such table, or the plan ended already).
+    fn end_split_plan(
+        &mut self,
+        table: TableId,
+        tablet: TabletId,
+        plan: u64,
+    ) -> Result<(&mut TablePlacement, StrongSplit), CommandOutcome> {
+        let placement = self
+            .tables
+            .get_mut(&table)
+            .ok_or_else(|| rejected("no such table"))?;
+        match placement.strong_splits.get(&tablet).copied() {
             Some(planned) if planned.plan == plan => {
                 placement.strong_splits.remove(&tablet);
-                CommandOutcome::Applied
+                Ok((placement, planned))
             }
-            _ => rejected(format!("split plan {plan} of {tablet} is not under way")),
+            _ => Err(rejected(format!(
+                "split plan {plan} of {tablet} is not under way"
+            ))),
         }
     }
 }
@@ -194,13 +203,10 @@ impl ClusterState {
         plan: u64,
         clock: i64,
     ) -> CommandOutcome {
-        let Some(placement) = self.tables.get_mut(&table) else {
-            return rejected("no such table");
+        let placement = match self.end_merge_plan(table, first, plan) {
+            Ok(placement) => placement,
+            Err(refused) => return refused,
         };
-        if placement.strong_merges.get(&first) != Some(&plan) {
-            return rejected(format!("merge plan {plan} of {first} is not under way"));
-        }
-        placement.strong_merges.remove(&first);
         let Some(second) = placement.next_tablet(first).map(|t| t.id) else {
             return rejected(format!("{first} is the last tablet"));
         };
@@ -223,13 +229,30 @@ impl ClusterState {
         first: TabletId,
         plan: u64,
     ) -> CommandOutcome {
-        let Some(placement) = self.tables.get_mut(&table) else {
-            return rejected("no such table");
-        };
+        match self.end_merge_plan(table, first, plan) {
+            Ok(_) => CommandOutcome::Applied,
+            Err(refused) => refused,
+        }
+    }
+
+    /// Takes merge `plan` of `first` out of `table`'s plans: the table's placement, or why
+    /// not.
+    fn end_merge_plan(
+        &mut self,
+        table: TableId,
+        first: TabletId,
+        plan: u64,
+    ) -> Result<&mut TablePlacement, CommandOutcome> {
+        let placement = self
+            .tables
+            .get_mut(&table)
+            .ok_or_else(|| rejected("no such table"))?;
         if placement.strong_merges.get(&first) != Some(&plan) {
-            return rejected(format!("merge plan {plan} of {first} is not under way"));
+            return Err(rejected(format!(
+                "merge plan {plan} of {first} is not under way"
+            )));
         }
         placement.strong_merges.remove(&first);
-        CommandOutcome::Applied
+        Ok(placement)
     }
 }

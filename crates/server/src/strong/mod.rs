@@ -40,6 +40,7 @@
 //! ([`crate::tls::InternodeTls`]) before its preface.
 
 pub mod conditional;
+mod groups;
 pub mod machine;
 pub mod replication;
 pub mod splits;
@@ -48,7 +49,7 @@ use crate::internode::{Message, Peers, Reply};
 use crate::tls::InternodeTls;
 use serde::{Deserialize, Serialize};
 use shoal_cluster::{ClusterMetadata, ClusterState};
-use shoal_consensus::runtime::{self, tcp, GroupSpec, NodeOptions, ProposeError, RaftHandle};
+use shoal_consensus::runtime::{self, tcp, NodeOptions, ProposeError, RaftHandle};
 use shoal_consensus::GroupId;
 use shoal_cql::request::Consistency;
 use shoal_cql::CqlError;
@@ -57,7 +58,7 @@ use shoal_replication::consistency::{read_timeout, write_timeout, WriteType};
 use shoal_replication::{Cells, READ_TIMEOUT};
 use shoal_schema::{KeyspaceConsistency, Schema, SchemaStore};
 use shoal_storage::{Engine, WriteBatch};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::net::IpAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -250,16 +251,6 @@ impl TabletGroup {
     }
 }
 
-/// A group this node should hold, as the tablet map has it.
-struct WantedGroup {
-    target: TabletGroup,
-    /// Where its clock starts (a half of a split tablet).
-    floor: Option<i64>,
-    /// The split or merge of the tablet planned, by number: the group is to be fenced
-    /// for it.
-    splitting: Option<u64>,
-}
-
 /// This node's share of the strongly consistent tablets.
 pub struct StrongTables {
     me: HostId,
@@ -378,104 +369,6 @@ impl StrongTables {
         strong
     }
 
-    /// The groups this node should hold now: every tablet of a strong table placed here,
-    /// with its clock floor and whether a split of it is planned.
-    fn wanted_groups(&self, state: &ClusterState) -> BTreeMap<GroupId, WantedGroup> {
-        let schema = self.schema.current();
-        let mut wanted = BTreeMap::new();
-        for table in strong_tables(&schema) {
-            let Some(placement) = state.tables.get(&table) else {
-                continue;
-            };
-            for tablet in placement.tablets.tablets() {
-                let target = Self::tablet_group(&table, tablet);
-                if target.members.contains(&self.me) {
-                    wanted.insert(
-                        target.group,
-                        WantedGroup {
-                            floor: placement.clock_floors.get(&tablet.id).copied(),
-                            splitting: placement.strong_plan_of(tablet.id),
-                            target,
-                        },
-                    );
-                }
-            }
-        }
-        wanted
-    }
-
-    /// Keeps this node's groups in step with the schema and the tablet map, for as long as
-    /// the node runs: a tablet placed here (or moving here) has its group here, a tablet
-    /// that left (moved away, split, its table dropped) has its group removed. Members
-    /// change through the group's own log ([`StrongTables::change_members`]), never here.
-    /// As a group's leader, this node fences the group while the tablet map plans its
-    /// split or merge, and lifts a fence the map no longer plans.
-    pub async fn follow(self: Arc<Self>) {
-        let mut states = self.metadata.subscribe();
-        let mut held: HashSet<GroupId> = HashSet::new();
-        loop {
-            let wanted = self.wanted_groups(&self.metadata.state());
-            for (group, want) in &wanted {
-                if held.contains(group) {
-                    continue;
-                }
-                if let Some(floor) = want.floor {
-                    self.records.set_floor(*group, floor);
-                }
-                let spec = GroupSpec {
-                    group: *group,
-                    members: want.target.members.clone(),
-                };
-                if !self.raft.add_group(spec).await {
-                    return;
-                }
-            }
-            for group in held.iter().filter(|group| !wanted.contains_key(group)) {
-                self.raft.remove_group(*group).await;
-                self.records.forget(*group);
-            }
-            for (group, want) in &wanted {
-                self.keep_fence(*group, want.splitting).await;
-            }
-            held = wanted.into_keys().collect();
-            let _ = tokio::time::timeout(FOLLOW_INTERVAL, states.changed()).await;
-        }
-    }
-
-    /// At `group`'s leader: fences the group while its split or merge is planned, and
-    /// lifts a fence whose plan was abandoned. The entry is proposed without waiting for it (the next
-    /// pass looks again).
-    async fn keep_fence(self: &Arc<Self>, group: GroupId, splitting: Option<u64>) {
-        let fenced = self.records.fence(group).map(|fence| fence.plan);
-        if fenced == splitting || self.raft.leader(group).await != Some(self.me) {
-            return;
-        }
-        let entry = match (fenced, splitting) {
-            // The fence of a split that was abandoned (or of an earlier plan) goes first.
-            (Some(earlier), _) => machine::unfence_entry(earlier),
-            (None, Some(plan)) => machine::fence_entry(plan),
-            (None, None) => return,
-        };
-        tracing::info!(
-            ?group,
-            ?fenced,
-            ?splitting,
-            "fencing or unfencing a strongly consistent tablet's group"
-        );
-        let tables = Arc::clone(self);
-        tokio::spawn(async move {
-            let proposed =
-                tokio::time::timeout(STRONG_WRITE_TIMEOUT, tables.raft.propose(group, entry)).await;
-            if !matches!(proposed, Ok(Ok(()))) {
-                tracing::debug!(
-                    ?group,
-                    ?proposed,
-                    "a fence entry did not commit; tried again later"
-                );
-            }
-        });
-    }
-
     /// True while `target`'s tablet is in the tablet map (not split, merged or dropped).
     fn still_placed(&self, target: &TabletGroup) -> bool {
         self.metadata
@@ -483,28 +376,6 @@ impl StrongTables {
             .tables
             .get(&target.table)
             .is_some_and(|placement| placement.tablets.get(target.tablet).is_some())
-    }
-
-    /// Where each member of `target`'s group stands with fences: `None` for a member that
-    /// did not answer, else the plan and clock of the fence it applied, if any.
-    pub async fn member_fences(&self, target: &TabletGroup) -> Vec<Option<Option<(u64, i64)>>> {
-        let asks = target.members.iter().map(|member| {
-            self.on_node(
-                *member,
-                StrongRequest::Status {
-                    group: target.group.0,
-                    leader_only: false,
-                },
-            )
-        });
-        futures::future::join_all(asks)
-            .await
-            .into_iter()
-            .map(|answer| match answer {
-                Some(StrongReply::Status(status)) => Some(status.fenced),
-                _ => None,
-            })
-            .collect()
     }
 
     /// The group of the tablet holding `token` of `table` in `state`.
