@@ -73,7 +73,7 @@ pub enum Applied {
     /// The entry took effect.
     Done,
     /// The state machine refused the entry: it committed and changed nothing (for a
-    /// table: its group is fenced for a split). Its proposer hears
+    /// table: its group is fenced for a split or merge). Its proposer hears
     /// [`ProposeError::Refused`], and may propose it again elsewhere.
     Refused,
 }

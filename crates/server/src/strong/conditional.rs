@@ -368,7 +368,7 @@ impl StrongTables {
             Ok(Err(ProposeError::NotLeader(_) | ProposeError::Superseded)) => {
                 StrongReply::NotLeader { leader: None }
             }
-            // Committed after the group's fence (a split): it changed nothing.
+            // Committed after the group's fence (a split or merge): it changed nothing.
             Ok(Err(ProposeError::Refused)) => StrongReply::Fenced,
             Ok(Err(ProposeError::Stopped | ProposeError::Membership(_))) | Err(_) => {
                 StrongReply::Unknown

@@ -15,11 +15,11 @@
 //!   of a strong table with a replica here (or moving here) is a group here, created with
 //!   the tablet's replicas as its members; a tablet that leaves (moved away, its table
 //!   dropped) leaves the node's groups.
-//! - **Splits fence the group** ([`crate::splitting`], `shoal_cluster::strong_split`):
-//!   once the tablet map plans a split, the group's leader appends a fence
+//! - **Splits and merges fence the groups** ([`splits`], `shoal_cluster::strong_split`):
+//!   once the tablet map plans one, the leader of each group concerned appends a fence
 //!   ([`machine::fence_entry`]) after which no write takes effect; writers are told
-//!   ([`StrongReply::Fenced`]) and try again until the tablet map routes them to one of
-//!   the halves, whose groups start once every member applied the fence.
+//!   ([`StrongReply::Fenced`]) and try again until the tablet map routes them to the new
+//!   tablets, whose groups start once every member applied the fence.
 //! - **Moves change members**: the migration driver asks the leader to add the new
 //!   replica ([`StrongRequest::ChangeMembers`]), has it install a snapshot of the tablet
 //!   streamed from the leader ([`StrongRequest::SnapshotPoint`], [`StrongRequest::Install`])
@@ -222,9 +222,9 @@ pub enum StrongReply {
     Busy,
     /// The lease named is not held (it expired): nothing was proposed.
     LeaseLost,
-    /// The group is fenced for a split: nothing was done. Asked again, the request reaches
-    /// one of the halves once the tablet map has them (or the group again, if the split
-    /// is abandoned).
+    /// The group is fenced for a split or merge: nothing was done. Asked again, the
+    /// request reaches the new tablet holding it once the tablet map has it (or the group
+    /// again, if the plan is abandoned).
     Fenced,
 }
 
