@@ -51,17 +51,21 @@ def loaded(cluster):
     return list(range(FIRST_KEY, FIRST_KEY + ROWS))
 
 
-def data_tablets(cluster):
-    """The tablets of `ordered.events` holding the loaded keys. A bigint key's token on an
-    ordered table is the key itself, so those are the tablets meeting [FIRST_KEY, last]."""
-    tablets = cluster.ring("ordered", "events")
+def tablets_meeting(tablets, first, last):
+    """The tablets (of a ring, in token order) holding any token of [first, last]."""
     holding, after = [], None
     for tablet in tablets:
-        starts_below_last = after is None or after < FIRST_KEY + ROWS - 1
-        if starts_below_last and tablet["last_token"] >= FIRST_KEY:
+        starts_below_last = after is None or after < last
+        if starts_below_last and tablet["last_token"] >= first:
             holding.append(tablet)
         after = tablet["last_token"]
     return holding
+
+
+def data_tablets(cluster):
+    """The tablets of `ordered.events` holding the loaded keys. A bigint key's token on an
+    ordered table is the key itself, so those are the tablets meeting [FIRST_KEY, last]."""
+    return tablets_meeting(cluster.ring("ordered", "events"), FIRST_KEY, FIRST_KEY + ROWS - 1)
 
 
 def test_sequential_keys_split_their_tablets_and_spread_over_every_node(cluster, loaded):

@@ -15,12 +15,12 @@ import pytest
 from cassandra.query import SimpleStatement
 
 from test_elastic import ElasticCluster, connect, wait_until
+from test_ordered_tables import TABLETS_PER_NODE, tablets_meeting
 
 ROWS = 6000
 FIRST_KEY = -1000
 PAD_BYTES = 1000
 PROBE = FIRST_KEY + 3
-TABLETS_PER_NODE = 8  # what a table is created with, per node (shoal_cluster::TABLETS_PER_NODE)
 # Far in the future: every timestamp the old group applies after the probe is moved past it.
 FUTURE_MICROS = 4_000_000_000_000_000
 
@@ -40,12 +40,7 @@ def table_tablets(cluster, host=None):
 
 
 def holding_loaded_keys(tablets):
-    holding, after = [], None
-    for tablet in tablets:
-        if (after is None or after < FIRST_KEY + ROWS - 1) and tablet["last_token"] >= FIRST_KEY:
-            holding.append(tablet)
-        after = tablet["last_token"]
-    return holding
+    return tablets_meeting(tablets, FIRST_KEY, FIRST_KEY + ROWS - 1)
 
 
 @pytest.fixture(scope="module")

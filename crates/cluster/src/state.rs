@@ -283,9 +283,10 @@ pub struct ClusterState {
     /// barrier) that the topology reached version `v` refuses requests from coordinators
     /// still routing by an older one.
     pub topology_version: u64,
-    /// The number the next planned strong split gets (its group's fence names it).
+    /// The number the next planned strong split or merge gets (its groups' fences name
+    /// it).
     #[serde(default)]
-    pub next_split_plan: u64,
+    pub next_strong_plan: u64,
     /// The id the next migration gets.
     pub next_migration: u64,
 }

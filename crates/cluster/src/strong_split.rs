@@ -69,8 +69,8 @@ impl TablePlacement {
 impl ClusterState {
     /// Takes the next plan number.
     fn next_plan(&mut self) -> u64 {
-        let plan = self.next_split_plan;
-        self.next_split_plan += 1;
+        let plan = self.next_strong_plan;
+        self.next_strong_plan += 1;
         plan
     }
 
@@ -80,7 +80,7 @@ impl ClusterState {
         tablet: TabletId,
         at: Token,
     ) -> CommandOutcome {
-        let Some(placement) = self.tables.get_mut(&table) else {
+        let Some(placement) = self.tables.get(&table) else {
             return rejected("no such table");
         };
         if placement.strong_plan_of(tablet).is_some() {
@@ -173,9 +173,10 @@ impl ClusterState {
         else {
             return rejected(format!("{first} is not marked to merge"));
         };
-        let held_alike = lower.replicas.len() == upper.replicas.len()
-            && lower.replicas.iter().all(|h| upper.replicas.contains(h));
-        if !held_alike || lower.transition.is_some() || upper.transition.is_some() {
+        if !lower.held_by_same_nodes(upper)
+            || lower.transition.is_some()
+            || upper.transition.is_some()
+        {
             return rejected(format!(
                 "{first} and {} are not held by the same nodes at rest",
                 upper.id

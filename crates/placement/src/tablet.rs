@@ -130,6 +130,13 @@ impl Tablet {
         apply_move(&self.replicas, transition.leaving, transition.pending)
     }
 
+    /// True when `other` is held by the same nodes (in any order): what merging the two
+    /// needs, so that no data moves.
+    pub fn held_by_same_nodes(&self, other: &Tablet) -> bool {
+        self.replicas.len() == other.replicas.len()
+            && self.replicas.iter().all(|h| other.replicas.contains(h))
+    }
+
     /// The replicas reads ask (the tablet's own set, borrowed, unless reads have moved to
     /// the new one).
     pub fn read_replicas(&self) -> Cow<'_, [HostId]> {
@@ -363,8 +370,7 @@ impl TabletMap {
         if lower.transition.is_some() || upper.transition.is_some() {
             return Err(format!("{first} or {second} is moving"));
         }
-        let held_by = |tablet: &Tablet| tablet.replicas.iter().copied().collect::<BTreeSet<_>>();
-        if held_by(lower) != held_by(upper) {
+        if !lower.held_by_same_nodes(upper) {
             return Err(format!("{first} and {second} are held by different nodes"));
         }
         // The ids only ever grow: the merged tablet's is above both halves'.

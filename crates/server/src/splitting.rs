@@ -160,7 +160,7 @@ fn oversized_tablet(
             after = Some(tablet.last_token);
             if tablet.transition.is_some()
                 || tablet.replicas.first() != Some(&me)
-                || placement.strong_splits.contains_key(&tablet.id)
+                || placement.strong_plan_of(tablet.id).is_some()
             {
                 continue;
             }
@@ -251,10 +251,8 @@ fn ready_merge(
             continue;
         };
         for (first, second) in placement.tablets.merges() {
-            let held_alike = first.replicas.len() == second.replicas.len()
-                && first.replicas.iter().all(|h| second.replicas.contains(h));
             if first.replicas.first() == Some(&me)
-                && held_alike
+                && first.held_by_same_nodes(second)
                 && first.transition.is_none()
                 && second.transition.is_none()
                 && placement.strong_plan_of(first.id).is_none()

@@ -18,12 +18,12 @@ struct WantedGroup {
     floor: Option<i64>,
     /// The split or merge of the tablet planned, by number: the group is to be fenced
     /// for it.
-    splitting: Option<u64>,
+    fence_plan: Option<u64>,
 }
 
 impl StrongTables {
     /// The groups this node should hold now: every tablet of a strong table placed here,
-    /// with its clock floor and whether a split of it is planned.
+    /// with its clock floor and the split or merge of it planned, if any.
     fn wanted_groups(&self, state: &ClusterState) -> BTreeMap<GroupId, WantedGroup> {
         let schema = self.schema.current();
         let mut wanted = BTreeMap::new();
@@ -38,7 +38,7 @@ impl StrongTables {
                         target.group,
                         WantedGroup {
                             floor: placement.clock_floors.get(&tablet.id).copied(),
-                            splitting: placement.strong_plan_of(tablet.id),
+                            fence_plan: placement.strong_plan_of(tablet.id),
                             target,
                         },
                     );
@@ -79,23 +79,23 @@ impl StrongTables {
                 self.records.forget(*group);
             }
             for (group, want) in &wanted {
-                self.keep_fence(*group, want.splitting).await;
+                self.keep_fence(*group, want.fence_plan).await;
             }
             held = wanted.into_keys().collect();
             let _ = tokio::time::timeout(FOLLOW_INTERVAL, states.changed()).await;
         }
     }
 
-    /// At `group`'s leader: fences the group while its split or merge is planned, and
-    /// lifts a fence whose plan was abandoned. The entry is proposed without waiting for it (the next
-    /// pass looks again).
-    async fn keep_fence(self: &Arc<Self>, group: GroupId, splitting: Option<u64>) {
+    /// At `group`'s leader: fences the group for `fence_plan`, the split or merge planned
+    /// of its tablet, and lifts a fence whose plan was abandoned. The entry is proposed
+    /// without waiting for it (the next pass looks again).
+    async fn keep_fence(self: &Arc<Self>, group: GroupId, fence_plan: Option<u64>) {
         let fenced = self.records.fence(group).map(|fence| fence.plan);
-        if fenced == splitting || self.raft.leader(group).await != Some(self.me) {
+        if fenced == fence_plan || self.raft.leader(group).await != Some(self.me) {
             return;
         }
-        let entry = match (fenced, splitting) {
-            // The fence of a split that was abandoned (or of an earlier plan) goes first.
+        let entry = match (fenced, fence_plan) {
+            // The fence of a plan that was abandoned (or of an earlier plan) goes first.
             (Some(earlier), _) => machine::unfence_entry(earlier),
             (None, Some(plan)) => machine::fence_entry(plan),
             (None, None) => return,
@@ -103,7 +103,7 @@ impl StrongTables {
         tracing::info!(
             ?group,
             ?fenced,
-            ?splitting,
+            ?fence_plan,
             "fencing or unfencing a strongly consistent tablet's group"
         );
         let tables = Arc::clone(self);

@@ -13,13 +13,14 @@
 //! Every member sees the same entries in the same order, so every member moves them the
 //! same way; the clock is rebuilt by replaying the log after a restart.
 //!
-//! A log also carries two control entries, for splitting its tablet ([`GroupRecords`]),
-//! each naming the split plan it serves: a **fence** — every write entry after it is
-//! refused ([`Applied::Refused`]: it changes nothing on any member, and its proposer is
-//! told so) — and an **unfence**, which lifts that plan's fence when the split is
-//! abandoned (an unfence of another plan, late, changes nothing). Once every member has applied the fence, each holds
-//! the same final state of the tablet, and the clock they all reached is where the groups
-//! of the two halves start theirs (the tablet map keeps it: their *clock floor*).
+//! A log also carries two control entries, for splitting or merging its tablet
+//! ([`GroupRecords`]), each naming the plan it serves: a **fence** — every write entry
+//! after it is refused ([`Applied::Refused`]: it changes nothing on any member, and its
+//! proposer is told so) — and an **unfence**, which lifts that plan's fence when the plan
+//! is abandoned (an unfence of another plan, late, changes nothing). Once every member has
+//! applied the fence, each holds the same final state of the tablet, and the clock they
+//! all reached is where the groups of the new tablets start theirs (the tablet map keeps
+//! it: their *clock floor*).
 
 use bytes::{Buf, BufMut, Bytes};
 use shoal_consensus::runtime::{Applied, StateMachine};
@@ -36,12 +37,13 @@ const CONTROL_MARK: u32 = u32::MAX;
 const FENCE: u8 = 1;
 const UNFENCE: u8 = 2;
 
-/// The entry that fences a group for split `plan`: no write entry after it takes effect.
+/// The entry that fences a group for split or merge `plan`: no write entry after it takes
+/// effect.
 pub fn fence_entry(plan: u64) -> Bytes {
     control_entry(FENCE, plan)
 }
 
-/// The entry that lifts the fence of split `plan` (abandoned).
+/// The entry that lifts the fence of split or merge `plan` (abandoned).
 pub fn unfence_entry(plan: u64) -> Bytes {
     control_entry(UNFENCE, plan)
 }
@@ -56,16 +58,16 @@ fn control_entry(kind: u8, plan: u64) -> Bytes {
 
 /// The control entry `payload` is, if it is one: its kind and plan.
 fn control(payload: &[u8]) -> Option<(u8, u64)> {
-    match payload {
-        [0xff, 0xff, 0xff, 0xff, kind, plan @ ..] => {
-            Some((*kind, u64::from_be_bytes(plan.try_into().ok()?)))
-        }
-        _ => None,
+    let (mark, rest) = payload.split_first_chunk::<4>()?;
+    if u32::from_be_bytes(*mark) != CONTROL_MARK {
+        return None;
     }
+    let (kind, plan) = rest.split_first()?;
+    Some((*kind, u64::from_be_bytes(plan.try_into().ok()?)))
 }
 
-/// Where a group's fence stands on this member: the fence's index, the split plan it
-/// serves, and the group's clock when it was applied (final: no write after it takes
+/// Where a group's fence stands on this member: the fence's index, the split or merge
+/// plan it serves, and the group's clock when it was applied (final: no write after it takes
 /// effect).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Fence {
@@ -76,8 +78,9 @@ pub struct Fence {
 
 /// What the machine knows of each group beyond its cells, shared with the node's
 /// [`super::StrongTables`]: the fences applied (a leader refuses writes to a fenced group
-/// before proposing them; a split waits for every member's fence) and the clock floors
-/// of groups made by a split (set from the tablet map before the group is added).
+/// before proposing them; a split or merge waits for every member's fence) and the clock
+/// floors of groups a split or merge made (set from the tablet map before the group is
+/// added).
 #[derive(Default)]
 pub struct GroupRecords {
     fences: parking_lot::Mutex<HashMap<GroupId, Fence>>,
@@ -90,8 +93,8 @@ impl GroupRecords {
         self.fences.lock().get(&group).copied()
     }
 
-    /// `group` starts its clock at `floor` (the newest timestamp of the group it was split
-    /// from).
+    /// `group` starts its clock at `floor` (the newest timestamp of the group or groups its
+    /// tablet was split or merged from).
     pub fn set_floor(&self, group: GroupId, floor: i64) {
         self.floors.lock().insert(group, floor);
     }
