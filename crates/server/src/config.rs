@@ -154,7 +154,9 @@ pub struct Config {
     /// in MiB; 0: no cap but the adaptive one.
     pub stream_throughput_mib_per_s: u64,
     /// While this node serves client requests, the most it streams per second (sent and
-    /// received together), in MiB, whatever the latency policy allows; 0: no such limit.
+    /// received together), in MiB, whatever the latency policy allows; 0 (the default):
+    /// no such limit — streaming's idle CPU priority (`stream_nice` 19) already gives
+    /// the cores to requests first.
     pub stream_throughput_under_load_mib_per_s: u64,
     /// The client latency (99th percentile, milliseconds) streaming backs off to keep:
     /// while requests served here are slower, streaming slows down; when they are faster,
@@ -166,7 +168,9 @@ pub struct Config {
     /// Tablet migrations one node takes part in at once (as source or destination).
     pub migrations_per_node: usize,
     /// CPU priority of streaming work, as a Unix niceness: 0 competes equally with client
-    /// requests, 19 yields to them the most.
+    /// requests, 1 to 18 yield more and more (Linux's batch policy at that niceness), 19
+    /// (the default) yields entirely: Linux's idle policy, streaming runs on the CPU
+    /// nothing else wants.
     pub stream_nice: u8,
     /// A tablet of an ordered table holding more than this many MiB on disk is split in
     /// two (see `splitting`); 0: never split.
@@ -210,12 +214,12 @@ impl Default for Config {
             client_tls_ca_certificate: None,
             replace_address: None,
             stream_throughput_mib_per_s: 0,
-            stream_throughput_under_load_mib_per_s: 80,
+            stream_throughput_under_load_mib_per_s: 0,
             stream_target_p99_ms: 20,
             stream_p99_growth: 0.0,
             migrations_per_node: 8,
             tablet_split_mib: 128,
-            stream_nice: 10,
+            stream_nice: 19,
         }
     }
 }

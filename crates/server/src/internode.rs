@@ -71,6 +71,12 @@ const MAX_REQUESTS_RUNNING: usize = 1024;
 const RECONNECT_BACKOFF: Duration = Duration::from_millis(300);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// What a connection of the streaming lane sends first, before its frames: the serving
+/// node then runs it on its streaming lane's runtime (`streaming::lane`), at streaming's
+/// lower priority. Read as a frame's length it is far beyond [`MAX_FRAME_BYTES`], so no
+/// frame is ever taken for it (nor it for a frame).
+pub const STREAMING_LANE_PREFACE: [u8; 4] = *b"SLNE";
+
 /// Which of a peer's connections a message (and its reply) travels on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Lane {
@@ -193,6 +199,12 @@ pub trait Handler: Send + Sync + 'static {
     /// The node's consensus runtime, which takes the consensus streams that arrive on this
     /// port (`None`: such streams are closed).
     fn consensus(&self) -> Option<shoal_consensus::runtime::RaftHandle> {
+        None
+    }
+
+    /// The runtime the connections of the streaming lane are served on
+    /// ([`STREAMING_LANE_PREFACE`]); `None`: served as any other.
+    fn streaming_lane(&self) -> Option<tokio::runtime::Handle> {
         None
     }
 }
@@ -382,6 +394,9 @@ pub struct Peers {
     stopped: AtomicBool,
     /// Mutual TLS with every peer, when the cluster uses it.
     tls: Option<Arc<crate::tls::InternodeTls>>,
+    /// Sent on every new connection before its first frame
+    /// ([`Peers::for_streaming_lane`]).
+    preface: Option<[u8; 4]>,
 }
 
 /// Connects to `to` from `source` (any port), or from wherever the system picks.
@@ -451,6 +466,14 @@ impl Peers {
         self
     }
 
+    /// Connections of the streaming lane: each opens with [`STREAMING_LANE_PREFACE`], so
+    /// the peer serves it on its streaming runtime. Its tasks run on the runtime that
+    /// opens it (the destination's streaming jobs run on this node's).
+    pub fn for_streaming_lane(mut self) -> Peers {
+        self.preface = Some(STREAMING_LANE_PREFACE);
+        self
+    }
+
     async fn connection(&self, to: SocketAddr, lane: Lane) -> Result<Arc<PeerConnection>, String> {
         if let Some(existing) = self.connections.lock().get(&(to, lane)) {
             if !existing.closed.load(Ordering::Acquire) {
@@ -481,6 +504,8 @@ impl Peers {
         let _ = socket.set_nodelay(true);
         let connection = match &self.tls {
             None => {
+                let mut socket = socket;
+                self.send_preface(&mut socket, to).await?;
                 let (reader, writer) = socket.into_split();
                 start_connection(reader, writer)
             }
@@ -499,6 +524,8 @@ impl Peers {
                         return Err(format!("the TLS handshake with {to} timed out"));
                     }
                 };
+                let mut stream = stream;
+                self.send_preface(&mut stream, to).await?;
                 let (reader, writer) = tokio::io::split(stream);
                 start_connection(reader, writer)
             }
@@ -507,6 +534,26 @@ impl Peers {
             .lock()
             .insert((to, lane), Arc::clone(&connection));
         Ok(connection)
+    }
+
+    /// Writes this connection's preface, if its lane has one.
+    async fn send_preface(
+        &self,
+        stream: &mut (impl AsyncWriteExt + Unpin),
+        to: SocketAddr,
+    ) -> Result<(), String> {
+        let Some(preface) = self.preface else {
+            return Ok(());
+        };
+        let written = async {
+            stream.write_all(&preface).await?;
+            stream.flush().await
+        };
+        match tokio::time::timeout(CONNECT_TIMEOUT, written).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(format!("cannot write to {to}: {error}")),
+            Err(_) => Err(format!("writing to {to} timed out")),
+        }
     }
 
     /// Sends `message` to `to` and waits for the reply, at most `timeout`.
@@ -617,22 +664,24 @@ async fn serve_socket(
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
     let Some(acceptor) = tls else {
-        let Some((socket, first)) = consensus_or_first_bytes(socket, &handler).await else {
+        let Some((socket, first, runtime)) = consensus_or_first_bytes(socket, &handler).await
+        else {
             return;
         };
         let (reader, writer) = socket.into_split();
         let reader = std::io::Cursor::new(first).chain(reader);
-        return serve_connection(reader, writer, handler).await;
+        return serve_connection_on(runtime, reader, writer, handler).await;
     };
     match tokio::time::timeout(CONNECT_TIMEOUT * 10, acceptor.accept(socket)).await {
         Ok(Ok(stream)) => {
-            // Inside the TLS session, the same two kinds of stream as without.
-            let Some((stream, first)) = consensus_or_first_bytes(stream, &handler).await else {
+            // Inside the TLS session, the same kinds of stream as without.
+            let Some((stream, first, runtime)) = consensus_or_first_bytes(stream, &handler).await
+            else {
                 return;
             };
             let (reader, writer) = tokio::io::split(stream);
             let reader = std::io::Cursor::new(first).chain(reader);
-            serve_connection(reader, writer, handler).await
+            serve_connection_on(runtime, reader, writer, handler).await
         }
         Ok(Err(error)) => {
             tracing::warn!(%peer, %error, "refused an internode connection: TLS failed")
@@ -643,12 +692,13 @@ async fn serve_socket(
 
 /// Reads a new stream's first four bytes. A consensus stream opens with its preface and is
 /// served here by the node's consensus runtime until it closes (`None`); an internode
-/// connection opens with a frame's length (never the preface's value), and is handed back
-/// with those bytes.
+/// connection opens with a frame's length (never a preface's value), and is handed back
+/// with those bytes — a streaming-lane connection after its preface, with the runtime it
+/// is to be served on.
 async fn consensus_or_first_bytes<S: AsyncRead + Unpin>(
     mut stream: S,
     handler: &Arc<dyn Handler>,
-) -> Option<(S, [u8; 4])> {
+) -> Option<(S, [u8; 4], Option<tokio::runtime::Handle>)> {
     let mut first = [0u8; 4];
     stream.read_exact(&mut first).await.ok()?;
     if first == shoal_consensus::runtime::tcp::STREAM_PREFACE {
@@ -657,7 +707,33 @@ async fn consensus_or_first_bytes<S: AsyncRead + Unpin>(
         }
         return None;
     }
-    Some((stream, first))
+    if first == STREAMING_LANE_PREFACE {
+        stream.read_exact(&mut first).await.ok()?;
+        return Some((stream, first, handler.streaming_lane()));
+    }
+    Some((stream, first, None))
+}
+
+/// Serves a connection on `runtime` (here when `None`). Its tasks go with it; if this
+/// future is dropped (the node shuts down), the connection ends too.
+async fn serve_connection_on(
+    runtime: Option<tokio::runtime::Handle>,
+    reader: impl AsyncReadExt + Unpin + Send + 'static,
+    writer: impl AsyncWriteExt + Unpin + Send + 'static,
+    handler: Arc<dyn Handler>,
+) {
+    let Some(runtime) = runtime else {
+        return serve_connection(reader, writer, handler).await;
+    };
+    struct AbortOnDrop(tokio::task::AbortHandle);
+    impl Drop for AbortOnDrop {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    let task = runtime.spawn(serve_connection(reader, writer, handler));
+    let _abort = AbortOnDrop(task.abort_handle());
+    let _ = task.await;
 }
 
 async fn serve_connection(
@@ -786,6 +862,47 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(matches!(decode_reply(body), Reply::Done));
+    }
+
+    /// Answers every message with the name of the thread that served it.
+    struct ThreadNames {
+        lane: crate::streaming::lane::LaneRuntime,
+    }
+
+    impl Handler for ThreadNames {
+        fn handle(&self, _: Message) -> Pin<Box<dyn Future<Output = Reply> + Send + '_>> {
+            Box::pin(async {
+                Reply::Error(std::thread::current().name().unwrap_or("").to_string())
+            })
+        }
+
+        fn streaming_lane(&self) -> Option<tokio::runtime::Handle> {
+            Some(self.lane.handle().clone())
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn streaming_lane_connections_are_served_on_the_lanes_runtime() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let handler = Arc::new(ThreadNames {
+            lane: crate::streaming::lane::LaneRuntime::start(0).unwrap(),
+        });
+        let (_stop, stopped) = tokio::sync::watch::channel(false);
+        tokio::spawn(serve(listener, handler, stopped, None));
+        let served_on = |peers: Peers| async move {
+            let next = Message::Stream(crate::streaming::StreamRequest::Next { session: 1 });
+            match peers.call(address, &next, Duration::from_secs(10)).await {
+                Ok(Reply::Error(thread)) => thread,
+                other => panic!("unexpected answer {other:?}"),
+            }
+        };
+        assert_eq!(
+            served_on(Peers::default().for_streaming_lane()).await,
+            "shoal-stream-io"
+        );
+        // The same message on an ordinary connection (its bulk lane) stays on the workers.
+        assert_ne!(served_on(Peers::default()).await, "shoal-stream-io");
     }
 
     #[test]

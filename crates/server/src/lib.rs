@@ -74,6 +74,7 @@ pub struct Node {
     background: Vec<tokio::task::JoinHandle<()>>,
     commit_log: Arc<CommitLog>,
     lane: Arc<internode::Peers>,
+    streaming: Arc<streaming::Streaming>,
     cql_address: SocketAddr,
     shutdown: watch::Sender<bool>,
     listener_task: tokio::task::JoinHandle<()>,
@@ -103,27 +104,31 @@ impl Node {
         let peers = Arc::new(peers);
         // The streaming lane: connections of its own, so that chunks of tablets never
         // queue in front of client requests' messages.
-        let mut lane = internode::Peers::from_address(config.listen_address);
+        let mut lane = internode::Peers::from_address(config.listen_address).for_streaming_lane();
         if let Some(tls) = &internode_tls {
             lane = lane.with_tls(Arc::clone(tls));
         }
         let lane = Arc::new(lane);
         let replica = Arc::new(LocalReplica::new(Arc::clone(&engine), commit_log.clone()));
-        let streaming = Arc::new(streaming::Streaming::new(
-            Arc::clone(&replica),
-            Arc::clone(&lane),
-            streaming::policy::StreamPolicy {
-                target_p99: std::time::Duration::from_millis(config.stream_target_p99_ms),
-                p99_growth: (config.stream_p99_growth > 0.0).then_some(config.stream_p99_growth),
-                cap_bytes_per_s: streaming::policy::limit_from_mib(
-                    config.stream_throughput_mib_per_s,
-                ),
-                under_load_bytes_per_s: streaming::policy::limit_from_mib(
-                    config.stream_throughput_under_load_mib_per_s,
-                ),
-            },
-            config.stream_nice,
-        ));
+        let streaming = Arc::new(
+            streaming::Streaming::new(
+                Arc::clone(&replica),
+                Arc::clone(&lane),
+                streaming::policy::StreamPolicy {
+                    target_p99: std::time::Duration::from_millis(config.stream_target_p99_ms),
+                    p99_growth: (config.stream_p99_growth > 0.0)
+                        .then_some(config.stream_p99_growth),
+                    cap_bytes_per_s: streaming::policy::limit_from_mib(
+                        config.stream_throughput_mib_per_s,
+                    ),
+                    under_load_bytes_per_s: streaming::policy::limit_from_mib(
+                        config.stream_throughput_under_load_mib_per_s,
+                    ),
+                },
+                config.stream_nice,
+            )
+            .context("cannot start the streaming lane")?,
+        );
         let transport = Arc::new(membership::Transport {
             peers: Arc::clone(&peers),
         });
@@ -382,6 +387,7 @@ impl Node {
             background,
             commit_log,
             lane,
+            streaming,
             cql_address,
             shutdown,
             listener_task,
@@ -403,6 +409,7 @@ impl Node {
         self.metadata.shutdown().await;
         self.peers.stop();
         self.lane.stop();
+        self.streaming.stop();
         let commit_log = Arc::clone(&self.commit_log);
         let _ = tokio::task::spawn_blocking(move || commit_log.stop()).await;
         tracing::info!("Shoal node stopped");

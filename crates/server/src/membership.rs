@@ -302,6 +302,12 @@ impl Handler for NodeHandler {
     fn consensus(&self) -> Option<shoal_consensus::runtime::RaftHandle> {
         self.strong.get().map(|strong| strong.raft().clone())
     }
+
+    fn streaming_lane(&self) -> Option<tokio::runtime::Handle> {
+        self.streaming
+            .get()
+            .map(|streaming| streaming.lane_runtime().clone())
+    }
 }
 
 impl NodeHandler {

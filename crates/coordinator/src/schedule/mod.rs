@@ -56,9 +56,11 @@ pub const SCANS_PER_READ_THREAD: usize = 2;
 /// spends reading, merging and encoding rows goes to point reads first when they want it.
 pub const SCAN_THREAD_NICE: u8 = 10;
 
-/// Lowers the calling thread's CPU priority to `nice` (0: unchanged, up to 19: the
-/// lowest) under Linux's batch policy, for a thread that only ever does background or
-/// bulk work (a thread cannot raise its priority back without privileges).
+/// Lowers the calling thread's CPU priority, for a thread that only ever does background
+/// or bulk work (a thread cannot raise its priority back without privileges): `nice` 0
+/// leaves it unchanged, 1 to 18 put it under Linux's batch policy at that niceness (its
+/// share of a contended core shrinks with each step), and 19 under the idle policy: it
+/// runs only on CPU no other thread of the machine wants.
 pub fn lower_thread_priority(nice: u8) {
     if nice == 0 {
         return;
@@ -74,11 +76,19 @@ pub fn lower_thread_priority(nice: u8) {
     let Ok(value) = ThreadPriorityValue::try_from(value as u8) else {
         return;
     };
-    let policy = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Batch);
+    let (policy, priority) = if nice >= 19 {
+        // The idle policy has no niceness: the lowest priority is its only one.
+        (NormalThreadSchedulePolicy::Idle, ThreadPriority::Min)
+    } else {
+        (
+            NormalThreadSchedulePolicy::Batch,
+            ThreadPriority::Crossplatform(value),
+        )
+    };
     if let Err(error) = set_thread_priority_and_policy(
         thread_native_id(),
-        ThreadPriority::Crossplatform(value),
-        policy,
+        priority,
+        ThreadSchedulePolicy::Normal(policy),
     ) {
         tracing::debug!(?error, "could not lower a thread's priority");
     }

@@ -114,6 +114,9 @@ pub struct Incoming {
     jobs: Mutex<HashMap<MigrationId, Arc<Job>>>,
     /// Niceness of the threads building and ingesting files.
     nice: u8,
+    /// The streaming lane's runtime ([`super::lane`]): jobs run there, and with them the
+    /// lane's connections they open.
+    runtime: tokio::runtime::Handle,
     /// This node's secondary indexes: what is ingested is indexed before the stream
     /// completes (reads move here only after that).
     indexes: Arc<std::sync::OnceLock<Arc<dyn LocalIndexes>>>,
@@ -125,6 +128,7 @@ impl Incoming {
         throttle: Arc<Throttle>,
         lane: Arc<Peers>,
         nice: u8,
+        runtime: tokio::runtime::Handle,
     ) -> Incoming {
         Incoming {
             replica,
@@ -132,6 +136,7 @@ impl Incoming {
             lane,
             jobs: Mutex::new(HashMap::new()),
             nice,
+            runtime,
             indexes: Arc::new(std::sync::OnceLock::new()),
         }
     }
@@ -155,7 +160,7 @@ impl Incoming {
                 let incoming = Arc::clone(self);
                 let running = Arc::clone(&job);
                 let keys = receive.keys.clone();
-                tokio::spawn(async move {
+                self.runtime.spawn(async move {
                     let outcome = incoming.run(&running, &keys).await;
                     let released = incoming.release_staged_writes(&keys).await;
                     running.finish(outcome.and(released));

@@ -10,7 +10,8 @@
 //!   the destination.
 //! - Both sides run on the **streaming lane**: internode connections of their own (a
 //!   second [`Peers`]), so multi-MiB chunks never queue in front of the small messages
-//!   client requests wait for.
+//!   client requests wait for, served on both nodes by a runtime of their own
+//!   ([`lane`]) whose one thread has streaming's lower priority.
 //! - Both sides take every chunk's bytes from the node's [`throttle::Throttle`], whose
 //!   rate the [`policy`] sets every 250 ms (and, on an idle node, as soon as requests
 //!   come) from the latency of the client requests the node serves: full speed when
@@ -35,6 +36,7 @@
 
 mod cpu;
 pub mod incoming;
+pub mod lane;
 pub mod outgoing;
 pub mod policy;
 pub mod throttle;
@@ -201,6 +203,8 @@ pub struct Streaming {
     pub outgoing: Outgoing,
     pub throttle: Arc<Throttle>,
     policy: StreamPolicy,
+    /// Where the streaming lane's connections and the destination's jobs run.
+    runtime: lane::LaneRuntime,
 }
 
 /// The first bytes of a key, as hex (to show where a range starts).
@@ -209,25 +213,40 @@ pub(crate) fn hex_prefix(key: &[u8]) -> String {
 }
 
 impl Streaming {
+    /// This node's streaming over `lane` (a [`Peers::for_streaming_lane`]), its work at
+    /// niceness `nice`.
     pub fn new(
         replica: Arc<LocalReplica>,
         lane: Arc<Peers>,
         policy: StreamPolicy,
         nice: u8,
-    ) -> Streaming {
+    ) -> std::io::Result<Streaming> {
         let throttle = Arc::new(Throttle::new(policy.cap_bytes_per_s));
-        Streaming {
+        let runtime = lane::LaneRuntime::start(nice)?;
+        Ok(Streaming {
             incoming: Arc::new(Incoming::new(
                 Arc::clone(&replica),
                 Arc::clone(&throttle),
                 lane,
                 nice,
+                runtime.handle().clone(),
             )),
             outgoing: Outgoing::new(Arc::clone(&replica.engine), Arc::clone(&throttle), nice),
             replica,
             throttle,
             policy,
-        }
+            runtime,
+        })
+    }
+
+    /// The runtime the streaming lane's connections are served on.
+    pub fn lane_runtime(&self) -> &tokio::runtime::Handle {
+        self.runtime.handle()
+    }
+
+    /// Ends every stream and connection of the lane (the node is stopping).
+    pub fn stop(&self) {
+        self.runtime.stop();
     }
 
     /// Indexes tablets streamed in with this node's secondary indexes.

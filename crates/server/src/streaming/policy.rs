@@ -14,7 +14,7 @@
 //!   plus a step, up to the cap;
 //! - otherwise: hold;
 //! - and while requests are served, never above `stream_throughput_under_load_mib_per_s`
-//!   (`StreamPolicy::under_load_bytes_per_s`, 80 MiB/s by default): a fixed limit, for
+//!   (`StreamPolicy::under_load_bytes_per_s`, off by default): a fixed limit, for
 //!   what the latency cannot show (below).
 //!
 //! The requests are the client requests the node coordinated and the replica requests it
