@@ -400,13 +400,7 @@ fn run_apart(
     stream: i16,
     compress: bool,
 ) -> BoxFuture<'static, Vec<u8>> {
-    struct AbortOnDrop(tokio::task::JoinHandle<Vec<u8>>);
-    impl Drop for AbortOnDrop {
-        fn drop(&mut self) {
-            self.0.abort();
-        }
-    }
-    let mut task = AbortOnDrop(tokio::spawn(request));
+    let mut task = crate::AbortOnDrop(tokio::spawn(request));
     async move {
         (&mut task.0).await.unwrap_or_else(|_| {
             let error = CqlError::server("Internal error while executing the request");

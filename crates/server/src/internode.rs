@@ -725,15 +725,8 @@ async fn serve_connection_on(
     let Some(runtime) = runtime else {
         return serve_connection(reader, writer, handler).await;
     };
-    struct AbortOnDrop(tokio::task::AbortHandle);
-    impl Drop for AbortOnDrop {
-        fn drop(&mut self) {
-            self.0.abort();
-        }
-    }
-    let task = runtime.spawn(serve_connection(reader, writer, handler));
-    let _abort = AbortOnDrop(task.abort_handle());
-    let _ = task.await;
+    let mut task = crate::AbortOnDrop(runtime.spawn(serve_connection(reader, writer, handler)));
+    let _ = (&mut task.0).await;
 }
 
 async fn serve_connection(

@@ -36,6 +36,17 @@ pub mod streaming;
 pub mod strong;
 pub mod tls;
 
+/// A spawned task whose owner awaits it through `.0`, aborted when the owner is dropped:
+/// a task whose answer nobody is left to take (its connection closed, its node stopping)
+/// does not run on.
+pub(crate) struct AbortOnDrop<T>(pub tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 use anyhow::Context;
 use config::Config;
 use durability::CommitLog;
