@@ -1,12 +1,14 @@
-//! The engine's writer: every write to the data column family is applied by one applier
-//! at a time, either by the caller itself or by the writer thread.
+//! The engine's writer: every write to the data column family is applied either by the
+//! caller itself or by the writer thread.
 //!
-//! - **The caller applies its own batch** when nobody else is applying one, nothing is
-//!   queued and no file is being ingested (flat combining, the common case at moderate
-//!   load): the write costs one RocksDB write on the caller's thread and no hand-off — no
-//!   queue, no wake-up of another thread, no wake-up back. It is written with RocksDB's
-//!   `no_slowdown`, so a caller never blocks on a write stall: when RocksDB would stall,
-//!   the batch goes to the queue instead.
+//! - **The caller applies its own batch** when nothing is queued, no file is being
+//!   ingested and no exclusive step (below) holds the applier — the common case: the write
+//!   costs one RocksDB write on the caller's thread and no hand-off — no queue, no wake-up
+//!   of another thread, no wake-up back. Callers on several threads apply at the same time
+//!   (the applier is shared, [`RwLock`]): RocksDB joins their writes into one group itself,
+//!   one WAL append for all, each thread inserting its own entries into the memtable. It is
+//!   written with RocksDB's `no_slowdown`, so a caller never blocks on a write stall: when
+//!   RocksDB would stall, the batch goes to the queue instead.
 //! - **Otherwise the batch is queued** (bounded: [`QUEUE_SUBMISSIONS`]; a submitter waits for
 //!   room asynchronously) and the writer thread takes all that are waiting (up to
 //!   [`GROUP_BYTES`]) and applies them as one RocksDB write — one WAL append for the whole
@@ -21,24 +23,27 @@
 //!   append) before the task answers. Each request's future resolves once its batch is
 //!   applied. Only [`Writer::submit`] on that thread defers; synchronous writes never do.
 //!
-//! Having one applier at a time also makes hot keys cheap to keep readable. Every write is
-//! a merge operand, and a key written again and again would pile up operands that every
-//! read must merge. The applier counts writes per key ([`WriteCounts`]: a fixed table of
+//! Some steps hold the applier **exclusively**, so that no write at all runs beside them:
+//! collapsing a hot key, staging and releasing a range, starting and ending an ingestion,
+//! and a writer-thread group that removes a range. Hot keys are why the first exists. Every
+//! write is a merge operand, and a key written again and again would pile up operands that
+//! every read must merge. Appliers count writes per key ([`WriteCounts`]: a fixed table of
 //! counters indexed by the key's hash, small enough to mostly stay in the CPU's cache)
-//! and, when a key has collected [`COLLAPSE_AFTER_OPERANDS`], rewrites its resolved value
-//! as a plain value right after its write. No other write can come between that read and
-//! that rewrite, so the rewrite changes nothing a reader can see.
+//! and, when a key has collected [`COLLAPSE_AFTER_OPERANDS`], its resolved value is
+//! rewritten as a plain value right after that write, with the applier held exclusively. No
+//! other write can come between that read and that rewrite, so the rewrite changes nothing
+//! a reader can see.
 
 use super::column_family;
 use super::staging::{self, StagedRanges, STAGED_FAMILY};
 use crate::{Result, StorageError};
 use futures::future::{BoxFuture, FutureExt};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, RwLock};
 use rocksdb::{ErrorKind, WriteOptions, DB};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
@@ -102,49 +107,51 @@ struct Queue {
 /// Writes per key, counted on the write path of every key, so it must be cheap: a
 /// direct-mapped table of counters (the key's hash picks the slot; the hash's high bits,
 /// kept in the slot, tell its key from another that lands there). A key that meets
-/// another in its slot starts counting over, which only delays a collapse.
+/// another in its slot starts counting over, which only delays a collapse. Appliers on
+/// several threads count at once without a lock: a slot is one atomic word, and two
+/// counts of one slot racing lose one of them — which, too, only delays a collapse.
 ///
 /// (It replaced a hash map of up to 100,000 keys, several MiB, whose probes missed the
 /// cache on nearly every write: 4% of a node's `perf` samples under a write load.)
 struct WriteCounts {
-    slots: Box<[CounterSlot]>,
+    /// Per slot: the key's tag in the high half, its writes in the low half.
+    slots: Box<[AtomicU64]>,
     /// Fixed seed: which keys share a slot does not change from run to run.
     hasher: foldhash::fast::FixedState,
-}
-
-#[derive(Clone, Copy, Default)]
-struct CounterSlot {
-    tag: u32,
-    writes: u32,
 }
 
 impl WriteCounts {
     fn new() -> WriteCounts {
         WriteCounts {
-            slots: vec![CounterSlot::default(); COUNTER_SLOTS].into_boxed_slice(),
+            slots: (0..COUNTER_SLOTS).map(|_| AtomicU64::new(0)).collect(),
             hasher: foldhash::fast::FixedState::with_seed(0x5e4d_50a1),
         }
     }
 
     /// Counts one write of `key`; true when this write makes it hot (its count then
     /// starts over).
-    fn record(&mut self, key: &[u8]) -> bool {
+    fn record(&self, key: &[u8]) -> bool {
         let hash = self.hasher.hash_one(key);
-        let slot = &mut self.slots[hash as usize % COUNTER_SLOTS];
-        let tag = (hash >> 32) as u32;
-        if slot.tag != tag {
-            *slot = CounterSlot { tag, writes: 0 };
+        let slot = &self.slots[hash as usize % COUNTER_SLOTS];
+        let tag = hash >> 32;
+        let current = slot.load(Ordering::Relaxed);
+        let mut writes = if current >> 32 == tag {
+            current as u32
+        } else {
+            0
+        };
+        writes += 1;
+        let hot = writes >= COLLAPSE_AFTER_OPERANDS;
+        if hot {
+            writes = 0;
         }
-        slot.writes += 1;
-        if slot.writes >= COLLAPSE_AFTER_OPERANDS {
-            slot.writes = 0;
-            return true;
-        }
-        false
+        slot.store(tag << 32 | u64::from(writes), Ordering::Relaxed);
+        hot
     }
 }
 
-/// The state only the current applier touches.
+/// What appliers share: read by every write, changed only with the applier held
+/// exclusively.
 struct Applier {
     counts: WriteCounts,
     /// Files being ingested (streaming): a collapse's read-then-rewrite could hide what an
@@ -167,8 +174,9 @@ enum Inline {
 pub(super) struct Writer {
     db: Arc<DB>,
     family: &'static str,
-    /// Held by whoever applies a batch.
-    applier: Mutex<Applier>,
+    /// Held shared by whoever applies a batch, exclusively by the steps nothing may run
+    /// beside (see the module's documentation).
+    applier: RwLock<Applier>,
     queue: Mutex<Queue>,
     wake: Condvar,
     room: Arc<Semaphore>,
@@ -189,7 +197,7 @@ impl Writer {
         Arc::new(Writer {
             db,
             family,
-            applier: Mutex::new(Applier {
+            applier: RwLock::new(Applier {
                 counts: WriteCounts::new(),
                 collapse_paused: 0,
                 staged: StagedRanges::default(),
@@ -261,7 +269,7 @@ impl Writer {
                 return Inline::Declined;
             }
         }
-        let Some(mut applier) = self.applier.try_lock() else {
+        let Some(applier) = self.applier.try_read() else {
             return Inline::Declined;
         };
         let (data, staging) = match applier.families(&self.db, self.family) {
@@ -274,11 +282,22 @@ impl Writer {
         options.set_no_slowdown(true);
         match self.db.write_opt(batch.batch, &options) {
             Ok(()) => {
-                applier.collapse_hot(&self.db, self.family, &batch.hot);
+                drop(applier);
+                self.collapse_hot(&batch.hot);
                 Inline::Applied(Ok(()))
             }
             Err(error) if error.kind() == ErrorKind::Incomplete => Inline::Declined,
             Err(error) => Inline::Applied(Err(io_error(error))),
+        }
+    }
+
+    /// Collapses the keys a write made hot, with the applier held exclusively (see
+    /// [`Applier::collapse_hot`]).
+    fn collapse_hot(&self, hot: &[Vec<u8>]) {
+        if !hot.is_empty() {
+            self.applier
+                .write()
+                .collapse_hot(&self.db, self.family, hot);
         }
     }
 
@@ -302,7 +321,7 @@ impl Writer {
     ///   is synced), and a caller would wait for that on its own thread — an async
     ///   server's worker, which has other requests to serve meanwhile.
     pub(super) fn begin_ingestion(&self) -> Ingestion<'_> {
-        self.applier.lock().collapse_paused += 1;
+        self.applier.write().collapse_paused += 1;
         self.ingesting.fetch_add(1, Ordering::AcqRel);
         Ingestion(self)
     }
@@ -310,7 +329,7 @@ impl Writer {
     /// Stages the writes to `[lower, upper)` ([`super::staging`]), dropping whatever a
     /// staging of it before left behind.
     pub(super) fn stage(&self, lower: &[u8], upper: &[u8]) -> Result<()> {
-        let mut applier = self.applier.lock();
+        let mut applier = self.applier.write();
         let staged = column_family(&self.db, STAGED_FAMILY)?;
         let mut batch = rocksdb::WriteBatch::default();
         batch.delete_range_cf(staged, lower, upper);
@@ -324,7 +343,7 @@ impl Writer {
     /// No write is applied meanwhile: the applier is held. If the move fails, the ranges
     /// stay staged.
     pub(super) fn release(&self, lower: &[u8], upper: &[u8]) -> Result<usize> {
-        let mut applier = self.applier.lock();
+        let mut applier = self.applier.write();
         let released = applier.staged.remove_overlapping(lower, upper);
         let mut ranges = released.clone();
         ranges.push((lower.to_vec(), upper.to_vec()));
@@ -356,18 +375,26 @@ impl Writer {
     /// The writer thread: applies queued submissions until the engine closes.
     pub(super) fn run(self: Arc<Self>) {
         while let Some(group) = self.next_group() {
-            let mut applier = self.applier.lock();
-            let (mut result, hot) = applier.write_group(&self.db, self.family, &group);
-            if result.is_ok() {
-                applier.collapse_hot(&self.db, self.family, &hot);
-            }
-            drop(applier);
-            // A range removal is durable when it returns. The WAL is synced on its own,
-            // after the group, with the applier free: a synced write would make every
-            // write that joins RocksDB's write group wait for the fsync.
+            // A range removal runs with no write beside it, as it did when every write
+            // took its turn: a write that raced it is applied wholly before or after.
             let removes_range = group
                 .iter()
                 .any(|s| matches!(s.operation, Operation::DeleteRange { .. }));
+            let (mut result, hot) = if removes_range {
+                self.applier
+                    .write()
+                    .write_group(&self.db, self.family, &group)
+            } else {
+                self.applier
+                    .read()
+                    .write_group(&self.db, self.family, &group)
+            };
+            if result.is_ok() {
+                self.collapse_hot(&hot);
+            }
+            // A range removal is durable when it returns. The WAL is synced on its own,
+            // after the group, with the applier free: a synced write would make every
+            // write that joins RocksDB's write group wait for the fsync.
             if removes_range && result.is_ok() {
                 result = super::sync_wal(&self.db);
             }
@@ -417,7 +444,7 @@ pub(super) struct Ingestion<'w>(&'w Writer);
 impl Drop for Ingestion<'_> {
     fn drop(&mut self) {
         self.0.ingesting.fetch_sub(1, Ordering::AcqRel);
-        self.0.applier.lock().collapse_paused -= 1;
+        self.0.applier.write().collapse_paused -= 1;
     }
 }
 
@@ -445,7 +472,7 @@ impl Applier {
     /// The merge operands of `entries` — in `data`, or in `staging` for keys of a staged
     /// range — counting each key's writes to the data.
     fn batch<'e>(
-        &mut self,
+        &self,
         data: &rocksdb::ColumnFamily,
         staging: Option<&rocksdb::ColumnFamily>,
         entries: impl Iterator<Item = &'e (Vec<u8>, Vec<u8>)>,
@@ -454,7 +481,7 @@ impl Applier {
             batch: rocksdb::WriteBatch::default(),
             hot: Vec::new(),
         };
-        let counts = &mut self.counts;
+        let counts = &self.counts;
         let staged = &self.staged;
         super::pack::pack(entries, |key, operand| {
             if let Some(staging) = staging.filter(|_| staged.contains(key)) {
@@ -471,7 +498,7 @@ impl Applier {
 
     /// Writes a group as one batch; returns the outcome and the keys that became hot.
     fn write_group(
-        &mut self,
+        &self,
         db: &DB,
         family: &str,
         group: &[Submission],
@@ -505,9 +532,9 @@ impl Applier {
     }
 
     /// Rewrites each hot key's resolved value as a plain value, so reads stop merging its
-    /// operands. Safe because only the applier writes: nothing is written to the key between
-    /// the read and the rewrite. Optional work: it never waits on a write stall, and a
-    /// failure only leaves the operands for a later collapse.
+    /// operands. Safe because the caller holds the applier exclusively: nothing is written
+    /// to the key between the read and the rewrite. Optional work: it never waits on a
+    /// write stall, and a failure only leaves the operands for a later collapse.
     fn collapse_hot(&self, db: &DB, family: &str, hot: &[Vec<u8>]) {
         if hot.is_empty() || self.collapse_paused > 0 {
             return;
@@ -657,9 +684,50 @@ fn apply_deferred(mut collected: Vec<Deferred>) -> usize {
 mod tests {
     use super::*;
 
+    /// A writer over a fresh store of nothing but the data family.
+    fn writer_in(directory: &std::path::Path) -> Arc<Writer> {
+        let mut options = rocksdb::Options::default();
+        options.create_if_missing(true);
+        options.create_missing_column_families(true);
+        let mut data = rocksdb::Options::default();
+        data.set_merge_operator_associative("last_write_wins", super::super::merge_last_write_wins);
+        let family = rocksdb::ColumnFamilyDescriptor::new(super::super::DATA_FAMILY, data);
+        let db = DB::open_cf_descriptors(&options, directory, [family]).expect("open");
+        Writer::new(Arc::new(db), super::super::DATA_FAMILY)
+    }
+
+    fn one_entry() -> Entries {
+        vec![(b"key".to_vec(), b"value".to_vec())]
+    }
+
+    #[test]
+    fn a_caller_applies_its_batch_while_another_caller_is_applying_one() {
+        // Connections served on different threads write at once; each applies its own
+        // batch (RocksDB groups them) instead of handing it to the writer thread.
+        let directory = tempfile::tempdir().expect("temporary directory");
+        let writer = writer_in(directory.path());
+        let another_applier = writer.applier.read();
+        let outcome = writer.try_apply_inline(one_entry().iter());
+        assert!(matches!(outcome, Inline::Applied(Ok(()))));
+        drop(another_applier);
+    }
+
+    #[test]
+    fn a_caller_leaves_its_batch_to_the_writer_thread_while_the_applier_is_held_exclusively() {
+        // Collapsing a hot key, staging a range...: no write may run beside them.
+        let directory = tempfile::tempdir().expect("temporary directory");
+        let writer = writer_in(directory.path());
+        let exclusive = writer.applier.write();
+        let outcome = writer.try_apply_inline(one_entry().iter());
+        assert!(matches!(outcome, Inline::Declined));
+        drop(exclusive);
+        let outcome = writer.try_apply_inline(one_entry().iter());
+        assert!(matches!(outcome, Inline::Applied(Ok(()))));
+    }
+
     #[test]
     fn a_key_is_hot_at_every_eighth_write_with_other_keys_written_between() {
-        let mut counts = WriteCounts::new();
+        let counts = WriteCounts::new();
         let mut hot_writes = Vec::new();
         for write in 1..=24u32 {
             for other in 0..20u32 {
@@ -676,7 +744,7 @@ mod tests {
 
     #[test]
     fn keys_written_fewer_times_than_the_threshold_never_turn_hot() {
-        let mut counts = WriteCounts::new();
+        let counts = WriteCounts::new();
         for round in 0..COLLAPSE_AFTER_OPERANDS - 1 {
             for key in 0..1_000u32 {
                 assert!(
