@@ -2,9 +2,12 @@
 forms, replicates (eventual and strongly consistent keyspaces, whose consensus streams are
 TLS too) and answers `shoal admin` (with the node's config); a peer without a
 certificate, or with one of another CA, gets nothing from a node's internode port; a
-certificate renewed on disk is served without a restart."""
+certificate renewed on disk is served without a restart; a node joining a cluster that
+holds data receives its share of it, streamed through TLS sessions."""
 
+import json
 import os
+import random
 import re
 import socket
 import ssl
@@ -14,10 +17,11 @@ from pathlib import Path
 
 from cassandra import ConsistencyLevel
 from cassandra.cluster import Cluster, ExecutionProfile, EXEC_PROFILE_DEFAULT
+from cassandra.concurrent import execute_concurrent_with_args
 from cassandra.policies import WhiteListRoundRobinPolicy
 
 from shoal_process import shoal_binary
-from test_cluster import ADDRESSES, LocalCluster
+from test_cluster import ADDRESSES, LocalCluster, wait_until
 
 
 def openssl(*arguments):
@@ -45,10 +49,26 @@ def make_node_certificate(directory, ca, address):
     return certificate, key
 
 
-def internode_status(node, config):
-    return subprocess.run([shoal_binary(), "admin", "status", "--host", node.address, "--port",
+def internode_admin(node, config, *arguments):
+    """`shoal admin ARGUMENTS` against `node`, over TLS with the node's own config."""
+    return subprocess.run([shoal_binary(), "admin", *arguments, "--host", node.address, "--port",
                            str(node.internode_port), "--config", str(config)],
                           capture_output=True, text=True, timeout=60)
+
+
+def internode_status(node, config):
+    return internode_admin(node, config, "status")
+
+
+def secure_node(directory, ca, node):
+    """Gives `node` a certificate of `ca` and a config turning internode TLS on; returns
+    the config."""
+    certificate, key = make_node_certificate(directory, ca, node.address)
+    config = directory / f"{node.address}.toml"
+    config.write_text(f'internode_tls = true\ntls_certificate = "{certificate}"\n'
+                      f'tls_private_key = "{key}"\ntls_ca_certificate = "{ca[0]}"\n')
+    node.config = config
+    return config
 
 
 def served_certificate(address, port, context):
@@ -88,14 +108,7 @@ def internode_reply(address, port, context):
 def test_nodes_of_one_ca_form_a_cluster_and_strangers_get_nothing(tmp_path):
     ca = make_ca(tmp_path, "cluster-ca")
     local = LocalCluster(tmp_path)
-    configs = {}
-    for node in local.nodes:
-        certificate, key = make_node_certificate(tmp_path, ca, node.address)
-        config = tmp_path / f"{node.address}.toml"
-        config.write_text(f'internode_tls = true\ntls_certificate = "{certificate}"\n'
-                          f'tls_private_key = "{key}"\ntls_ca_certificate = "{ca[0]}"\n')
-        node.config = config
-        configs[node.address] = config
+    configs = {node.address: secure_node(tmp_path, ca, node) for node in local.nodes}
     driver = None
     try:
         local.start()
@@ -171,3 +184,58 @@ def test_nodes_of_one_ca_form_a_cluster_and_strangers_get_nothing(tmp_path):
         if driver:
             driver.shutdown()
         local.stop()
+
+
+def test_a_node_joining_a_tls_cluster_receives_its_share_of_the_data(tmp_path):
+    """Streaming through TLS: a fourth node joins three that hold 8 MiB and takes over its
+    share of the tablets, their files pulled in chunks of a couple of MiB through the
+    internode TLS sessions; afterwards every row reads back exactly, through the new node,
+    which now holds some of them."""
+    ca = make_ca(tmp_path, "cluster-ca")
+    local = LocalCluster(tmp_path)
+    configs = {node.address: secure_node(tmp_path, ca, node) for node in local.nodes}
+    joining = local.make_node(tmp_path, "127.0.0.4")
+    joining_config = secure_node(tmp_path, ca, joining)
+    values = {k: random.Random(k).randbytes(4096) for k in range(2000)}
+    driver = None
+    try:
+        local.start()
+        driver = Cluster([ADDRESSES[0]], port=local.cql_port, protocol_version=4)
+        session = driver.connect()
+        session.execute("CREATE KEYSPACE streamed WITH replication = "
+                        "{'class': 'SimpleStrategy', 'replication_factor': 1}")
+        session.execute("CREATE TABLE streamed.t (k int PRIMARY KEY, v blob)")
+        insert = session.prepare("INSERT INTO streamed.t (k, v) VALUES (?, ?)")
+        results = execute_concurrent_with_args(session, insert, list(values.items()), concurrency=32)
+        assert all(ok for ok, _ in results)
+        driver.shutdown()
+        driver = None
+        for node in local.nodes:
+            flushed = internode_admin(node, configs[node.address], "flush")
+            assert flushed.returncode == 0, flushed.stdout + flushed.stderr
+
+        joining.start(timeout=60)
+
+        def settled():
+            status = internode_admin(joining, joining_config, "status")
+            streams = internode_admin(joining, joining_config, "streams", "--json")
+            return (status.returncode == 0 and status.stdout.count("UN ") == 4 and streams.returncode == 0
+                    and json.loads(streams.stdout)["migrations"] == [])
+
+        wait_until(settled, timeout=120, message="the fourth node to join and take its share")
+        ring = internode_admin(joining, joining_config, "ring", "streamed", "t", "--json")
+        assert ring.returncode == 0, ring.stdout + ring.stderr
+        held = [tablet for tablet in json.loads(ring.stdout)["tablets"] if joining.address in tablet["replicas"]]
+        assert held, f"the joined node holds no tablet of streamed.t: {ring.stdout}"
+
+        through_joined = ExecutionProfile(load_balancing_policy=WhiteListRoundRobinPolicy([joining.address]),
+                                          consistency_level=ConsistencyLevel.ONE, request_timeout=30)
+        driver = Cluster([joining.address], port=local.cql_port, protocol_version=4,
+                         execution_profiles={EXEC_PROFILE_DEFAULT: through_joined})
+        session = driver.connect()
+        assert {row.k: row.v for row in session.execute("SELECT k, v FROM streamed.t")} == values
+    finally:
+        if driver:
+            driver.shutdown()
+        local.stop()
+        joining.kill()

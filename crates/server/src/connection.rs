@@ -159,16 +159,17 @@ pub async fn serve(
 
 /// Serves a connection after its TLS handshake.
 pub async fn serve_tls(
-    stream: tokio_rustls::server::TlsStream<TcpStream>,
+    stream: tokio_rustls::server::TlsStream<crate::tls::BufferedSocket>,
     coordinator: Arc<Coordinator>,
     events: Arc<EventBus>,
     limits: ConnectionLimits,
 ) {
-    let peer = stream.get_ref().0.peer_addr().ok();
-    let _ = stream.get_ref().0.set_nodelay(true);
+    let socket = stream.get_ref().0.get_ref();
+    let peer = socket.peer_addr().ok();
+    let _ = socket.set_nodelay(true);
     // The TLS stream's read half does not lend out its socket: a second descriptor of it
     // does the acknowledging.
-    let socket = stream.get_ref().0.as_fd().try_clone_to_owned().ok();
+    let socket = socket.as_fd().try_clone_to_owned().ok();
     let (read_half, write_half) = tokio::io::split(stream);
     let acknowledge = move |_: &_| {
         if let Some(socket) = &socket {

@@ -512,7 +512,7 @@ impl Peers {
             Some(tls) => {
                 let connector = tls.connector();
                 let name = rustls::pki_types::ServerName::IpAddress(to.ip().into());
-                let handshake = connector.connect(name, socket);
+                let handshake = connector.connect(name, crate::tls::buffered(socket));
                 let stream = match tokio::time::timeout(CONNECT_TIMEOUT, handshake).await {
                     Ok(Ok(stream)) => stream,
                     Ok(Err(error)) => {
@@ -672,7 +672,12 @@ async fn serve_socket(
         let reader = std::io::Cursor::new(first).chain(reader);
         return serve_connection_on(runtime, reader, writer, handler).await;
     };
-    match tokio::time::timeout(CONNECT_TIMEOUT * 10, acceptor.accept(socket)).await {
+    match tokio::time::timeout(
+        CONNECT_TIMEOUT * 10,
+        acceptor.accept(crate::tls::buffered(socket)),
+    )
+    .await
+    {
         Ok(Ok(stream)) => {
             // Inside the TLS session, the same kinds of stream as without.
             let Some((stream, first, runtime)) = consensus_or_first_bytes(stream, &handler).await

@@ -469,7 +469,12 @@ async fn serve_client(
         }
     }
     let peer = socket.peer_addr().ok();
-    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(socket)).await {
+    match tokio::time::timeout(
+        TLS_HANDSHAKE_TIMEOUT,
+        acceptor.accept(tls::buffered(socket)),
+    )
+    .await
+    {
         Ok(Ok(stream)) => connection::serve_tls(stream, coordinator, events, limits).await,
         Ok(Err(error)) => tracing::info!(?peer, %error, "TLS handshake failed"),
         Err(_) => tracing::info!(?peer, "TLS handshake timed out"),

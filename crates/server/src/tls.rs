@@ -29,6 +29,23 @@ pub const RELOAD_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 /// The first byte of a TLS handshake record.
 pub const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
+/// Bytes a TLS connection reads from its socket per system call, at most.
+const SOCKET_READ_BYTES: usize = 64 * 1024;
+
+/// A TCP socket read through a buffer: what a TLS session reads from.
+///
+/// rustls asks its transport for at most 4 KiB per read. On a bare socket that is one
+/// system call per 4 KiB: a client's pass of requests took two or three, a streaming chunk
+/// of a couple of MiB hundreds. Through this buffer one call takes whatever the socket
+/// holds, up to [`SOCKET_READ_BYTES`], and rustls' reads are served from memory. Writes go
+/// straight to the socket.
+pub type BufferedSocket = tokio::io::BufReader<tokio::net::TcpStream>;
+
+/// `socket` behind a read buffer, ready for a TLS handshake ([`BufferedSocket`]).
+pub fn buffered(socket: tokio::net::TcpStream) -> BufferedSocket {
+    tokio::io::BufReader::with_capacity(SOCKET_READ_BYTES, socket)
+}
+
 /// TLS built from PEM files and built again when one of them changes: a connection
 /// accepted or made after the change (checked at most every [`RELOAD_CHECK_INTERVAL`]) uses
 /// the new certificate, without a restart; a change that does not load is logged and the
