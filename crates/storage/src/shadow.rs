@@ -352,9 +352,17 @@ fn judge_stored<'v>(
 /// clustering`) and its marker key: the fragment there holds cells at and after `lower`
 /// that the scan from `lower` does not meet.
 fn row_resumed_inside(engine: &dyn Engine, lower: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-    let Some((partition, _)) = keys::split_at_partition_end(lower) else {
+    let Some((partition, rest)) = keys::split_at_partition_end(lower) else {
         return Ok(None);
     };
+    // Only a key past a row's section byte can be inside that row. A read from a
+    // partition's start or its header — every replica's point read — needs no look back,
+    // which would cost an iterator and a backward seek through every level.
+    let past_a_row_section =
+        rest.len() > 1 && (rest[0] == keys::SECTION_ROW || rest[0] == keys::SECTION_STATIC_ROW);
+    if !past_a_row_section {
+        return Ok(None);
+    }
     let cursor = engine.scan(partition, lower, true)?;
     let Some((before, _)) = cursor.current() else {
         return Ok(None);
