@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{free_port, query, read_answer, request, runtime, startup};
+use common::{free_ports, query, read_answer, request, runtime, startup};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
 use shoal_cql::frame::opcode;
@@ -73,10 +73,11 @@ fn tokens() -> impl Strategy<Value = Vec<u8>> {
 fn no_sasl_response_but_the_right_one_logs_in() {
     let runtime = runtime();
     let directory = tempfile::tempdir().unwrap();
+    let (cql_port, internode_port) = free_ports();
     let config = Config {
         data_dir: directory.path().to_path_buf(),
-        cql_port: free_port(),
-        internode_port: free_port(),
+        cql_port,
+        internode_port,
         authenticator: Authenticator::PasswordAuthenticator,
         authorizer: Authorizer::CassandraAuthorizer,
         ..Config::default()

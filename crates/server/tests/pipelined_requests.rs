@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{free_port, query, read_answer, runtime, startup};
+use common::{free_ports, query, read_answer, runtime, startup};
 use shoal_cql::frame::opcode;
 use shoal_server::config::Config;
 use shoal_server::Node;
@@ -35,10 +35,11 @@ async fn run_one(socket: &mut TcpStream, frame: &[u8]) -> (u8, Vec<u8>) {
 fn every_request_sent_in_one_write_is_answered_once() {
     let runtime = runtime();
     let directory = tempfile::tempdir().unwrap();
+    let (cql_port, internode_port) = free_ports();
     let config = Config {
         data_dir: directory.path().to_path_buf(),
-        cql_port: free_port(),
-        internode_port: free_port(),
+        cql_port,
+        internode_port,
         ..Config::default()
     };
     let node = runtime.block_on(Node::start(config)).unwrap();

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{free_port, runtime};
+use common::{free_ports, runtime};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
 use rustls::pki_types::pem::PemObject;
@@ -137,10 +137,11 @@ fn garbage_on_the_tls_port_ends_and_the_node_still_serves_tls() {
     let runtime = runtime();
     let directory = tempfile::tempdir().unwrap();
     let (certificate, key) = make_certificate(directory.path());
+    let (cql_port, internode_port) = free_ports();
     let config = Config {
         data_dir: directory.path().join("data"),
-        cql_port: free_port(),
-        internode_port: free_port(),
+        cql_port,
+        internode_port,
         client_tls: ClientTls::Optional,
         tls_certificate: Some(certificate.clone()),
         tls_private_key: Some(key),

@@ -11,19 +11,25 @@ use scylla::statement::unprepared::Statement;
 use shoal_server::config::Config;
 use shoal_server::Node;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// Two different ports free on 127.0.0.1 right now, for a node's CQL and internode
+/// ports. Both listeners are held while the second port is chosen. Two separate picks could
+/// be handed the same port (the first is released before the second is asked for), and the
+/// node refuses to start with equal ports.
+fn free_ports() -> (u16, u16) {
+    let first = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let second = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    (
+        first.local_addr().unwrap().port(),
+        second.local_addr().unwrap().port(),
+    )
 }
 
 async fn start_node(directory: &std::path::Path) -> Node {
+    let (cql_port, internode_port) = free_ports();
     let config = Config {
         data_dir: directory.to_path_buf(),
-        cql_port: free_port(),
-        internode_port: free_port(),
+        cql_port,
+        internode_port,
         ..Config::default()
     };
     Node::start(config).await.expect("node starts")
@@ -216,10 +222,11 @@ async fn scylla_driver_with_lz4_and_many_concurrent_requests() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scylla_driver_logs_in_with_a_password_and_is_held_to_its_permissions() {
     let directory = tempfile::tempdir().unwrap();
+    let (cql_port, internode_port) = free_ports();
     let config = Config {
         data_dir: directory.path().to_path_buf(),
-        cql_port: free_port(),
-        internode_port: free_port(),
+        cql_port,
+        internode_port,
         authenticator: shoal_server::config::Authenticator::PasswordAuthenticator,
         authorizer: shoal_server::config::Authorizer::CassandraAuthorizer,
         ..Config::default()
@@ -289,10 +296,11 @@ async fn scylla_driver_connects_over_tls_and_only_when_it_trusts_the_certificate
     use openssl::ssl::{SslContextBuilder, SslMethod, SslVerifyMode};
     let directory = tempfile::tempdir().unwrap();
     let (certificate, key) = make_certificate(directory.path());
+    let (cql_port, internode_port) = free_ports();
     let config = Config {
         data_dir: directory.path().join("data"),
-        cql_port: free_port(),
-        internode_port: free_port(),
+        cql_port,
+        internode_port,
         client_tls: shoal_server::config::ClientTls::Required,
         tls_certificate: Some(certificate.clone()),
         tls_private_key: Some(key),

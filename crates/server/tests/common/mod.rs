@@ -1,4 +1,4 @@
-//! What the server's integration tests share: a free port, a runtime like the node's, and
+//! What the server's integration tests share: free ports, a runtime like the node's, and
 //! CQL v4 request frames built by hand (the tests speak to the node's socket directly).
 //! Each test binary uses a part of it.
 #![allow(dead_code)]
@@ -8,13 +8,17 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
-/// A port free on 127.0.0.1 right now.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// Two different ports free on 127.0.0.1 right now, for a node's CQL and internode
+/// ports. Both listeners are held while the second port is chosen. Two separate picks could
+/// be handed the same port (the first is released before the second is asked for), and the
+/// node refuses to start with equal ports.
+pub fn free_ports() -> (u16, u16) {
+    let first = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let second = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    (
+        first.local_addr().unwrap().port(),
+        second.local_addr().unwrap().port(),
+    )
 }
 
 /// A two-worker Tokio runtime, as on the machines the node runs on.
