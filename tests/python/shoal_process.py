@@ -23,10 +23,15 @@ def shoal_binary() -> str:
     return os.path.join(target, "release", "shoal")
 
 
-def free_port(address: str = "127.0.0.1") -> int:
-    with socket.socket() as probe:
-        probe.bind((address, 0))
-        return probe.getsockname()[1]
+def free_port(address: str = "127.0.0.1", other_than: int = None) -> int:
+    """A port free on `address` right now, and not `other_than` (a port picked a moment ago
+    and released since, which the system may hand out again)."""
+    while True:
+        with socket.socket() as probe:
+            probe.bind((address, 0))
+            port = probe.getsockname()[1]
+        if port != other_than:
+            return port
 
 
 class ShoalNode:
@@ -37,7 +42,8 @@ class ShoalNode:
         self.data_dir = Path(data_dir)
         self.address = address
         self.port = port or free_port(address)
-        self.internode_port = internode_port or free_port(address)
+        # A node refuses to start with equal CQL and internode ports.
+        self.internode_port = internode_port or free_port(address, other_than=self.port)
         self.seeds = list(seeds)
         self.commitlog_sync = commitlog_sync
         self.config = config
