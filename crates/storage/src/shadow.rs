@@ -347,6 +347,11 @@ fn judge_stored<'v>(
         .collect()
 }
 
+/// Whether a key's section byte is one of a row's: a regular or the static row.
+fn is_row_section(section: u8) -> bool {
+    section == keys::SECTION_ROW || section == keys::SECTION_STATIC_ROW
+}
+
 /// When `lower` falls inside a row after the row's marker key — a chunked read resuming
 /// after one of a fragment's cells — the row's start (`partition | section |
 /// clustering`) and its marker key: the fragment there holds cells at and after `lower`
@@ -358,8 +363,7 @@ fn row_resumed_inside(engine: &dyn Engine, lower: &[u8]) -> Result<Option<(Vec<u
     // Only a key past a row's section byte can be inside that row. A read from a
     // partition's start or its header — every replica's point read — needs no look back,
     // which would cost an iterator and a backward seek through every level.
-    let past_a_row_section =
-        rest.len() > 1 && (rest[0] == keys::SECTION_ROW || rest[0] == keys::SECTION_STATIC_ROW);
+    let past_a_row_section = rest.len() > 1 && is_row_section(rest[0]);
     if !past_a_row_section {
         return Ok(None);
     }
@@ -370,8 +374,7 @@ fn row_resumed_inside(engine: &dyn Engine, lower: &[u8]) -> Result<Option<(Vec<u
     let row = keys::split_at_partition_end(before)
         .and_then(|(partition, rest)| {
             let (section, clustering, _) = keys::split_row_key(rest)?;
-            let row_section = section == keys::SECTION_ROW || section == keys::SECTION_STATIC_ROW;
-            row_section.then_some(partition.len() + 1 + clustering.len())
+            is_row_section(section).then_some(partition.len() + 1 + clustering.len())
         })
         .map(|length| before[..length].to_vec());
     drop(cursor);
