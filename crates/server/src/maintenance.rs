@@ -74,16 +74,19 @@ pub async fn collect_garbage_regularly(engine: Arc<dyn Engine>) {
 }
 
 /// Lets the storage engine fit its compaction to the write load
-/// ([`Engine::adapt_compaction`]) every [`COMPACTION_ADAPT_INTERVAL`] until the task is
-/// dropped.
+/// ([`Engine::adapt_compaction`]) and release idle readers
+/// ([`Engine::release_idle_readers`]) every [`COMPACTION_ADAPT_INTERVAL`] until the task
+/// is dropped.
 pub async fn adapt_compaction_regularly(engine: Arc<dyn Engine>) {
     let mut interval = tokio::time::interval(COMPACTION_ADAPT_INTERVAL);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         interval.tick().await;
         // A few property reads, and an options change when the trigger moves: no
-        // blocking work worth a thread of its own.
+        // blocking work worth a thread of its own. Dropping idle pooled iterators is as
+        // light, and wants the same once-a-second beat.
         engine.adapt_compaction();
+        engine.release_idle_readers();
     }
 }
 

@@ -240,6 +240,12 @@ pub trait Engine: Send + Sync + 'static {
     /// `rocks::level0`). Does nothing by default.
     fn adapt_compaction(&self) {}
 
+    /// Releases what reads keep for reuse once it has gone unused for a while; the node
+    /// calls it about once a second. The RocksDB engine drops idle pooled iterators, which
+    /// keep flushed memtables and compacted-away files alive (see `rocks::iterator_pool`).
+    /// Does nothing by default.
+    fn release_idle_readers(&self) {}
+
     /// Writes a consistent copy of everything stored (data and metadata) into
     /// `directory`, which must not exist: hard links to the immutable files where the
     /// file system allows, so a snapshot is cheap and takes little space at first.

@@ -377,6 +377,167 @@ fn rocksdb_compacts_level0_once_writes_go_quiet() {
     }
 }
 
+/// The keys of `partition`, as `[lower, upper)`.
+fn partition_bounds(partition: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let lower = keys::partition_prefix(&TABLE, Token(1), partition);
+    let upper = keys::increment_prefix(&lower).expect("a partition prefix ends");
+    (lower, upper)
+}
+
+/// The values of column `v` in partition `partition`, row by row, read `reverse`d or not.
+fn values_of_v(engine: &dyn Engine, partition: &[u8], reverse: bool) -> Vec<Vec<u8>> {
+    let mut collect = Collect::default();
+    reader::read_partition(
+        engine,
+        &TABLE,
+        Token(1),
+        partition,
+        &[ClusteringSlice::all()],
+        reverse,
+        NOW,
+        &mut collect,
+    )
+    .expect("read");
+    collect
+        .rows
+        .iter()
+        .filter_map(|(_, row)| value_of(row, "v"))
+        .collect()
+}
+
+/// Partition reads reuse pooled RocksDB iterators (`rocks::iterator_pool`). A reused
+/// iterator must read only the partition it is reused for — here every partition shares
+/// one token, so only the iterator's bounds tell them apart — and see every write made
+/// since it was last used, also once a flush or a compaction has changed the files under
+/// it.
+#[test]
+fn a_reused_partition_iterator_reads_only_its_partition_and_every_write_since() {
+    let directory = tempfile::tempdir().expect("temporary directory");
+    let engine = RocksEngine::open(directory.path(), &RocksOptions::default()).expect("open");
+    let put = |partition: &[u8], clustering: &[u8], timestamp: i64, value: &[u8]| {
+        write(
+            &engine,
+            row_key(partition, clustering, "v"),
+            Cell::live(WriteTimestamp(timestamp), value.to_vec()),
+        )
+    };
+    put(b"p1", b"a", 1, b"one");
+    put(b"p2", b"a", 1, b"two");
+    assert_eq!(values_of_v(&engine, b"p1", false), vec![b"one".to_vec()]);
+    assert_eq!(values_of_v(&engine, b"p2", false), vec![b"two".to_vec()]);
+    assert_eq!(
+        engine.partition_iterators().len(),
+        1,
+        "the second read reused the first one's iterator"
+    );
+
+    put(b"p1", b"a", 2, b"uno");
+    put(b"p1", b"b", 2, b"new row");
+    assert_eq!(
+        values_of_v(&engine, b"p1", false),
+        vec![b"uno".to_vec(), b"new row".to_vec()]
+    );
+    assert_eq!(
+        values_of_v(&engine, b"p1", true),
+        vec![b"new row".to_vec(), b"uno".to_vec()]
+    );
+
+    // A read keeps its iterator across a flush; the iterator is then refreshed onto
+    // the flushed file.
+    put(b"p2", b"a", 3, b"dos");
+    let (lower, upper) = partition_bounds(b"p2");
+    let cursor = engine.scan(&lower, &upper, false).expect("scan");
+    assert!(cursor.current().is_some(), "p2 holds a row");
+    engine.flush().expect("flush");
+    drop(cursor);
+    assert_eq!(engine.partition_iterators().len(), 1);
+    put(b"p2", b"b", 3, b"tres");
+    assert_eq!(
+        values_of_v(&engine, b"p2", false),
+        vec![b"dos".to_vec(), b"tres".to_vec()]
+    );
+    engine.compact_all().expect("compact");
+    put(b"p1", b"c", 4, b"after compaction");
+    assert_eq!(
+        values_of_v(&engine, b"p1", false),
+        vec![
+            b"uno".to_vec(),
+            b"new row".to_vec(),
+            b"after compaction".to_vec()
+        ]
+    );
+    assert_eq!(values_of_v(&engine, b"p3", false), Vec::<Vec<u8>>::new());
+}
+
+/// Threads sharing the iterator pool each read back every write they made, whichever
+/// pooled iterator they are handed and whatever the other threads flush meanwhile.
+#[test]
+fn every_reader_of_the_iterator_pool_reads_its_own_writes() {
+    let directory = tempfile::tempdir().expect("temporary directory");
+    let engine = RocksEngine::open(directory.path(), &RocksOptions::default()).expect("open");
+    std::thread::scope(|scope| {
+        for thread in 0..4u8 {
+            let engine = &engine;
+            scope.spawn(move || {
+                let partition = [b'p', thread];
+                for round in 1..=200i64 {
+                    let value = round.to_be_bytes().to_vec();
+                    write(
+                        engine,
+                        row_key(&partition, b"a", "v"),
+                        Cell::live(WriteTimestamp(round), value.clone()),
+                    );
+                    if thread == 0 && round % 50 == 0 {
+                        engine.flush().expect("flush");
+                    }
+                    assert_eq!(
+                        values_of_v(engine, &partition, round % 2 == 0),
+                        vec![value],
+                        "thread {thread}, round {round}"
+                    );
+                }
+            });
+        }
+    });
+}
+
+/// Pooled iterators keep flushed memtables and compacted-away files alive, so the ones
+/// left unused are released.
+#[test]
+fn idle_partition_iterators_are_released() {
+    use crate::rocks::iterator_pool::{IDLE_LIMIT, POOL_CAPACITY};
+    let directory = tempfile::tempdir().expect("temporary directory");
+    let engine = RocksEngine::open(directory.path(), &RocksOptions::default()).expect("open");
+    write(
+        &engine,
+        row_key(b"p", b"a", "v"),
+        Cell::live(WriteTimestamp(1), b"x".to_vec()),
+    );
+    // More cursors open at once than the pool keeps.
+    let (lower, upper) = partition_bounds(b"p");
+    let cursors: Vec<_> = (0..POOL_CAPACITY + 4)
+        .map(|_| engine.scan(&lower, &upper, false).expect("scan"))
+        .collect();
+    assert!(cursors.iter().all(|cursor| cursor.current().is_some()));
+    drop(cursors);
+    let pool = engine.partition_iterators();
+    assert_eq!(
+        pool.len(),
+        POOL_CAPACITY,
+        "the pool keeps at most its capacity"
+    );
+    let now = std::time::Instant::now();
+    assert_eq!(pool.drop_idle(now, IDLE_LIMIT), POOL_CAPACITY, "just used");
+    assert_eq!(
+        pool.drop_idle(now + IDLE_LIMIT, IDLE_LIMIT),
+        0,
+        "idle for the limit"
+    );
+    assert_eq!(values_of_v(&engine, b"p", false), vec![b"x".to_vec()]);
+    engine.flush().expect("flush");
+    assert_eq!(pool.len(), 0, "a flush releases the pooled iterators");
+}
+
 fn partition_deletion_key(partition: &[u8]) -> Vec<u8> {
     let mut key = keys::partition_prefix(&TABLE, Token(1), partition);
     key.push(keys::SECTION_PARTITION_DELETION);

@@ -16,6 +16,7 @@
 
 pub(crate) mod compressibility;
 mod filter;
+pub(crate) mod iterator_pool;
 pub(crate) mod level0;
 mod pack;
 mod staging;
@@ -77,6 +78,8 @@ impl Default for RocksOptions {
 }
 
 pub struct RocksEngine {
+    /// Iterators partition reads reuse ([`iterator_pool`]); cleared before `db` closes.
+    partition_iterators: iterator_pool::IteratorPool,
     db: Arc<DB>,
     /// The data column family's options, for files built to be ingested.
     data_options: Options,
@@ -98,6 +101,8 @@ pub struct RocksEngine {
 
 impl Drop for RocksEngine {
     fn drop(&mut self) {
+        // Pooled iterators must not outlive the database they read.
+        self.partition_iterators.clear();
         // The writer thread ends once it has applied what is queued.
         self.writer.close();
         if let Some(thread) = self.writer_thread.take() {
@@ -304,6 +309,7 @@ impl RocksEngine {
         uncompressed_data_options.set_compression_per_level(&[rocksdb::DBCompressionType::None]);
         uncompressed_data_options.set_compression_type(rocksdb::DBCompressionType::None);
         let engine = RocksEngine {
+            partition_iterators: iterator_pool::IteratorPool::default(),
             db,
             data_options,
             uncompressed_data_options,
@@ -407,6 +413,12 @@ impl RocksEngine {
         iterator.seek_to_first();
         iterator.status().map_err(io_error)?;
         Ok(iterator.valid())
+    }
+
+    /// The iterators partition reads reuse.
+    #[cfg(test)]
+    pub(crate) fn partition_iterators(&self) -> &iterator_pool::IteratorPool {
+        &self.partition_iterators
     }
 
     /// The data column family's files at `level`.
@@ -601,17 +613,20 @@ impl Engine for RocksEngine {
         reverse: bool,
     ) -> Result<Box<dyn Cursor + 'a>> {
         let data = self.data()?;
-        let mut read_options = ReadOptions::default();
-        read_options.set_iterate_lower_bound(lower.to_vec());
-        read_options.set_iterate_upper_bound(upper.to_vec());
         let within_one_token = lower.len() >= TOKEN_PREFIX_LENGTH
             && upper.len() >= TOKEN_PREFIX_LENGTH
             && lower[..TOKEN_PREFIX_LENGTH] == upper[..TOKEN_PREFIX_LENGTH];
         if within_one_token {
-            read_options.set_prefix_same_as_start(true);
-        } else {
-            read_options.set_total_order_seek(true);
+            // A partition read, most often a point read: on a reused iterator.
+            let cursor = self
+                .partition_iterators
+                .cursor(&self.db, data, lower, upper, reverse)?;
+            return Ok(Box::new(cursor));
         }
+        let mut read_options = ReadOptions::default();
+        read_options.set_iterate_lower_bound(lower.to_vec());
+        read_options.set_iterate_upper_bound(upper.to_vec());
+        read_options.set_total_order_seek(true);
         let mut iterator = self.db.raw_iterator_cf_opt(data, read_options);
         if reverse {
             iterator.seek_to_last();
@@ -723,11 +738,17 @@ impl Engine for RocksEngine {
     }
 
     fn flush(&self) -> Result<()> {
-        self.db.flush_cf(self.data()?).map_err(io_error)
+        self.db.flush_cf(self.data()?).map_err(io_error)?;
+        // Pooled iterators would keep the flushed memtable alive until their next use.
+        self.partition_iterators.clear();
+        Ok(())
     }
 
     fn compact_all(&self) -> Result<()> {
-        self.compact_in_passes()
+        self.compact_in_passes()?;
+        // ... and the compacted-away files, whose space an operator compacts to get back.
+        self.partition_iterators.clear();
+        Ok(())
     }
 
     fn put_metadata(&self, key: &[u8], value: &[u8]) -> Result<()> {
@@ -846,6 +867,11 @@ impl Engine for RocksEngine {
 
     fn adapt_compaction(&self) {
         self.adapt_compaction_at(std::time::Instant::now());
+    }
+
+    fn release_idle_readers(&self) {
+        self.partition_iterators
+            .drop_idle(std::time::Instant::now(), iterator_pool::IDLE_LIMIT);
     }
 
     fn checkpoint(&self, directory: &Path) -> Result<()> {
