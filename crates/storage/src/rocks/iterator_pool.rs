@@ -235,12 +235,21 @@ impl IteratorPool {
         }
     }
 
-    /// Drops the iterators unused since `now - IDLE_LIMIT` (all of them when the limit
-    /// is zero), returning how many are left.
+    /// Drops the iterators unused for `limit` by `now` (all of them when the limit is
+    /// zero), returning how many are left.
     pub(crate) fn drop_idle(&self, now: Instant, limit: Duration) -> usize {
-        let mut idle = self.idle.lock();
-        idle.retain(|iterator| now.saturating_duration_since(iterator.returned_at) < limit);
-        idle.len()
+        let (expired, left) = {
+            let mut idle = self.idle.lock();
+            let (kept, expired): (Vec<_>, Vec<_>) = std::mem::take(&mut *idle)
+                .into_iter()
+                .partition(|iterator| now.saturating_duration_since(iterator.returned_at) < limit);
+            *idle = kept;
+            (expired, idle.len())
+        };
+        // Destroyed outside the lock: the last iterator on an old super version cleans it
+        // up, which may delete obsolete files.
+        drop(expired);
+        left
     }
 
     /// Iterators pooled now.
@@ -251,7 +260,9 @@ impl IteratorPool {
 
     /// Drops every pooled iterator (before the database they read closes).
     pub(crate) fn clear(&self) {
-        self.idle.lock().clear();
+        let all = std::mem::take(&mut *self.idle.lock());
+        // Destroyed outside the lock, as in `drop_idle`.
+        drop(all);
     }
 }
 
