@@ -62,6 +62,11 @@ impl Visitor for Collect {
 }
 
 fn read(engine: &dyn Engine, partition: &[u8], now: i64) -> Vec<Row> {
+    read_in_order(engine, partition, false, now)
+}
+
+/// Every row of `partition`, in clustering order or (if `reverse`) against it.
+fn read_in_order(engine: &dyn Engine, partition: &[u8], reverse: bool, now: i64) -> Vec<Row> {
     let mut collect = Collect::default();
     reader::read_partition(
         engine,
@@ -69,7 +74,7 @@ fn read(engine: &dyn Engine, partition: &[u8], now: i64) -> Vec<Row> {
         Token(1),
         partition,
         &[ClusteringSlice::all()],
-        false,
+        reverse,
         now,
         &mut collect,
     )
@@ -386,22 +391,9 @@ fn partition_bounds(partition: &[u8]) -> (Vec<u8>, Vec<u8>) {
 
 /// The values of column `v` in partition `partition`, row by row, read `reverse`d or not.
 fn values_of_v(engine: &dyn Engine, partition: &[u8], reverse: bool) -> Vec<Vec<u8>> {
-    let mut collect = Collect::default();
-    reader::read_partition(
-        engine,
-        &TABLE,
-        Token(1),
-        partition,
-        &[ClusteringSlice::all()],
-        reverse,
-        NOW,
-        &mut collect,
-    )
-    .expect("read");
-    collect
-        .rows
+    read_in_order(engine, partition, reverse, NOW)
         .iter()
-        .filter_map(|(_, row)| value_of(row, "v"))
+        .filter_map(|row| value_of(row, "v"))
         .collect()
 }
 
