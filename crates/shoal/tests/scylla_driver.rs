@@ -3,6 +3,11 @@
 //! connect, DDL, prepared statements with token-aware routing, batches, paging, types,
 //! errors, LZ4 compression. The node runs in-process on a free loopback port.
 
+// The server's integration-test helpers (free ports and the rest), shared rather than copied.
+#[path = "../../server/tests/common/mod.rs"]
+mod common;
+
+use common::free_ports;
 use futures::TryStreamExt;
 use scylla::client::session::Session;
 use scylla::client::session_builder::SessionBuilder;
@@ -10,19 +15,6 @@ use scylla::statement::batch::Batch;
 use scylla::statement::unprepared::Statement;
 use shoal_server::config::Config;
 use shoal_server::Node;
-
-/// Two different ports free on 127.0.0.1 right now, for a node's CQL and internode
-/// ports. Both listeners are held while the second port is chosen. Two separate picks could
-/// be handed the same port (the first is released before the second is asked for), and the
-/// node refuses to start with equal ports.
-fn free_ports() -> (u16, u16) {
-    let first = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let second = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    (
-        first.local_addr().unwrap().port(),
-        second.local_addr().unwrap().port(),
-    )
-}
 
 async fn start_node(directory: &std::path::Path) -> Node {
     let (cql_port, internode_port) = free_ports();

@@ -29,6 +29,7 @@
 
 #![allow(unsafe_code)]
 
+use super::cursor::{DirectedCursor, RawIterator};
 use crate::{Cursor, Result, StorageError};
 use parking_lot::Mutex;
 use rocksdb::{AsColumnFamilyRef, DBAccess, ReadOptions, DB};
@@ -100,28 +101,28 @@ impl PooledIterator {
         unsafe { librocksdb_sys::rocksdb_iter_refresh(self.raw.as_ptr(), &mut error) };
         take_error(error)
     }
+}
 
+impl RawIterator for PooledIterator {
     fn valid(&self) -> bool {
         // SAFETY: `raw` is a live iterator.
         unsafe { librocksdb_sys::rocksdb_iter_valid(self.raw.as_ptr()) != 0 }
     }
 
-    fn key(&self) -> &[u8] {
-        let mut length = 0;
-        // SAFETY: called only while `valid()`; the slice lives until the iterator moves,
+    fn entry(&self) -> Option<(&[u8], &[u8])> {
+        if !self.valid() {
+            return None;
+        }
+        let (mut key_length, mut value_length) = (0, 0);
+        // SAFETY: the iterator is on an entry; the slices live until the iterator moves,
         // which needs `&mut self`.
         unsafe {
-            let data = librocksdb_sys::rocksdb_iter_key(self.raw.as_ptr(), &mut length);
-            std::slice::from_raw_parts(data.cast::<u8>(), length)
-        }
-    }
-
-    fn value(&self) -> &[u8] {
-        let mut length = 0;
-        // SAFETY: as for `key`.
-        unsafe {
-            let data = librocksdb_sys::rocksdb_iter_value(self.raw.as_ptr(), &mut length);
-            std::slice::from_raw_parts(data.cast::<u8>(), length)
+            let key = librocksdb_sys::rocksdb_iter_key(self.raw.as_ptr(), &mut key_length);
+            let value = librocksdb_sys::rocksdb_iter_value(self.raw.as_ptr(), &mut value_length);
+            Some((
+                std::slice::from_raw_parts(key.cast::<u8>(), key_length),
+                std::slice::from_raw_parts(value.cast::<u8>(), value_length),
+            ))
         }
     }
 
@@ -204,22 +205,16 @@ impl IteratorPool {
         reverse: bool,
     ) -> Result<PooledCursor<'a>> {
         let pooled = self.idle.lock().pop();
-        let mut iterator = match pooled {
+        let iterator = match pooled {
             Some(mut iterator) => {
                 iterator.reuse_for(lower, upper)?;
                 iterator
             }
             None => PooledIterator::create(db, family, lower, upper)?,
         };
-        if reverse {
-            iterator.seek_to_last();
-        } else {
-            iterator.seek_to_first();
-        }
         Ok(PooledCursor {
-            iterator: Some(iterator),
+            cursor: Some(DirectedCursor::start(iterator, reverse)),
             pool: self,
-            reverse,
         })
     }
 
@@ -269,28 +264,27 @@ impl IteratorPool {
 /// A [`Cursor`] on a pooled iterator, which goes back to its pool when the cursor drops.
 pub(crate) struct PooledCursor<'a> {
     /// `None` only while being dropped.
-    iterator: Option<PooledIterator>,
+    cursor: Option<DirectedCursor<PooledIterator>>,
     pool: &'a IteratorPool,
-    reverse: bool,
 }
 
 impl Drop for PooledCursor<'_> {
     fn drop(&mut self) {
-        if let Some(iterator) = self.iterator.take() {
-            self.pool.give_back(iterator);
+        if let Some(cursor) = self.cursor.take() {
+            self.pool.give_back(cursor.into_iterator());
         }
     }
 }
 
 impl PooledCursor<'_> {
-    fn iterator(&self) -> &PooledIterator {
-        self.iterator
+    fn cursor(&self) -> &DirectedCursor<PooledIterator> {
+        self.cursor
             .as_ref()
             .expect("a cursor holds its iterator until dropped")
     }
 
-    fn iterator_mut(&mut self) -> &mut PooledIterator {
-        self.iterator
+    fn cursor_mut(&mut self) -> &mut DirectedCursor<PooledIterator> {
+        self.cursor
             .as_mut()
             .expect("a cursor holds its iterator until dropped")
     }
@@ -298,38 +292,18 @@ impl PooledCursor<'_> {
 
 impl Cursor for PooledCursor<'_> {
     fn current(&self) -> Option<(&[u8], &[u8])> {
-        let iterator = self.iterator();
-        iterator.valid().then(|| (iterator.key(), iterator.value()))
+        self.cursor().current()
     }
 
     fn advance(&mut self) {
-        let reverse = self.reverse;
-        let iterator = self.iterator_mut();
-        if !iterator.valid() {
-            return;
-        }
-        if reverse {
-            iterator.prev();
-        } else {
-            iterator.next();
-        }
+        self.cursor_mut().advance();
     }
 
     fn skip_to(&mut self, key: &[u8]) {
-        let reverse = self.reverse;
-        let iterator = self.iterator_mut();
-        if reverse {
-            // Last key < `key`: seek_for_prev finds the last key <= key.
-            iterator.seek_for_prev(key);
-            if iterator.valid() && iterator.key() == key {
-                iterator.prev();
-            }
-        } else {
-            iterator.seek(key);
-        }
+        self.cursor_mut().skip_to(key);
     }
 
     fn status(&self) -> Result<()> {
-        self.iterator().status()
+        self.cursor().status()
     }
 }

@@ -15,6 +15,7 @@
 //! - Metadata lives in its own column family and is synced on every write.
 
 pub(crate) mod compressibility;
+mod cursor;
 mod filter;
 pub(crate) mod iterator_pool;
 pub(crate) mod level0;
@@ -24,12 +25,13 @@ mod writer;
 
 use crate::shadow;
 use crate::{Cursor, Engine, GarbageReport, Result, StorageError, TableRules, WriteBatch};
+use cursor::DirectedCursor;
 use filter::PurgeFilterFactory;
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use rocksdb::{
-    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBRawIteratorWithThreadMode, MergeOperands,
-    Options, ReadOptions, SliceTransform, DB,
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, MergeOperands, Options, ReadOptions,
+    SliceTransform, DB,
 };
 use shoal_model::keys::{self, TOKEN_PREFIX_LENGTH};
 use shoal_model::{fragment, Cell, CellKind, TableId};
@@ -557,45 +559,6 @@ impl RocksEngine {
     }
 }
 
-struct RocksCursor<'a> {
-    iterator: DBRawIteratorWithThreadMode<'a, DB>,
-    reverse: bool,
-}
-
-impl Cursor for RocksCursor<'_> {
-    fn current(&self) -> Option<(&[u8], &[u8])> {
-        if self.iterator.valid() {
-            Some((self.iterator.key()?, self.iterator.value()?))
-        } else {
-            None
-        }
-    }
-
-    fn advance(&mut self) {
-        if self.reverse {
-            self.iterator.prev();
-        } else {
-            self.iterator.next();
-        }
-    }
-
-    fn skip_to(&mut self, key: &[u8]) {
-        if self.reverse {
-            // Last key < `key`: seek_for_prev finds the last key <= key.
-            self.iterator.seek_for_prev(key);
-            if self.iterator.valid() && self.iterator.key() == Some(key) {
-                self.iterator.prev();
-            }
-        } else {
-            self.iterator.seek(key);
-        }
-    }
-
-    fn status(&self) -> Result<()> {
-        self.iterator.status().map_err(io_error)
-    }
-}
-
 impl Engine for RocksEngine {
     fn write(&self, batch: &WriteBatch) -> Result<()> {
         futures::executor::block_on(
@@ -629,13 +592,8 @@ impl Engine for RocksEngine {
         read_options.set_iterate_lower_bound(lower.to_vec());
         read_options.set_iterate_upper_bound(upper.to_vec());
         read_options.set_total_order_seek(true);
-        let mut iterator = self.db.raw_iterator_cf_opt(data, read_options);
-        if reverse {
-            iterator.seek_to_last();
-        } else {
-            iterator.seek_to_first();
-        }
-        Ok(Box::new(RocksCursor { iterator, reverse }))
+        let iterator = self.db.raw_iterator_cf_opt(data, read_options);
+        Ok(Box::new(DirectedCursor::start(iterator, reverse)))
     }
 
     fn stream_range<'a>(&'a self, lower: &[u8], upper: &[u8]) -> Result<Box<dyn Cursor + 'a>> {
@@ -643,12 +601,8 @@ impl Engine for RocksEngine {
         // Streaming reads a range once, front to back: large sequential reads.
         let mut read_options = range_read_options(lower, upper);
         read_options.set_readahead_size(STREAM_READAHEAD_BYTES);
-        let mut iterator = self.db.raw_iterator_cf_opt(data, read_options);
-        iterator.seek_to_first();
-        Ok(Box::new(RocksCursor {
-            iterator,
-            reverse: false,
-        }))
+        let iterator = self.db.raw_iterator_cf_opt(data, read_options);
+        Ok(Box::new(DirectedCursor::start(iterator, false)))
     }
 
     fn ingest(&self, entries: &[(&[u8], &[u8])]) -> Result<()> {
