@@ -522,7 +522,7 @@ async fn run_phase(shared: Arc<Shared>, load: bool) -> anyhow::Result<Summary> {
             shared.stopped.store(true, Ordering::Relaxed);
         })
     });
-    // One recorder for every worker, its histograms made before the clock starts. (A
+    // One recorder for every worker, its histograms made before any operation is timed. (A
     // recorder of its own per worker costs each worker ~180 KB of histograms on its first
     // answer: a burst of 1,000 clients then spent ~90 ms of the client's time in page
     // faults inside the measurement, delaying every answer behind them.) The workers run
