@@ -527,12 +527,16 @@ async fn run_phase(shared: Arc<Shared>, load: bool) -> anyhow::Result<Summary> {
     // answer: a burst of 1,000 clients then spent ~90 ms of the client's time in page
     // faults inside the measurement, delaying every answer behind them.) The workers run
     // on this one task, so the lock is never contended.
-    let kinds = workload
-        .proportions
-        .iter()
-        .filter(|(_, share)| !load && *share > 0.0)
-        .map(|(kind, _)| *kind)
-        .chain(load.then_some(OperationKind::Insert));
+    let kinds: Vec<OperationKind> = if load {
+        vec![OperationKind::Insert]
+    } else {
+        workload
+            .proportions
+            .iter()
+            .filter(|(_, share)| *share > 0.0)
+            .map(|(kind, _)| *kind)
+            .collect()
+    };
     let recorder = std::sync::Mutex::new(Recorder::expecting(kinds));
     let recorder = &recorder;
     let workers = (0..common.concurrency).map(|worker| {
