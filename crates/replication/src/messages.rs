@@ -36,6 +36,69 @@ pub mod cells_serde {
     }
 }
 
+/// Cells packed in one buffer, `u32 key length | u32 value length | key | value` per
+/// cell (lengths big-endian): one copy per cell on each side and no allocation per cell.
+/// Bulk cells travel between nodes this way as the attachment of their reply frame
+/// (`shoal_server::internode`), not inside its encoding: a streamed chunk's, and a scan
+/// chunk's answered for another coordinator ([`ReplicaResponse::PackedScanCells`]), which
+/// the replica packs on its read thread and the coordinator unpacks on its scan thread, so
+/// the network tasks that also carry point reads never touch them cell by cell.
+pub mod packed {
+    use super::Cells;
+
+    /// A packed cell: `(key, value)`, borrowed from its buffer.
+    pub type PackedCell<'a> = (&'a [u8], &'a [u8]);
+
+    /// Appends one cell to `buffer`.
+    pub fn pack(buffer: &mut Vec<u8>, key: &[u8], value: &[u8]) {
+        buffer.reserve(8 + key.len() + value.len());
+        buffer.extend_from_slice(&(key.len() as u32).to_be_bytes());
+        buffer.extend_from_slice(&(value.len() as u32).to_be_bytes());
+        buffer.extend_from_slice(key);
+        buffer.extend_from_slice(value);
+    }
+
+    /// `cells` packed in one buffer.
+    pub fn pack_all(cells: &Cells) -> Vec<u8> {
+        let bytes = cells.iter().map(|(k, v)| 8 + k.len() + v.len()).sum();
+        let mut buffer = Vec::with_capacity(bytes);
+        for (key, value) in cells {
+            pack(&mut buffer, key, value);
+        }
+        buffer
+    }
+
+    /// The cells packed in `buffer`; an error if it is malformed (it came from the
+    /// network).
+    pub fn entries(buffer: &[u8]) -> Result<Vec<PackedCell<'_>>, String> {
+        let mut entries = Vec::new();
+        let mut rest = buffer;
+        while !rest.is_empty() {
+            let length = |bytes: &[u8]| -> Option<usize> {
+                Some(u32::from_be_bytes(bytes.try_into().ok()?) as usize)
+            };
+            let malformed = || "malformed packed cells".to_string();
+            let key_length = rest.get(..4).and_then(length).ok_or_else(malformed)?;
+            let value_length = rest.get(4..8).and_then(length).ok_or_else(malformed)?;
+            let key = rest.get(8..8 + key_length).ok_or_else(malformed)?;
+            let value = rest
+                .get(8 + key_length..8 + key_length + value_length)
+                .ok_or_else(malformed)?;
+            entries.push((key, value));
+            rest = &rest[8 + key_length + value_length..];
+        }
+        Ok(entries)
+    }
+
+    /// The cells packed in `buffer`, owned; an error if it is malformed.
+    pub fn unpack(buffer: &[u8]) -> Result<Cells, String> {
+        Ok(entries(buffer)?
+            .into_iter()
+            .map(|(key, value)| (key.to_vec(), value.to_vec()))
+            .collect())
+    }
+}
+
 /// A logged batch in a batchlog ([`crate::batchlog`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BatchId {
@@ -217,6 +280,25 @@ impl ReplicaRequest {
 }
 
 impl ReplicaResponse {
+    /// A scan chunk's answer as it leaves for another coordinator: its cells [`packed`]
+    /// (`PackedScanCells`). Any other answer is left as it is.
+    pub fn into_packed_chunk(self) -> ReplicaResponse {
+        let (cells, complete, estimates) = match self {
+            ReplicaResponse::ScanCells {
+                cells,
+                complete,
+                estimates,
+            } => (cells, complete, Some(estimates)),
+            ReplicaResponse::Cells { cells, complete } => (cells, complete, None),
+            other => return other,
+        };
+        ReplicaResponse::PackedScanCells {
+            cells: packed::pack_all(&cells).into(),
+            complete,
+            estimates,
+        }
+    }
+
     /// The answer as a trace event names it.
     pub fn describe(&self) -> String {
         match self {
@@ -227,6 +309,13 @@ impl ReplicaResponse {
             } => format!(
                 "{} cells{}",
                 cells.len(),
+                if *complete { "" } else { " (limit reached)" }
+            ),
+            ReplicaResponse::PackedScanCells {
+                cells, complete, ..
+            } => format!(
+                "{} cells{}",
+                packed::entries(cells).map_or(0, |entries| entries.len()),
                 if *complete { "" } else { " (limit reached)" }
             ),
             ReplicaResponse::Hashes(hashes) => format!("{} hashes", hashes.len()),
@@ -304,6 +393,15 @@ pub enum ReplicaResponse {
         complete: bool,
         estimates: std::sync::Arc<TabletCells>,
     },
+    /// The answer to another coordinator's `ScanChunk`: `ScanCells` (or `Cells`, without
+    /// `estimates`) with its cells [`packed`] by the replica's read thread. They are not
+    /// part of the encoding: between nodes they travel as the reply's attachment.
+    PackedScanCells {
+        #[serde(skip)]
+        cells: bytes::Bytes,
+        complete: bool,
+        estimates: Option<std::sync::Arc<TabletCells>>,
+    },
 }
 
 /// A replica's estimate of the cells it holds in each of a table's tablets that it
@@ -317,6 +415,55 @@ pub struct TabletCells {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn packed_cells_round_trip_and_malformed_buffers_are_refused() {
+        let cells: Cells = vec![
+            (b"key-1".to_vec(), b"value".to_vec()),
+            (b"k2".to_vec(), Vec::new()),
+        ];
+        let buffer = packed::pack_all(&cells);
+        assert_eq!(packed::unpack(&buffer).unwrap(), cells);
+        assert_eq!(
+            packed::entries(&buffer).unwrap(),
+            vec![(&b"key-1"[..], &b"value"[..]), (&b"k2"[..], &b""[..])]
+        );
+        for cut in 1..buffer.len() {
+            if cut != 8 + 5 + 5 {
+                assert!(packed::unpack(&buffer[..cut]).is_err(), "cut at {cut}");
+            }
+        }
+        let mut huge = buffer.clone();
+        huge[..4].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(packed::entries(&huge).is_err());
+    }
+
+    #[test]
+    fn a_scan_chunk_for_another_coordinator_is_packed_with_what_it_said() {
+        let cells: Cells = vec![(b"k".to_vec(), b"v".to_vec())];
+        let estimates = std::sync::Arc::new(TabletCells {
+            table: TableId([3; 16]),
+            tablets: vec![(TabletId(0), 7)],
+        });
+        let answer = ReplicaResponse::ScanCells {
+            cells: cells.clone(),
+            complete: false,
+            estimates: std::sync::Arc::clone(&estimates),
+        };
+        let ReplicaResponse::PackedScanCells {
+            cells: packed_cells,
+            complete,
+            estimates: packed_estimates,
+        } = answer.into_packed_chunk()
+        else {
+            panic!("a scan chunk's answer is packed");
+        };
+        assert_eq!(packed::unpack(&packed_cells).unwrap(), cells);
+        assert!(!complete);
+        assert_eq!(packed_estimates.as_deref(), Some(&*estimates));
+        let error = ReplicaResponse::Error("no".into()).into_packed_chunk();
+        assert!(matches!(error, ReplicaResponse::Error(_)), "left as it is");
+    }
 
     /// The plain encoding nodes without `cells_serde` used.
     #[derive(Serialize, Deserialize)]

@@ -10,7 +10,7 @@
 use crate::barrier::{InFlight, TopologyGuard};
 use crate::consistency::{RANGE_READ_TIMEOUT, READ_TIMEOUT, WRITE_TIMEOUT};
 use crate::hints::Hints;
-use crate::messages::{Cells, CellsFrom, ReplicaRequest, ReplicaResponse, ScanTicket};
+use crate::messages::{packed, Cells, CellsFrom, ReplicaRequest, ReplicaResponse, ScanTicket};
 use crate::replica::LocalReplica;
 use crate::topology::{replicas_of, write_replicas_of, Replica, TabletReplicas, Topology};
 use crate::transport::{Liveness, ReplicaTransport};
@@ -321,6 +321,18 @@ impl StorageProxy {
                 estimates: tablet_cells,
             } => {
                 estimates.record(&tablet_cells);
+                Ok((cells, complete))
+            }
+            // Unpacked here, where the scan waits for it: on its scan thread.
+            ReplicaResponse::PackedScanCells {
+                cells,
+                complete,
+                estimates: tablet_cells,
+            } => {
+                if let Some(tablet_cells) = tablet_cells {
+                    estimates.record(&tablet_cells);
+                }
+                let cells = packed::unpack(&cells).map_err(ReplicaResponse::Error)?;
                 Ok((cells, complete))
             }
             other => Err(other),

@@ -106,7 +106,10 @@ impl LocalReplica {
     ) -> BoxFuture<'static, ReplicaResponse> {
         let local = Arc::clone(self);
         let read = move || match topology_version {
-            Some(version) => local.serve_read_routed(request, version),
+            // Packed here, on the read thread, so the connection's task only writes it.
+            Some(version) => local
+                .serve_read_routed(request, version)
+                .into_packed_chunk(),
             None => local.serve_read(request),
         };
         match self.scan_stage.get() {

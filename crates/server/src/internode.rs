@@ -2,10 +2,12 @@
 //! small messages and one for bulk.
 //!
 //! A frame is `u32 length | u8 protocol version | u64 request id | bincode payload |
-//! attachment`. The attachment is empty except in the reply carrying a streamed chunk, whose
-//! megabytes of cells follow the encoding instead of being serialized into it: the source
-//! writes its buffer to the socket as it is, and the destination takes them as a slice of
-//! the frame it read (`Reply::attachment`). The caller's side
+//! attachment`. The attachment is empty except in the replies carrying a streamed chunk or
+//! a scan chunk, whose megabytes of cells, packed (`shoal_replication::messages::packed`),
+//! follow the encoding instead of being serialized into it: the source writes its buffer to
+//! the socket as it is, and the destination takes them as a slice of the frame it read
+//! (`Reply::attachment`). Packing and unpacking them is left to the threads that read and
+//! use the cells, so a connection's tasks, which carry point reads too, only move bytes. The caller's side
 //! ([`Peers`]) keeps one connection per peer address and [`Lane`]: any number of requests
 //! are in flight on it, each waiting for the response with its id; a writer task coalesces
 //! every frame that is ready into one socket write, and each side's reader reads frames
@@ -53,8 +55,8 @@ use tokio::sync::{mpsc, oneshot};
 /// The internode protocol version every frame carries; a peer speaking another one is
 /// disconnected with a message saying so. 2: tablet maps carry the tablets to merge, and
 /// the metadata log the commands that merge them. 3: a streamed chunk's cells travel as its
-/// reply's attachment.
-pub const PROTOCOL_VERSION: u8 = 3;
+/// reply's attachment. 4: so do a scan chunk's, packed (`ReplicaResponse::PackedScanCells`).
+pub const PROTOCOL_VERSION: u8 = 4;
 /// `version | request id` after the length.
 const HEADER_BYTES: usize = 9;
 /// The largest frame a peer may send (hints and scan chunks stay far below).
@@ -165,6 +167,7 @@ impl Reply {
     fn attachment(&self) -> Option<&Bytes> {
         match self {
             Reply::Stream(crate::streaming::StreamReply::Chunk(chunk)) => Some(&chunk.cells),
+            Reply::Replica(ReplicaResponse::PackedScanCells { cells, .. }) => Some(cells),
             _ => None,
         }
     }
@@ -172,6 +175,7 @@ impl Reply {
     fn attachment_mut(&mut self) -> Option<&mut Bytes> {
         match self {
             Reply::Stream(crate::streaming::StreamReply::Chunk(chunk)) => Some(&mut chunk.cells),
+            Reply::Replica(ReplicaResponse::PackedScanCells { cells, .. }) => Some(cells),
             _ => None,
         }
     }
@@ -829,37 +833,56 @@ mod tests {
         assert_eq!(error.kind(), std::io::ErrorKind::UnexpectedEof);
     }
 
+    /// `reply` sent as frame `id` and read back: its head must not hold an attachment.
+    async fn sent_and_read(id: u64, reply: &Reply) -> Reply {
+        let frame = encode_reply(id, reply).unwrap();
+        assert!(frame.head.len() < 64, "no attachment in the head");
+        let mut bytes = frame.head.clone();
+        bytes.extend_from_slice(&frame.attachment);
+        let (read_id, body) = read_frame(&mut bytes.as_slice()).await.unwrap().unwrap();
+        assert_eq!(read_id, id);
+        decode_reply(body)
+    }
+
     #[tokio::test]
-    async fn a_streamed_chunk_travels_as_its_replys_attachment() {
+    async fn streamed_and_scan_chunks_travel_as_their_replys_attachment() {
         let mut cells = Vec::new();
-        crate::streaming::Chunk::pack(&mut cells, b"key", &[7; 100_000]);
-        crate::streaming::Chunk::pack(&mut cells, b"other", b"value");
+        shoal_replication::messages::packed::pack(&mut cells, b"key", &[7; 100_000]);
+        shoal_replication::messages::packed::pack(&mut cells, b"other", b"value");
         let reply = Reply::Stream(crate::streaming::StreamReply::Chunk(
             crate::streaming::Chunk {
                 cells: Bytes::from(cells.clone()),
                 done: true,
             },
         ));
-        let frame = encode_reply(5, &reply).unwrap();
-        assert!(frame.head.len() < 64, "the cells are not in the head");
-        let mut bytes = frame.head.clone();
-        bytes.extend_from_slice(&frame.attachment);
-        let (id, body) = read_frame(&mut bytes.as_slice()).await.unwrap().unwrap();
-        assert_eq!(id, 5);
-        let Reply::Stream(crate::streaming::StreamReply::Chunk(chunk)) = decode_reply(body) else {
+        let Reply::Stream(crate::streaming::StreamReply::Chunk(chunk)) =
+            sent_and_read(5, &reply).await
+        else {
             panic!("not a chunk");
         };
         assert!(chunk.done);
         assert_eq!(&chunk.cells[..], &cells[..]);
 
+        // So does a scan chunk's answer for another coordinator.
+        let reply = Reply::Replica(ReplicaResponse::PackedScanCells {
+            cells: Bytes::from(cells.clone()),
+            complete: true,
+            estimates: None,
+        });
+        let Reply::Replica(ReplicaResponse::PackedScanCells {
+            cells: read,
+            complete,
+            ..
+        }) = sent_and_read(7, &reply).await
+        else {
+            panic!("not a scan chunk");
+        };
+        assert!(complete);
+        assert_eq!(&read[..], &cells[..]);
+
         // Replies without one decode as before.
-        let frame = encode_reply(6, &Reply::Done).unwrap();
-        assert!(frame.attachment.is_empty());
-        let (_, body) = read_frame(&mut frame.head.as_slice())
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(matches!(decode_reply(body), Reply::Done));
+        assert!(encode_reply(6, &Reply::Done).unwrap().attachment.is_empty());
+        assert!(matches!(sent_and_read(6, &Reply::Done).await, Reply::Done));
     }
 
     /// Answers every message with the name of the thread that served it.

@@ -17,6 +17,7 @@ use parking_lot::Mutex;
 use shoal_model::{TableId, TabletId};
 use shoal_placement::MigrationId;
 use shoal_replication::index::LocalIndexes;
+use shoal_replication::messages::packed;
 use shoal_replication::LocalReplica;
 use shoal_storage::Engine;
 use std::collections::HashMap;
@@ -300,7 +301,7 @@ impl Incoming {
         let mut changed = 0;
         loop {
             let chunk = self.next_chunk(job, source, session).await?;
-            let entries = Chunk::entries(&chunk.cells)?;
+            let entries = packed::entries(&chunk.cells)?;
             let replica = &self.replica;
             let absorbs: Vec<_> = entries
                 .into_iter()
@@ -365,7 +366,7 @@ impl Incoming {
                 shoal_coordinator::schedule::lower_thread_priority(nice);
                 let ingested = chunks
                     .iter()
-                    .map(|chunk| Chunk::entries(chunk))
+                    .map(|chunk| packed::entries(chunk))
                     .collect::<Result<Vec<_>, String>>()
                     .and_then(|files| {
                         let entries: Vec<_> = files.into_iter().flatten().collect();

@@ -54,12 +54,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use throttle::Throttle;
 
-/// A cell as stored: `(key, value)`.
-pub type StoredCell<'a> = (&'a [u8], &'a [u8]);
-
 /// Cells of a range, in key order, as stored, packed in one buffer
-/// (`u32 key length | u32 value length | key | value`, lengths big-endian): one copy per
-/// cell on each side, and no allocation per cell.
+/// ([`shoal_replication::messages::packed`]).
 ///
 /// Between nodes the cells travel as the attachment of their reply frame
 /// ([`crate::internode`]), not inside its encoding: the source's buffer is written to the
@@ -77,37 +73,6 @@ impl Chunk {
     /// Bytes of the packed cells.
     pub fn bytes(&self) -> usize {
         self.cells.len()
-    }
-
-    /// Appends one cell to `buffer`, packed as a chunk's cells are.
-    pub fn pack(buffer: &mut Vec<u8>, key: &[u8], value: &[u8]) {
-        buffer.reserve(8 + key.len() + value.len());
-        buffer.extend_from_slice(&(key.len() as u32).to_be_bytes());
-        buffer.extend_from_slice(&(value.len() as u32).to_be_bytes());
-        buffer.extend_from_slice(key);
-        buffer.extend_from_slice(value);
-    }
-
-    /// The cells packed in `buffer`; an error if it is malformed (it came from the
-    /// network).
-    pub fn entries(buffer: &[u8]) -> Result<Vec<StoredCell<'_>>, String> {
-        let mut entries = Vec::new();
-        let mut rest = buffer;
-        while !rest.is_empty() {
-            let length = |bytes: &[u8]| -> Option<usize> {
-                Some(u32::from_be_bytes(bytes.try_into().ok()?) as usize)
-            };
-            let malformed = || "a malformed streaming chunk".to_string();
-            let key_length = rest.get(..4).and_then(length).ok_or_else(malformed)?;
-            let value_length = rest.get(4..8).and_then(length).ok_or_else(malformed)?;
-            let key = rest.get(8..8 + key_length).ok_or_else(malformed)?;
-            let value = rest
-                .get(8 + key_length..8 + key_length + value_length)
-                .ok_or_else(malformed)?;
-            entries.push((key, value));
-            rest = &rest[8 + key_length + value_length..];
-        }
-        Ok(entries)
     }
 }
 
@@ -455,25 +420,6 @@ fn measure(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn chunks_pack_cells_and_refuse_malformed_buffers() {
-        let mut cells = Vec::new();
-        Chunk::pack(&mut cells, b"key-1", b"value");
-        Chunk::pack(&mut cells, b"k2", b"");
-        assert_eq!(
-            Chunk::entries(&cells).unwrap(),
-            vec![(&b"key-1"[..], &b"value"[..]), (&b"k2"[..], &b""[..])]
-        );
-        for cut in 1..cells.len() {
-            if cut != 8 + 5 + 5 {
-                assert!(Chunk::entries(&cells[..cut]).is_err(), "cut at {cut}");
-            }
-        }
-        let mut huge = cells.clone();
-        huge[..4].copy_from_slice(&u32::MAX.to_be_bytes());
-        assert!(Chunk::entries(&huge).is_err());
-    }
 
     #[test]
     fn an_interval_is_measured_from_the_difference_of_cumulative_buckets() {

@@ -11,6 +11,7 @@ use super::throttle::Throttle;
 use super::Chunk;
 use parking_lot::Mutex;
 use shoal_model::TableId;
+use shoal_replication::messages::packed;
 use shoal_replication::paxos;
 use shoal_storage::Engine;
 use std::collections::HashMap;
@@ -196,7 +197,7 @@ fn read_range(
                 break;
             };
             if keep(key) {
-                Chunk::pack(&mut cells, key, value);
+                packed::pack(&mut cells, key, value);
             }
             cursor.advance();
         }
