@@ -529,15 +529,18 @@ def unexpected_success(cluster, ks, victim, what, result):
     """Why `what` at ALL may have succeeded with `victim` paused (seen in CI, not
     reproduced): the request's trace, the table's tablets and the victim's state."""
     try:
-        trace = result.get_query_trace(max_wait=10)
+        trace = result.get_query_trace(max_wait_sec=10)
         events = "\n".join(f"  {event.source}: {event.description}" for event in trace.events)
     except Exception as error:  # the explanation must not hide the failure
         events = f"  (no trace: {error})"
     ring = subprocess.run([shoal_binary(), "admin", "ring", ks, "t", "--host", ADDRESSES[0],
                            "--port", str(cluster.internode_port)], capture_output=True, text=True, timeout=30)
+    status = subprocess.run([shoal_binary(), "admin", "status", "--host", ADDRESSES[0],
+                             "--port", str(cluster.internode_port)], capture_output=True, text=True, timeout=30)
     state = open(f"/proc/{victim.process.pid}/stat").read().split()[2]
     return (f"{what} at ALL succeeded with {victim.address} paused (process state {state}); its trace:\n"
-            f"{events}\nthe table's tablets:\n{ring.stdout}{ring.stderr}")
+            f"{events}\nthe table's tablets:\n{ring.stdout}{ring.stderr}"
+            f"the members as {ADDRESSES[0]} sees them:\n{status.stdout}{status.stderr}")
 
 
 def unavailable_at_all(session, ks):
