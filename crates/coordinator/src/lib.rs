@@ -81,6 +81,8 @@ pub struct NodeInfo {
     /// The order this node serves reads in, and its read threads (0: one per core).
     pub read_scheduling: schedule::Ordering,
     pub read_threads: usize,
+    /// The niceness of scan work in the point-first orders (`scan_nice`).
+    pub scan_nice: u8,
     /// How long scan work may wait for its turn before it is refused
     /// (`range_request_timeout_ms`: Cassandra's `range_request_timeout`).
     pub range_request_timeout: std::time::Duration,
@@ -175,8 +177,12 @@ impl Coordinator {
             0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
             threads => threads,
         };
-        let reads = schedule::ReadScheduler::new(info.read_scheduling, read_threads)
-            .with_scan_deadline(info.range_request_timeout);
+        let reads = schedule::ReadScheduler::with_scan_nice(
+            info.read_scheduling,
+            read_threads,
+            info.scan_nice,
+        )
+        .with_scan_deadline(info.range_request_timeout);
         replication.set_scan_stage(reads.chunk_stage());
         Coordinator {
             reads,

@@ -21,6 +21,7 @@ fn info() -> NodeInfo {
         gossip_generation: 1,
         read_scheduling: crate::schedule::Ordering::PointFirst { narrow_first: true },
         read_threads: 2,
+        scan_nice: crate::schedule::SCAN_THREAD_NICE,
         range_request_timeout: shoal_replication::RANGE_READ_TIMEOUT,
     }
 }

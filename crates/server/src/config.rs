@@ -99,6 +99,13 @@ pub struct Config {
     pub read_scheduling: ReadScheduling,
     /// Threads serving scans, and point reads while scans run (0: one per core).
     pub read_threads: usize,
+    /// CPU priority of scan work (the read and scan threads) in the point-first orders,
+    /// as a Unix niceness: 1 to 18 yield to point reads more and more (Linux's batch
+    /// policy at that niceness; 10, the default, keeps scans about a tenth of a normal
+    /// thread's share under any load), 19 yields entirely (Linux's idle policy: a point
+    /// read's thread takes the core at once when it wakes, but on cores that requests keep
+    /// busy all the time scans barely move and time out). `fifo` ignores it.
+    pub scan_nice: u8,
     /// Tablets a scan fetches at once at most, sized by the replicas' estimates of their
     /// cells (1: one tablet after another, as Cassandra's range reads without a
     /// concurrency factor).
@@ -220,6 +227,7 @@ impl Default for Config {
             migrations_per_node: 8,
             tablet_split_mib: 128,
             stream_nice: 19,
+            scan_nice: shoal_coordinator::schedule::SCAN_THREAD_NICE,
         }
     }
 }
@@ -305,6 +313,11 @@ impl Config {
             self.migrations_per_node
         );
         anyhow::ensure!(
+            (1..=19).contains(&self.scan_nice),
+            "scan_nice must be between 1 and 19 (got {})",
+            self.scan_nice
+        );
+        anyhow::ensure!(
             self.stream_nice <= 19,
             "stream_nice must be between 0 and 19 (got {})",
             self.stream_nice
@@ -375,27 +388,32 @@ mod tests {
         assert_eq!(config, Config::default());
     }
 
+    /// Why `config` is refused.
+    fn refusal(config: Config) -> String {
+        config.validate().unwrap_err().to_string()
+    }
+
     #[test]
     fn bad_values_are_refused_with_a_message() {
         let config = Config {
             commitlog_sync_period_ms: 0,
             ..Config::default()
         };
-        assert!(config
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .contains("commitlog_sync_period_ms"));
+        assert!(refusal(config).contains("commitlog_sync_period_ms"));
         assert!(toml::from_str::<Config>("no_such_field = 1").is_err());
         // A limit under load too low to move a tablet in reasonable time.
         let config = Config {
             stream_throughput_under_load_mib_per_s: 1,
             ..Config::default()
         };
-        assert!(config
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .contains("stream_throughput_under_load_mib_per_s"));
+        assert!(refusal(config).contains("stream_throughput_under_load_mib_per_s"));
+        // Scan work at a normal priority would compete with point reads as equals.
+        for scan_nice in [0, 20] {
+            let config = Config {
+                scan_nice,
+                ..Config::default()
+            };
+            assert!(refusal(config).contains("scan_nice must be between 1 and 19"));
+        }
     }
 }

@@ -204,6 +204,7 @@ impl Node {
             gossip_generation: shoal_model::timestamp::now_seconds() as i32,
             read_scheduling: config.read_scheduling.ordering(),
             read_threads: config.read_threads,
+            scan_nice: config.scan_nice,
             range_request_timeout: std::time::Duration::from_millis(
                 config.range_request_timeout_ms,
             ),

@@ -52,8 +52,9 @@ pub const QUEUE_CAPACITY: usize = 4096;
 pub const AGING_BOUND: Duration = Duration::from_millis(50);
 /// Scans coordinated at once per read thread.
 pub const SCANS_PER_READ_THREAD: usize = 2;
-/// The niceness of the read and scan threads in point-first orders: the CPU scan work
-/// spends reading, merging and encoding rows goes to point reads first when they want it.
+/// The niceness of the read and scan threads in point-first orders unless configured
+/// (`scan_nice`): the CPU scan work spends reading, merging and encoding rows goes to
+/// point reads first when they want it.
 pub const SCAN_THREAD_NICE: u8 = 10;
 
 /// Lowers the calling thread's CPU priority, for a thread that only ever does background
@@ -222,12 +223,18 @@ impl ReadScheduler {
     /// `threads` read threads (and [`SCANS_PER_READ_THREAD`] scan threads per read
     /// thread) serving reads in `ordering`.
     pub fn new(ordering: Ordering, threads: usize) -> ReadScheduler {
+        ReadScheduler::with_scan_nice(ordering, threads, SCAN_THREAD_NICE)
+    }
+
+    /// [`ReadScheduler::new`], with scan work at niceness `scan_nice` in the point-first
+    /// orders (see [`lower_thread_priority`]; the `scan_nice` setting).
+    pub fn with_scan_nice(ordering: Ordering, threads: usize, scan_nice: u8) -> ReadScheduler {
         let threads = threads.max(1);
         let reads = Shared::new(ordering);
         // In arrival order every read is equal, as in Cassandra.
         let nice = match ordering {
             Ordering::Fifo => 0,
-            Ordering::PointFirst { .. } => SCAN_THREAD_NICE,
+            Ordering::PointFirst { .. } => scan_nice,
         };
         reads.start_threads("shoal-read", threads, nice);
         let coordinated = Shared::new(ordering);
