@@ -530,11 +530,8 @@ async fn run_phase(shared: Arc<Shared>, load: bool) -> anyhow::Result<Summary> {
     let kinds: Vec<OperationKind> = if load {
         vec![OperationKind::Insert]
     } else {
-        workload
-            .proportions
-            .iter()
-            .filter(|(_, share)| *share > 0.0)
-            .map(|(kind, _)| *kind)
+        OperationChooser::new(&workload.proportions)
+            .kinds()
             .collect()
     };
     let recorder = std::sync::Mutex::new(Recorder::expecting(kinds));

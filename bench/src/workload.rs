@@ -143,6 +143,11 @@ impl OperationChooser {
         OperationChooser { cumulative }
     }
 
+    /// The operations it can pick (those with a share above zero), in the order given.
+    pub fn kinds(&self) -> impl Iterator<Item = OperationKind> + '_ {
+        self.cumulative.iter().map(|(kind, _)| *kind)
+    }
+
     pub fn next(&self, rng: &mut dyn rand::RngCore) -> OperationKind {
         let u: f64 = rand::Rng::random(rng);
         self.cumulative
@@ -245,6 +250,12 @@ mod tests {
         assert!((4_500..5_500).contains(&updates), "{updates}");
         let only_reads = OperationChooser::new(&Workload::ycsb('c').unwrap().proportions);
         assert!((0..1000).all(|_| only_reads.next(&mut rng) == OperationKind::Read));
+        let only_points = OperationChooser::new(&Workload::point_range_mix(1.0, 10).proportions);
+        assert_eq!(
+            only_points.kinds().collect::<Vec<_>>(),
+            vec![OperationKind::Point],
+            "an operation without a share is never picked"
+        );
     }
 
     #[test]

@@ -73,29 +73,38 @@ pub mod packed {
     pub fn entries(buffer: &[u8]) -> Result<Vec<PackedCell<'_>>, String> {
         let mut entries = Vec::new();
         let mut rest = buffer;
-        while !rest.is_empty() {
-            let length = |bytes: &[u8]| -> Option<usize> {
-                Some(u32::from_be_bytes(bytes.try_into().ok()?) as usize)
-            };
-            let malformed = || "malformed packed cells".to_string();
-            let key_length = rest.get(..4).and_then(length).ok_or_else(malformed)?;
-            let value_length = rest.get(4..8).and_then(length).ok_or_else(malformed)?;
-            let key = rest.get(8..8 + key_length).ok_or_else(malformed)?;
-            let value = rest
-                .get(8 + key_length..8 + key_length + value_length)
-                .ok_or_else(malformed)?;
-            entries.push((key, value));
-            rest = &rest[8 + key_length + value_length..];
+        while let Some(entry) = next(&mut rest)? {
+            entries.push(entry);
         }
         Ok(entries)
     }
 
     /// The cells packed in `buffer`, owned; an error if it is malformed.
     pub fn unpack(buffer: &[u8]) -> Result<Cells, String> {
-        Ok(entries(buffer)?
-            .into_iter()
-            .map(|(key, value)| (key.to_vec(), value.to_vec()))
-            .collect())
+        let mut cells = Vec::new();
+        let mut rest = buffer;
+        while let Some((key, value)) = next(&mut rest)? {
+            cells.push((key.to_vec(), value.to_vec()));
+        }
+        Ok(cells)
+    }
+
+    /// The first cell of `rest`, which then starts after it; `None` at its end.
+    fn next<'a>(rest: &mut &'a [u8]) -> Result<Option<PackedCell<'a>>, String> {
+        if rest.is_empty() {
+            return Ok(None);
+        }
+        let length = |bytes: &[u8]| -> Option<usize> {
+            Some(u32::from_be_bytes(bytes.try_into().ok()?) as usize)
+        };
+        let malformed = || "malformed packed cells".to_string();
+        let key_length = rest.get(..4).and_then(length).ok_or_else(malformed)?;
+        let value_length = rest.get(4..8).and_then(length).ok_or_else(malformed)?;
+        let end = 8 + key_length + value_length;
+        let key = rest.get(8..8 + key_length).ok_or_else(malformed)?;
+        let value = rest.get(8 + key_length..end).ok_or_else(malformed)?;
+        *rest = &rest[end..];
+        Ok(Some((key, value)))
     }
 }
 

@@ -907,7 +907,7 @@ fn read_in_prepare(promises: Vec<(Replica, Promise)>) -> Option<Cells> {
             Some((replica, cells, complete))
         })
         .collect::<Option<_>>()?;
-    let reconciled = reconcile(&answers);
+    let (reconciled, _) = reconcile(answers);
     reconciled
         .covered_until
         .is_none()

@@ -17,7 +17,7 @@ use crate::consistency::Requirement;
 use crate::consistency::{read_timeout, READ_TIMEOUT};
 use crate::messages::{Cells, PartitionRef, ScanTicket};
 use crate::proxy::StorageProxy;
-use crate::reconcile::{only_answer, reconcile, reconcile_before, repairs_for, Answer, Reconciled};
+use crate::reconcile::{reconcile, reconcile_before, repairs_for, Answer, Reconciled};
 use crate::replica::cells_digest;
 use crate::topology::{plan_read, Replica, TabletReplicas};
 use futures::future::BoxFuture;
@@ -248,15 +248,11 @@ impl StorageProxy {
                 self.read_cells_on(replica, lower, upper, limit, scan)
             })
             .await?;
-        let mut answers: Vec<Answer> = answers
+        let answers: Vec<Answer> = answers
             .into_iter()
             .map(|(replica, (cells, complete))| (replica, cells, complete))
             .collect();
-        if answers.len() == 1 {
-            let (_, cells, complete) = answers.pop().expect("one answer");
-            return Ok(only_answer(cells, complete));
-        }
-        let mut reconciled = reconcile(&answers);
+        let (mut reconciled, answers) = reconcile(answers);
         self.read_repair(&requirement, consistency, &answers, &mut reconciled)
             .await?;
         Ok(reconciled)

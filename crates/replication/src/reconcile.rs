@@ -24,7 +24,34 @@ pub struct Reconciled {
 /// One replica's answer: its cells and whether they cover the whole range asked for.
 pub(crate) type Answer = (Replica, Cells, bool);
 
-pub(crate) fn reconcile(answers: &[Answer]) -> Reconciled {
+/// Merges `answers` by last-write-wins; gives them back for read repair
+/// ([`repairs_for`]) when there were several to compare.
+///
+/// A single answer is taken as it is: a replica answers with the visible cells of the
+/// range in key order (`replica::read_visible`), so there is nothing to merge, nothing to
+/// drop and nobody to repair. At consistency ONE every chunk of a scan is one answer;
+/// merging it through a sorted map and copying every cell took about a quarter of a scan
+/// thread's CPU.
+pub(crate) fn reconcile(mut answers: Vec<Answer>) -> (Reconciled, Vec<Answer>) {
+    if answers.len() == 1 {
+        let (_, cells, complete) = answers.pop().expect("one answer");
+        let covered_until = match complete {
+            true => None,
+            false => cells.last().map(|(key, _)| just_after(key.clone())),
+        };
+        let reconciled = Reconciled {
+            cells,
+            covered_until,
+            covered_from: None,
+            repaired: 0,
+        };
+        return (reconciled, Vec::new());
+    }
+    (merge(&answers), answers)
+}
+
+/// Several answers merged cell by cell.
+fn merge(answers: &[Answer]) -> Reconciled {
     // An incomplete answer only speaks for keys up to its last one.
     let covered_until = answers
         .iter()
@@ -58,24 +85,6 @@ pub(crate) fn reconcile(answers: &[Answer]) -> Reconciled {
     }
 }
 
-/// The only answer a read gathered, as [`reconcile`] would make it, without its work: a
-/// replica answers with the visible cells of the range in key order
-/// (`replica::read_visible`), so there is nothing to merge, nothing to drop and nobody to
-/// repair. At consistency ONE every chunk of a scan is one answer; merging it through a
-/// sorted map and copying every cell took about a quarter of a scan thread's CPU.
-pub(crate) fn only_answer(cells: Cells, complete: bool) -> Reconciled {
-    let covered_until = match complete {
-        true => None,
-        false => cells.last().map(|(key, _)| just_after(key.clone())),
-    };
-    Reconciled {
-        cells,
-        covered_until,
-        covered_from: None,
-        repaired: 0,
-    }
-}
-
 /// An answer that ends at `key` covers everything up to and including it: the next read
 /// continues just after it.
 fn just_after(mut key: Vec<u8>) -> Vec<u8> {
@@ -85,7 +94,7 @@ fn just_after(mut key: Vec<u8>) -> Vec<u8> {
 
 /// Replicas' answers to a backward chunk read (each covering `[from, upper)`), cut to what
 /// every answer covers — `[the greatest from, upper)` — and merged; with the cut answers
-/// (for [`repairs_for`]).
+/// when there were several (for [`repairs_for`]).
 pub(crate) fn reconcile_before(
     answers: Vec<(Replica, Cells, Option<Vec<u8>>)>,
 ) -> (Reconciled, Vec<Answer>) {
@@ -99,11 +108,12 @@ pub(crate) fn reconcile_before(
             (replica, cells, true)
         })
         .collect();
+    let (reconciled, answers) = reconcile(cut);
     let reconciled = Reconciled {
         covered_from,
-        ..reconcile(&cut)
+        ..reconciled
     };
-    (reconciled, cut)
+    (reconciled, answers)
 }
 
 /// For each replica, the reconciled cells it does not hold exactly.
@@ -164,7 +174,7 @@ mod tests {
             ),
             (replica(2), vec![(b"a".to_vec(), cell(2, b"new"))], true),
         ];
-        let reconciled = reconcile(&answers);
+        let (reconciled, answers) = reconcile(answers);
         assert_eq!(
             reconciled.cells,
             vec![
@@ -188,8 +198,9 @@ mod tests {
         ];
         for complete in [true, false] {
             for cells in [cells.clone(), Vec::new()] {
-                let merged = reconcile(&[(replica(2), cells.clone(), complete)]);
-                let only = only_answer(cells, complete);
+                let merged = merge(&[(replica(2), cells.clone(), complete)]);
+                let (only, kept) = reconcile(vec![(replica(2), cells, complete)]);
+                assert!(kept.is_empty(), "one answer: nobody to repair");
                 assert_eq!(only.cells, merged.cells);
                 assert_eq!(only.covered_until, merged.covered_until);
                 assert_eq!(only.covered_from, merged.covered_from);
@@ -211,7 +222,7 @@ mod tests {
                 true,
             ),
         ];
-        let reconciled = reconcile(&answers);
+        let (reconciled, _) = reconcile(answers);
         assert_eq!(
             reconciled.cells.len(),
             1,

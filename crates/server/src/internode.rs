@@ -7,11 +7,13 @@
 //! follow the encoding instead of being serialized into it: the source writes its buffer to
 //! the socket as it is, and the destination takes them as a slice of the frame it read
 //! (`Reply::attachment`). Packing and unpacking them is left to the threads that read and
-//! use the cells, so a connection's tasks, which carry point reads too, only move bytes. The caller's side
-//! ([`Peers`]) keeps one connection per peer address and [`Lane`]: any number of requests
-//! are in flight on it, each waiting for the response with its id; a writer task coalesces
-//! every frame that is ready into one socket write, and each side's reader reads frames
-//! through a buffer, so the frames that arrived together cost one read.
+//! use the cells, so a connection's tasks, which carry point reads too, only move bytes.
+//!
+//! The caller's side ([`Peers`]) keeps one connection per peer address and [`Lane`]: any
+//! number of requests are in flight on it, each waiting for the response with its id; a
+//! writer task coalesces every frame that is ready into one socket write, and each side's
+//! reader reads frames through a buffer, so the frames that arrived together cost one
+//! read.
 //!
 //! **Why two lanes.** A connection is one byte stream: a frame waits for every frame queued
 //! before it to be written, read and decoded. A scan chunk's reply is megabytes; a point

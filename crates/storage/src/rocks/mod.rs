@@ -171,13 +171,19 @@ fn count_cells(
     counted
 }
 
-/// Reads of the keys of `[lower, upper)` once, front to back, without filling the block
-/// cache with them (the blocks foreground reads keep hot stay).
-fn range_read_options(lower: &[u8], upper: &[u8]) -> ReadOptions {
+/// Reads of the keys of `[lower, upper)`, across partitions (so not by prefix).
+fn bounded_read_options(lower: &[u8], upper: &[u8]) -> ReadOptions {
     let mut read_options = ReadOptions::default();
     read_options.set_iterate_lower_bound(lower.to_vec());
     read_options.set_iterate_upper_bound(upper.to_vec());
     read_options.set_total_order_seek(true);
+    read_options
+}
+
+/// Reads of the keys of `[lower, upper)` once, front to back, without filling the block
+/// cache with them (the blocks foreground reads keep hot stay).
+fn range_read_options(lower: &[u8], upper: &[u8]) -> ReadOptions {
+    let mut read_options = bounded_read_options(lower, upper);
     read_options.fill_cache(false);
     read_options
 }
@@ -588,11 +594,9 @@ impl Engine for RocksEngine {
                 .cursor(&self.db, data, lower, upper, reverse)?;
             return Ok(Box::new(cursor));
         }
-        let mut read_options = ReadOptions::default();
-        read_options.set_iterate_lower_bound(lower.to_vec());
-        read_options.set_iterate_upper_bound(upper.to_vec());
-        read_options.set_total_order_seek(true);
-        let iterator = self.db.raw_iterator_cf_opt(data, read_options);
+        let iterator = self
+            .db
+            .raw_iterator_cf_opt(data, bounded_read_options(lower, upper));
         Ok(Box::new(DirectedCursor::start(iterator, reverse)))
     }
 
