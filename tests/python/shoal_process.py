@@ -142,6 +142,36 @@ class ShoalNode:
             self.process.kill()
             self.process.wait(timeout=30)
 
+    def pause(self, timeout=10):
+        """SIGSTOP, and wait until every thread of the node has stopped.
+
+        `kill()` returns once the signal is queued; the process stops when one of its
+        threads takes the signal and stops the others. On a busy machine its threads can
+        run on for milliseconds meanwhile, long enough to answer a request sent right
+        after — so a test that needs the node silent waits for the stop itself."""
+        self.process.send_signal(signal.SIGSTOP)
+        deadline = time.time() + timeout
+        while not self.all_threads_stopped():
+            if time.time() > deadline:
+                raise AssertionError(f"the node at {self.address} did not stop within {timeout}s")
+            time.sleep(0.005)
+
+    def all_threads_stopped(self) -> bool:
+        tasks = Path(f"/proc/{self.process.pid}/task")
+        for task in tasks.iterdir():
+            try:
+                # The state follows the command name, which is in parentheses.
+                state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue  # the thread ended meanwhile
+            if state not in ("T", "t"):
+                return False
+        return True
+
+    def resume(self):
+        """SIGCONT: the paused node runs again."""
+        self.process.send_signal(signal.SIGCONT)
+
     def __enter__(self):
         return self.start()
 

@@ -5,7 +5,6 @@ tablets, events, and no lost QUORUM write when a node dies under load. (Joins in
 cluster holding data, leaving and replacing nodes: `test_elastic.py`.)"""
 
 import contextlib
-import signal
 import socket
 import struct
 import subprocess
@@ -100,7 +99,7 @@ def started_cluster(base, size=3):
     finally:
         for node in local.nodes:
             if node.process is not None and node.process.poll() is None:
-                node.process.send_signal(signal.SIGCONT)
+                node.resume()
         local.stop()
 
 
@@ -490,7 +489,7 @@ def test_a_paused_replica_gives_write_and_read_timeouts_with_counts(cluster):
         ks = new_keyspace(session, 3)
         session.execute(f"CREATE TABLE {ks}.t (k int PRIMARY KEY, v int)")
         session.execute(at(ConsistencyLevel.ALL, f"INSERT INTO {ks}.t (k, v) VALUES (1, 1)"))
-        victim.process.send_signal(signal.SIGSTOP)
+        victim.pause()
         try:
             # Still believed alive: the request goes out and the replica never answers.
             try:
@@ -507,9 +506,9 @@ def test_a_paused_replica_gives_write_and_read_timeouts_with_counts(cluster):
             wait_until(lambda: unavailable_at_all(session, ks), timeout=15, message="conviction")
             assert session.execute(at(ConsistencyLevel.QUORUM, f"SELECT v FROM {ks}.t WHERE k = 2")).one().v == 2
         finally:
-            victim.process.send_signal(signal.SIGCONT)
+            victim.resume()
         wait_until(lambda: peers_up_in_status(cluster, 3, ADDRESSES), timeout=20, message="the node to be up again")
-        victim.process.send_signal(signal.SIGSTOP)
+        victim.pause()
         try:
             try:
                 result = session.execute(at(ConsistencyLevel.ALL, f"SELECT v FROM {ks}.t WHERE k = 1"), trace=True)
@@ -519,7 +518,7 @@ def test_a_paused_replica_gives_write_and_read_timeouts_with_counts(cluster):
                 pytest.fail(unexpected_success(cluster, ks, victim, "a read", result))
             assert (read_timeout.received_responses, read_timeout.required_responses) == (2, 3)
         finally:
-            victim.process.send_signal(signal.SIGCONT)
+            victim.resume()
         wait_until(lambda: peers_up_in_status(cluster, 3, ADDRESSES), timeout=20, message="the node to be up again")
     finally:
         driver.shutdown()

@@ -11,7 +11,6 @@
 """
 
 import random
-import signal
 import subprocess
 import threading
 import time
@@ -158,9 +157,9 @@ def test_counters_under_kills_and_pauses_lose_and_double_nothing(cluster):
         time.sleep(4)
         second.start(timeout=60)
         time.sleep(3)
-        third.process.send_signal(signal.SIGSTOP)
+        third.pause()
         time.sleep(4)
-        third.process.send_signal(signal.SIGCONT)
+        third.resume()
         time.sleep(3)
         first.kill()
         time.sleep(3)

@@ -6,7 +6,6 @@ operations through all three coordinators are linearizable; and what such a keys
 not take yet is refused with a clear error."""
 
 import random
-import signal
 import threading
 import time
 import uuid
@@ -141,7 +140,7 @@ def test_writes_go_on_while_a_node_is_paused_and_a_killed_node_catches_up_on_res
         for k in range(20):
             sessions[0].execute(f"INSERT INTO {ks}.t (k, v) VALUES ({k}, {k})")
         paused = cluster.nodes[1]
-        paused.process.send_signal(signal.SIGSTOP)
+        paused.pause()
         try:
             # Whoever led the tablets, the two others carry on (after an election where
             # the paused node led).
@@ -154,7 +153,7 @@ def test_writes_go_on_while_a_node_is_paused_and_a_killed_node_catches_up_on_res
                 row = sessions[2].execute(at(ConsistencyLevel.ALL, f"SELECT v FROM {ks}.t WHERE k = {k}")).one()
                 assert row.v == k + 100
         finally:
-            paused.process.send_signal(signal.SIGCONT)
+            paused.resume()
         # Resumed, it reads (through the leaders) what was written while it was paused.
         for k in range(20):
             assert sessions[1].execute(f"SELECT v FROM {ks}.t WHERE k = {k}").one().v == k + 100
@@ -173,7 +172,7 @@ def test_writes_go_on_while_a_node_is_paused_and_a_killed_node_catches_up_on_res
         for k in range(20):
             row = connections[2][1].execute(f"SELECT v FROM {ks}.t WHERE k = {k}").one()
             assert row.v == k + 200
-        cluster.nodes[0].process.send_signal(signal.SIGSTOP)
+        cluster.nodes[0].pause()
         try:
             for k in range(20):
                 deadline = time.time() + 30
@@ -186,7 +185,7 @@ def test_writes_go_on_while_a_node_is_paused_and_a_killed_node_catches_up_on_res
                             raise
                 assert row.v == k + 200
         finally:
-            cluster.nodes[0].process.send_signal(signal.SIGCONT)
+            cluster.nodes[0].resume()
     finally:
         for driver, _ in connections:
             driver.shutdown()
@@ -250,7 +249,7 @@ def test_without_a_majority_writes_and_reads_time_out_instead_of_answering(clust
         session.execute(f"INSERT INTO {ks}.t (k, v) VALUES (1, 1)")
         others = cluster.nodes[1:]
         for node in others:
-            node.process.send_signal(signal.SIGSTOP)
+            node.pause()
         try:
             with pytest.raises(WriteTimeout) as write_timeout:
                 session.execute(f"UPDATE {ks}.t SET v = 2 WHERE k = 1")
@@ -260,7 +259,7 @@ def test_without_a_majority_writes_and_reads_time_out_instead_of_answering(clust
             assert read_timeout.value.required_responses == 2
         finally:
             for node in others:
-                node.process.send_signal(signal.SIGCONT)
+                node.resume()
         wait_until(lambda: peers_up_in_status(cluster, 3, ADDRESSES), timeout=30, message="the nodes to be up")
         # The timed-out update may or may not have been applied; a new one is.
         eventually_written(session, f"UPDATE {ks}.t SET v = 3 WHERE k = 1")
