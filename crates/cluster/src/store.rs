@@ -58,21 +58,34 @@ fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, bincode::Error> {
     bincode::serialize(value)
 }
 
-/// Writes metadata entries durably on a blocking thread: each is synced, which must not
-/// hold a runtime worker (and the requests queued on it) for the length of an fsync.
+/// Writes metadata entries durably, together, on a blocking thread: the write is synced,
+/// which must not hold a runtime worker (and the requests queued on it) for the length of
+/// an fsync.
 async fn put_durably(
     engine: &Arc<dyn Engine>,
     entries: Vec<(Vec<u8>, Vec<u8>)>,
 ) -> Result<(), shoal_storage::StorageError> {
+    on_blocking_thread(engine, move |engine| engine.put_metadata_all(&entries)).await
+}
+
+/// Deletes metadata entries durably, together, on a blocking thread ([`put_durably`]).
+async fn delete_durably(
+    engine: &Arc<dyn Engine>,
+    keys: Vec<Vec<u8>>,
+) -> Result<(), shoal_storage::StorageError> {
+    on_blocking_thread(engine, move |engine| engine.delete_metadata_all(&keys)).await
+}
+
+async fn on_blocking_thread(
+    engine: &Arc<dyn Engine>,
+    write: impl FnOnce(&dyn Engine) -> Result<(), shoal_storage::StorageError> + Send + 'static,
+) -> Result<(), shoal_storage::StorageError> {
     let engine = Arc::clone(engine);
-    tokio::task::spawn_blocking(move || {
-        for (key, value) in entries {
-            engine.put_metadata(&key, &value)?;
-        }
-        Ok(())
-    })
-    .await
-    .map_err(|_| shoal_storage::StorageError::Io("a metadata write failed unexpectedly".into()))?
+    tokio::task::spawn_blocking(move || write(engine.as_ref()))
+        .await
+        .map_err(|_| {
+            shoal_storage::StorageError::Io("a metadata write failed unexpectedly".into())
+        })?
 }
 
 struct LogInner {
@@ -84,13 +97,15 @@ struct LogInner {
 }
 
 impl LogInner {
-    /// Deletes the log entries whose indexes are in `range`, on disk and in memory.
-    fn remove_entries(&mut self, range: impl RangeBounds<u64>) -> StorageResult<()> {
+    /// Deletes the log entries whose indexes are in `range`, on disk (together, off the
+    /// runtime's workers: a purge after a snapshot removes hundreds) and in memory.
+    async fn remove_entries(&mut self, range: impl RangeBounds<u64>) -> StorageResult<()> {
         let doomed: Vec<u64> = self.entries.range(range).map(|(i, _)| *i).collect();
+        let keys = doomed.iter().map(|index| log_key(*index)).collect();
+        delete_durably(&self.engine, keys)
+            .await
+            .map_err(|e| StorageIOError::write_logs(&e))?;
         for index in doomed {
-            self.engine
-                .delete_metadata(&log_key(index))
-                .map_err(|e| StorageIOError::write_logs(&e))?;
             self.entries.remove(&index);
         }
         Ok(())
@@ -238,7 +253,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
         let mut inner = self.inner.lock().await;
-        inner.remove_entries(log_id.index..)
+        inner.remove_entries(log_id.index..).await
     }
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
@@ -248,7 +263,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .await
             .map_err(|e| StorageIOError::write_logs(&e))?;
         inner.last_purged = Some(log_id);
-        inner.remove_entries(..=log_id.index)
+        inner.remove_entries(..=log_id.index).await
     }
 }
 

@@ -272,6 +272,36 @@ fn metadata_is_kept_by_prefix() {
 }
 
 #[test]
+fn metadata_written_and_deleted_together_is_so_after_a_reopen() {
+    let directory = tempfile::tempdir().expect("temporary directory");
+    let entries: Vec<(Vec<u8>, Vec<u8>)> = (0u32..300)
+        .map(|i| (format!("log/{i:05}").into_bytes(), i.to_be_bytes().to_vec()))
+        .collect();
+    {
+        let engine = RocksEngine::open(directory.path(), &RocksOptions::default()).expect("open");
+        engine.put_metadata(b"log/00000", b"old").expect("put");
+        engine.put_metadata_all(&entries).expect("put all");
+    }
+    let engine = RocksEngine::open(directory.path(), &RocksOptions::default()).expect("reopen");
+    assert_eq!(engine.metadata_with_prefix(b"log/").expect("scan"), entries);
+    let doomed: Vec<Vec<u8>> = entries[..200].iter().map(|(key, _)| key.clone()).collect();
+    engine.delete_metadata_all(&doomed).expect("delete all");
+    drop(engine);
+    let engine = RocksEngine::open(directory.path(), &RocksOptions::default()).expect("reopen");
+    assert_eq!(
+        engine.metadata_with_prefix(b"log/").expect("scan"),
+        entries[200..]
+    );
+    let memory = MemoryEngine::new();
+    memory.put_metadata_all(&entries).expect("put all");
+    memory.delete_metadata_all(&doomed).expect("delete all");
+    assert_eq!(
+        memory.metadata_with_prefix(b"log/").expect("scan"),
+        entries[200..]
+    );
+}
+
+#[test]
 fn rocksdb_data_survives_reopen_after_sync() {
     let directory = tempfile::tempdir().expect("temporary directory");
     {

@@ -718,6 +718,26 @@ impl Engine for RocksEngine {
         sync_wal(&self.db)
     }
 
+    fn put_metadata_all(&self, entries: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
+        let metadata = self.metadata()?;
+        let mut batch = rocksdb::WriteBatch::default();
+        for (key, value) in entries {
+            batch.put_cf(metadata, key, value);
+        }
+        self.db.write(batch).map_err(io_error)?;
+        sync_wal(&self.db)
+    }
+
+    fn delete_metadata_all(&self, keys: &[Vec<u8>]) -> Result<()> {
+        let metadata = self.metadata()?;
+        let mut batch = rocksdb::WriteBatch::default();
+        for key in keys {
+            batch.delete_cf(metadata, key);
+        }
+        self.db.write(batch).map_err(io_error)?;
+        sync_wal(&self.db)
+    }
+
     fn delete_metadata(&self, key: &[u8]) -> Result<()> {
         self.db.delete_cf(self.metadata()?, key).map_err(io_error)?;
         sync_wal(&self.db)
