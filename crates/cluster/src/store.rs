@@ -101,6 +101,9 @@ impl LogInner {
     /// runtime's workers: a purge after a snapshot removes hundreds) and in memory.
     async fn remove_entries(&mut self, range: impl RangeBounds<u64>) -> StorageResult<()> {
         let doomed: Vec<u64> = self.entries.range(range).map(|(i, _)| *i).collect();
+        if doomed.is_empty() {
+            return Ok(());
+        }
         let keys = doomed.iter().map(|index| log_key(*index)).collect();
         delete_durably(&self.engine, keys)
             .await
