@@ -101,7 +101,7 @@ pub struct Config {
     pub read_threads: usize,
     /// CPU priority of scan work (the read and scan threads) in the point-first orders,
     /// as a Unix niceness: 1 to 18 yield to point reads more and more (Linux's batch
-    /// policy at that niceness; 10, the default, keeps scans about a tenth of a normal
+    /// policy at that niceness; 14, the default, keeps scans about 4% of a normal
     /// thread's share under any load), 19 yields entirely (Linux's idle policy: a point
     /// read's thread takes the core at once when it wakes, but on cores that requests keep
     /// busy all the time scans barely move and time out). `fifo` ignores it.

@@ -13,7 +13,7 @@
 //! behind a read thread busy with a chunk, a point read would wait for that chunk each
 //! time; decision 0014 has the figures.) Scan work cannot
 //! starve: a niced thread keeps a share of the CPU under any load (Linux gives niceness
-//! 10 about a tenth of a normal thread's weight), and among scans the ticket order bounds
+//! 14 about 4% of a normal thread's weight), and among scans the ticket order bounds
 //! overtaking. With [`Ordering::Fifo`] (the `read_scheduling = "fifo"` switch, for
 //! comparison) every read is queued and served in arrival order at one priority, as in
 //! Cassandra's read stage.
@@ -55,7 +55,7 @@ pub const SCANS_PER_READ_THREAD: usize = 2;
 /// The niceness of the read and scan threads in point-first orders unless configured
 /// (`scan_nice`): the CPU scan work spends reading, merging and encoding rows goes to
 /// point reads first when they want it.
-pub const SCAN_THREAD_NICE: u8 = 10;
+pub const SCAN_THREAD_NICE: u8 = 14;
 
 /// Lowers the calling thread's CPU priority, for a thread that only ever does background
 /// or bulk work (a thread cannot raise its priority back without privileges): `nice` 0
