@@ -13,7 +13,6 @@ Needs root and the `nft` command (scripts/test.sh installs nftables); every rule
 lives in its own table, removed at the end whatever happens."""
 
 import random
-import signal
 import subprocess
 import threading
 import time
@@ -150,9 +149,9 @@ def nemesis(cluster, stop):
         node.start(timeout=60)
 
     def pause_and_resume(node):
-        node.process.send_signal(signal.SIGSTOP)
+        node.pause()
         time.sleep(4)
-        node.process.send_signal(signal.SIGCONT)
+        node.resume()
 
     def partition_and_heal(node):
         cut_off(node.address, cluster.internode_port)
