@@ -17,6 +17,7 @@
 pub(crate) mod compressibility;
 mod cursor;
 mod filter;
+mod ingest;
 pub(crate) mod iterator_pool;
 pub(crate) mod level0;
 mod pack;
@@ -97,6 +98,8 @@ pub struct RocksEngine {
     /// Every write to the data column family goes through it.
     writer: Arc<Writer>,
     writer_thread: Option<std::thread::JoinHandle<()>>,
+    /// Adds built files to the store at the node's normal priority ([`ingest`]).
+    ingester: ingest::Ingester,
     /// When level 0 is compacted ([`level0`]), kept by [`Engine::adapt_compaction`].
     level0: Mutex<level0::Level0Policy>,
 }
@@ -105,6 +108,7 @@ impl Drop for RocksEngine {
     fn drop(&mut self) {
         // Pooled iterators must not outlive the database they read.
         self.partition_iterators.clear();
+        self.ingester.stop();
         // The writer thread ends once it has applied what is queued.
         self.writer.close();
         if let Some(thread) = self.writer_thread.take() {
@@ -310,6 +314,7 @@ impl RocksEngine {
                 move || writer.run()
             })
             .map_err(|e| StorageError::Io(format!("cannot start the writer thread: {e}")))?;
+        let ingester = ingest::Ingester::start(Arc::clone(&db), Arc::clone(&writer))?;
         let ingest_dir = path.join("ingest");
         // Files left by an ingestion a crash interrupted are of no use.
         let _ = std::fs::remove_dir_all(&ingest_dir);
@@ -329,6 +334,7 @@ impl RocksEngine {
             garbage,
             writer,
             writer_thread: Some(writer_thread),
+            ingester,
             level0: Mutex::new(level0::Level0Policy::new(
                 LEVEL0_FILES_BEFORE_COMPACTION,
                 std::time::Instant::now(),
@@ -619,54 +625,13 @@ impl Engine for RocksEngine {
             .ingest_count
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let path = self.ingest_dir.join(format!("stream-{number}.sst"));
-        let built = (|| -> std::result::Result<(), rocksdb::Error> {
-            let options = if compressibility::worth_compressing(entries) {
-                &self.data_options
-            } else {
-                &self.uncompressed_data_options
-            };
-            let mut file = rocksdb::SstFileWriter::create(options);
-            file.open(&path)?;
-            for (key, value) in entries {
-                // Merge operands, like every write: the stored cell reconciles with the
-                // ingested one by last-write-wins whichever is newer in RocksDB's order.
-                file.merge(key, value)?;
-            }
-            file.finish()
-        })();
-        if let Err(error) = built {
-            let _ = std::fs::remove_file(&path);
-            return Err(io_error(error));
-        }
-        // An ingestion whose file overlaps the memtable flushes it first, stopping every
-        // write to the store meanwhile. The writes a receiving node takes for the range are
-        // staged elsewhere (`staging`), so the memtable normally holds none of its keys and
-        // the file goes in as it is. If it does hold some (staging began late: the node
-        // restarted while receiving), the memtable is flushed — which does not stop writes
-        // — and the ingestion tried again; if writes landed in the range meanwhile, once
-        // more, letting it flush.
-        let mut options = rocksdb::IngestExternalFileOptions::default();
-        options.set_move_files(true);
-        options.set_allow_blocking_flush(false);
-        let mut ingested = Ok(());
-        for attempt in 0..3 {
-            if attempt > 0 {
-                self.db.flush_cf(self.data()?).map_err(io_error)?;
-            }
-            if attempt == 2 {
-                options.set_allow_blocking_flush(true);
-            }
-            ingested = {
-                let _ingestion = self.writer.begin_ingestion();
-                self.db
-                    .ingest_external_file_cf_opts(self.data()?, &options, vec![&path])
-            };
-            if ingested.is_ok() {
-                break;
-            }
-        }
-        let _ = std::fs::remove_file(&path);
-        ingested.map_err(io_error)
+        let options = if compressibility::worth_compressing(entries) {
+            &self.data_options
+        } else {
+            &self.uncompressed_data_options
+        };
+        ingest::build_file(&path, entries, options)?;
+        self.ingester.add(path)
     }
 
     fn delete_range(&self, lower: &[u8], upper: &[u8]) -> Result<()> {
