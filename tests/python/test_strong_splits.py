@@ -95,8 +95,13 @@ def split(cluster):
 
 
 def test_a_growing_strong_table_splits_and_every_node_sees_the_same_halves_on_every_replica(cluster, split):
-    views = [holding_loaded_keys(table_tablets(cluster, host=address)) for address in cluster.running()]
-    assert all(view == views[0] for view in views), "every node has the same tablet map"
+    # A node applies the metadata log a moment after another: their views meet.
+    def views_agree():
+        views[:] = [holding_loaded_keys(table_tablets(cluster, host=address)) for address in cluster.running()]
+        return all(view == views[0] for view in views)
+
+    views = []
+    wait_until(views_agree, timeout=30, message="every node has the same tablet map")
     assert len(views[0]) >= 4
     # Replication factor 3 on three nodes: each half stays on all of them.
     assert all(len(tablet["replicas"]) == 3 for tablet in views[0])

@@ -3,7 +3,11 @@
 //!
 //! **Records.** Each [`PersistBatch`] is a record, `u32 length | u32 crc32 | batch`. A
 //! write is a run of records padded with zeros to the next 4 KiB, written at a 4 KiB
-//! offset; a zero header is padding (reading skips to the next 4 KiB).
+//! offset; a zero header is padding (reading skips to the next 4 KiB). So that the
+//! padding always holds a whole zero header, a write that would end fewer than eight
+//! bytes before a 4 KiB boundary gets another 4 KiB of zeros. Logs written before that
+//! rule may end a write two or six bytes short of a boundary: replay takes such a
+//! zero tail for padding when no intact record starts there.
 //!
 //! **Why `O_DIRECT` into preallocated segments.** Written through the page cache, every
 //! byte of the log cost the kernel a page allocation, a page clear and a copy: on the
@@ -240,7 +244,7 @@ impl EpochLogFile {
             header[..4].copy_from_slice(&length.to_le_bytes());
             header[4..].copy_from_slice(&checksum.to_le_bytes());
         }
-        buffer.pad_to(ALIGNMENT);
+        buffer.pad_to_alignment();
         let length = buffer.len() as u64;
         if self.offset + length > self.segment_bytes {
             self.start_segment(length)?;
@@ -298,6 +302,16 @@ fn replay(contents: &[u8], recovered: &mut Recovered) -> Option<usize> {
         let Some(batch) =
             intact.and_then(|body| decode_persist_batch(Bytes::copy_from_slice(body)).ok())
         else {
+            // A write of an older version ending fewer than eight bytes before a boundary:
+            // zeros up to it, and the next write from there.
+            let boundary = (position / ALIGNMENT + 1) * ALIGNMENT;
+            let zero_tail = contents
+                .get(position..boundary)
+                .is_some_and(|tail| tail.iter().all(|byte| *byte == 0));
+            if zero_tail {
+                position = boundary;
+                continue;
+            }
             return Some(position);
         };
         apply(recovered, batch);
@@ -423,8 +437,14 @@ impl AlignedBuffer {
         &self.storage[body..]
     }
 
-    fn pad_to(&mut self, unit: usize) {
-        let padded = self.len().div_ceil(unit) * unit;
+    /// Pads the buffer with zeros to a multiple of [`ALIGNMENT`], leaving room for a
+    /// whole zero header (replay's mark of padding) whenever it pads at all.
+    fn pad_to_alignment(&mut self) {
+        let mut padded = self.len().div_ceil(ALIGNMENT) * ALIGNMENT;
+        let gap = padded - self.len();
+        if gap > 0 && gap < RECORD_HEADER_BYTES {
+            padded += ALIGNMENT;
+        }
         self.storage.resize(self.start + padded, 0);
     }
 }
@@ -529,6 +549,71 @@ mod tests {
                 entry(3, b"f")
             ]
         );
+    }
+
+    /// A batch of one entry whose record (header included) is `record_bytes` long modulo
+    /// [`ALIGNMENT`].
+    fn batch_with_record_length(epoch: u64, index: u64, record_bytes: usize) -> PersistBatch {
+        let batch = |payload: usize| PersistBatch {
+            epoch: Epoch(epoch),
+            hard_states: vec![],
+            writes: vec![LogWrite::Append {
+                group: GroupId(1),
+                first: LogIndex(index),
+                entries: vec![Entry::new(Term(1), Bytes::from(vec![index as u8; payload]))],
+            }],
+        };
+        let length = |payload| RECORD_HEADER_BYTES + encoded_persist_batch_len(&batch(payload));
+        let payload = (0..2 * ALIGNMENT)
+            .find(|payload| length(*payload) % ALIGNMENT == record_bytes)
+            .expect("a payload of that record length");
+        batch(payload)
+    }
+
+    fn recovered_indexes(directory: &Path) -> Vec<u8> {
+        let (_, recovered) = EpochLogFile::open(directory).expect("reopens");
+        assert!(!recovered.damaged, "nothing was torn");
+        let log = &recovered.logs[&GroupId(1)];
+        log.entries.iter().map(|entry| entry.payload[0]).collect()
+    }
+
+    #[test]
+    fn a_write_ending_just_short_of_a_boundary_does_not_hide_the_writes_after_it() {
+        for short_by in 1..=RECORD_HEADER_BYTES {
+            let directory = tempfile::tempdir().expect("a temporary directory");
+            let (mut file, _) = EpochLogFile::open(directory.path()).expect("opens");
+            let near_boundary = batch_with_record_length(1, 1, ALIGNMENT - short_by);
+            file.append(&[near_boundary]).expect("writes");
+            file.append(&[batch_with_record_length(2, 2, 100)])
+                .expect("writes");
+            drop(file);
+            assert_eq!(
+                recovered_indexes(directory.path()),
+                vec![1, 2],
+                "a write {short_by} bytes short of a boundary"
+            );
+        }
+    }
+
+    #[test]
+    fn a_log_whose_writes_end_two_bytes_short_of_a_boundary_is_replayed_whole() {
+        // As versions that padded to the boundary only wrote it: records, two zero
+        // bytes, the next write at the boundary.
+        let record = |batch: &PersistBatch| {
+            let mut body = Vec::new();
+            encode_persist_batch(batch, &mut body);
+            let mut record = (body.len() as u32).to_le_bytes().to_vec();
+            record.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+            record.extend_from_slice(&body);
+            record
+        };
+        let mut contents = record(&batch_with_record_length(1, 1, ALIGNMENT - 2));
+        contents.resize(contents.len().div_ceil(ALIGNMENT) * ALIGNMENT, 0);
+        contents.extend(record(&batch_with_record_length(2, 2, 100)));
+        contents.resize(contents.len().div_ceil(ALIGNMENT) * ALIGNMENT, 0);
+        let directory = tempfile::tempdir().expect("a temporary directory");
+        std::fs::write(directory.path().join("epochs-000000000001.log"), contents).expect("writes");
+        assert_eq!(recovered_indexes(directory.path()), vec![1, 2]);
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Which Raft groups this node holds, and their fences: the groups follow the schema and
 //! the tablet map ([`StrongTables::follow`]); a group's leader fences it while a split or
 //! merge of its tablet is planned, and lifts the fence of a plan abandoned; the split
-//! driver asks the members where their fences stand ([`StrongTables::member_fences`]).
+//! driver asks the members where their fences stand ([`StrongTables::member_statuses`]).
 
+use super::WireStatus;
 use super::{machine, strong_tables, StrongReply, StrongRequest, StrongTables, TabletGroup};
 use super::{FOLLOW_INTERVAL, STRONG_WRITE_TIMEOUT};
 use shoal_cluster::ClusterState;
@@ -120,9 +121,9 @@ impl StrongTables {
         });
     }
 
-    /// Where each member of `target`'s group stands with fences: `None` for a member that
-    /// did not answer, else the plan and clock of the fence it applied, if any.
-    pub async fn member_fences(&self, target: &TabletGroup) -> Vec<Option<Option<(u64, i64)>>> {
+    /// Where each member of `target`'s group stands, in the order of its members: `None`
+    /// for a member that did not answer, else its status (the fence it applied, if any).
+    pub async fn member_statuses(&self, target: &TabletGroup) -> Vec<Option<WireStatus>> {
         let asks = target.members.iter().map(|member| {
             self.on_node(
                 *member,
@@ -136,7 +137,7 @@ impl StrongTables {
             .await
             .into_iter()
             .map(|answer| match answer {
-                Some(StrongReply::Status(status)) => Some(status.fenced),
+                Some(StrongReply::Status(status)) => Some(status),
                 _ => None,
             })
             .collect()

@@ -18,8 +18,13 @@
 //!
 //! A merge ([`SplitDriver::merge`]) is driven the same way over the pair's two groups: it
 //! finishes once every member of both applied its fence, with the newer of their clocks.
+//!
+//! Each abandoned plan held the tablet's writes for [`FENCE_WAIT`]: a tablet whose plans
+//! this node abandoned is not planned again for a while, twice as long after each
+//! abandonment in a row ([`RETRY_BACKOFF`]), so a member that keeps failing to catch up
+//! costs the tablet's writers a short pause now and then, not most of their time.
 
-use super::{StrongTables, TabletGroup};
+use super::{StrongTables, TabletGroup, WireStatus};
 use shoal_cluster::{ClusterMetadata, Command, CommandOutcome};
 use shoal_model::{HostId, TableId, TabletId, Token};
 use std::collections::HashMap;
@@ -30,6 +35,11 @@ use std::time::{Duration, Instant};
 pub const FENCE_WAIT: Duration = Duration::from_secs(2);
 /// How often the members are asked about the fence meanwhile.
 const FENCE_POLL: Duration = Duration::from_millis(5);
+/// How long a tablet waits to be planned again after its first abandoned plan (doubling
+/// with each abandonment in a row, up to [`RETRY_BACKOFF_MAX`]).
+pub const RETRY_BACKOFF: Duration = Duration::from_secs(1);
+/// The longest wait before planning a tablet whose plans keep being abandoned.
+pub const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// How long one round of asking the members may take (a member that is down never
 /// answers).
 const ASK_MEMBERS_TIMEOUT: Duration = Duration::from_millis(500);
@@ -40,6 +50,9 @@ pub struct SplitDriver {
     metadata: Arc<ClusterMetadata>,
     /// Planned changes this node has seen, by (first) tablet and plan, and since when.
     seen: HashMap<(TableId, TabletId, u64), Instant>,
+    /// Tablets whose plans this node abandoned: how many in a row, and when the tablet
+    /// may be planned again.
+    backoff: HashMap<(TableId, TabletId), (u32, Instant)>,
 }
 
 /// What each member answered about its group's fence for a plan.
@@ -48,8 +61,8 @@ enum Fences {
     All { clock: i64 },
     /// Every member answered and none is fenced.
     None,
-    /// Anything else: some members fenced, some not, or not answering.
-    Partly,
+    /// Anything else: some members fenced, some not, or not answering — which, in words.
+    Partly { waiting_for: String },
 }
 
 /// A planned change of a strongly consistent table's tablets.
@@ -112,6 +125,7 @@ impl SplitDriver {
             strong,
             metadata,
             seen: HashMap::new(),
+            backoff: HashMap::new(),
         }
     }
 
@@ -150,6 +164,17 @@ impl SplitDriver {
     /// Proposes `command`, a plan fencing `groups` (the first names the planned tablet),
     /// once every member of them answers with no fence, and ends the plan.
     async fn plan_and_end(&mut self, groups: Vec<TabletGroup>, command: Command) {
+        let tablet = (groups[0].table, groups[0].tablet);
+        // A wait over long ago (or of a tablet split or merged since) is forgotten.
+        self.backoff
+            .retain(|_, (_, until)| until.elapsed() < RETRY_BACKOFF_MAX);
+        if self
+            .backoff
+            .get(&tablet)
+            .is_some_and(|(_, until)| Instant::now() < *until)
+        {
+            return;
+        }
         for group in &groups {
             if !matches!(self.fences(group, None).await, Fences::None) {
                 return;
@@ -245,13 +270,30 @@ impl SplitDriver {
 
     /// Waits up to [`FENCE_WAIT`] for every member of the planned change's groups to apply
     /// its fence, then finishes the change at the newest of their clocks, or abandons it.
-    async fn end(&self, planned: Planned) {
+    async fn end(&mut self, planned: Planned) {
         let deadline = Instant::now() + FENCE_WAIT;
+        let tablet = (planned.table(), planned.tablet());
         let command = loop {
-            if let Some(clock) = self.fenced_clock(&planned).await {
-                break planned.finish(clock);
-            }
+            let waiting_for = match self.fenced_clock(&planned).await {
+                Ok(clock) => {
+                    self.backoff.remove(&tablet);
+                    break planned.finish(clock);
+                }
+                Err(waiting_for) => waiting_for,
+            };
             if Instant::now() >= deadline {
+                tracing::info!(
+                    plan = planned.plan,
+                    %waiting_for,
+                    "a strongly consistent tablet's split or merge is abandoned: not every \
+                     member applied its fence in time"
+                );
+                let abandoned = self.backoff.get(&tablet).map_or(0, |(count, _)| *count);
+                let wait = RETRY_BACKOFF
+                    .saturating_mul(1 << abandoned.min(16))
+                    .min(RETRY_BACKOFF_MAX);
+                self.backoff
+                    .insert(tablet, (abandoned + 1, Instant::now() + wait));
                 break planned.abandon();
             }
             tokio::time::sleep(FENCE_POLL).await;
@@ -268,25 +310,32 @@ impl SplitDriver {
     }
 
     /// The newest clock of the planned change's groups once every member of each applied
-    /// its fence; `None` before.
-    async fn fenced_clock(&self, planned: &Planned) -> Option<i64> {
+    /// its fence; before, which members it waits for.
+    async fn fenced_clock(&self, planned: &Planned) -> Result<i64, String> {
         let mut newest = i64::MIN;
         for group in &planned.groups {
             match self.fences(group, Some(planned.plan)).await {
                 Fences::All { clock } => newest = newest.max(clock),
-                _ => return None,
+                Fences::None => return Err(format!("no member of {:?} is fenced", group.group)),
+                Fences::Partly { waiting_for } => return Err(waiting_for),
             }
         }
-        Some(newest)
+        Ok(newest)
     }
 
     /// What the members of `target`'s group answer about fences (of `plan`, or any).
     async fn fences(&self, target: &TabletGroup, plan: Option<u64>) -> Fences {
-        let Ok(answers) =
-            tokio::time::timeout(ASK_MEMBERS_TIMEOUT, self.strong.member_fences(target)).await
+        let Ok(statuses) =
+            tokio::time::timeout(ASK_MEMBERS_TIMEOUT, self.strong.member_statuses(target)).await
         else {
-            return Fences::Partly;
+            return Fences::Partly {
+                waiting_for: format!("members of {:?} slow to answer", target.group),
+            };
         };
+        let answers: Vec<Option<Option<(u64, i64)>>> = statuses
+            .iter()
+            .map(|status| status.as_ref().map(|status| status.fenced))
+            .collect();
         if answers.iter().all(|answer| matches!(answer, Some(None))) {
             return Fences::None;
         }
@@ -310,7 +359,42 @@ impl SplitDriver {
                 }
                 Fences::All { clock }
             }
-            _ => Fences::Partly,
+            _ => Fences::Partly {
+                waiting_for: describe_members(target, &statuses, plan),
+            },
         }
     }
+}
+
+/// Where the members of `target`'s group that have not applied `plan`'s fence stand, for
+/// a person reading the log: `<host>: <where it stands>`, comma separated.
+fn describe_members(
+    target: &TabletGroup,
+    statuses: &[Option<WireStatus>],
+    plan: Option<u64>,
+) -> String {
+    let leader = statuses.iter().flatten().find(|status| status.is_leader);
+    let matched_by_leader = |member: &HostId| {
+        let matched = leader?.matched.iter().find(|(m, _)| *m == member.0)?;
+        Some(matched.1)
+    };
+    let mut lagging = Vec::new();
+    for (member, status) in target.members.iter().zip(statuses) {
+        let stands = match status {
+            None => "did not answer".to_string(),
+            Some(status) if status.fenced.map(|(fenced, _)| fenced) == plan => continue,
+            Some(status) => {
+                let fence = match status.fenced {
+                    Some((fenced, _)) => format!("fenced for plan {fenced}"),
+                    None => "not fenced".to_string(),
+                };
+                let matched = matched_by_leader(member)
+                    .map(|index| format!(", matched through {index} as its leader knows"))
+                    .unwrap_or_default();
+                format!("{fence}, applied through {}{matched}", status.applied)
+            }
+        };
+        lagging.push(format!("{member} in {:?}: {stands}", target.group));
+    }
+    lagging.join(", ")
 }
