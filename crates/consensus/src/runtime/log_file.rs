@@ -6,7 +6,7 @@
 //! offset; a zero header is padding (reading skips to the next 4 KiB). So that the
 //! padding always holds a whole zero header, a write that would end fewer than eight
 //! bytes before a 4 KiB boundary gets another 4 KiB of zeros. Logs written before that
-//! rule may end a write two or six bytes short of a boundary: replay takes such a
+//! rule may end a write one to seven bytes short of a boundary: replay takes such a
 //! zero tail for padding when no intact record starts there.
 //!
 //! **Why `O_DIRECT` into preallocated segments.** Written through the page cache, every
