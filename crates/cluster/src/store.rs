@@ -4,8 +4,19 @@
 //!   (index big-endian, so key order is index order), mirrored in memory so that
 //!   replication never reads the engine;
 //! - [`StateMachine`]: the [`ClusterState`] with the last applied log id and membership,
-//!   persisted whole after every apply (metadata is small and changes rarely), which is
-//!   also the snapshot Raft ships to a member that is too far behind.
+//!   which is also the snapshot Raft ships to a member that is too far behind.
+//!
+//! **The state machine is persisted with each snapshot, not after every apply.** What makes
+//! an applied entry durable is the log: an entry is synced before it is acknowledged
+//! ([`LogStore`]'s `append`), and the committed log id is synced before anything is
+//! applied (openraft calls `save_committed`, then `apply`). A node that restarts loads the
+//! state machine persisted last and openraft applies every committed entry after it again
+//! from the log, before the node serves anything. The log is only purged up to a snapshot,
+//! and building one persists (and syncs) the state machine first, so the entries a
+//! restart needs are always still there. Persisting the whole state after every apply
+//! was a synced write of every tablet map on every node for every metadata change: a
+//! join's dozens of migration steps each paid it four times over, on the nodes the join
+//! kept busiest.
 //!
 //! Every applied state is published on a `watch` channel; the node reacts to it (schema,
 //! tablets, peers).
@@ -324,13 +335,17 @@ impl MachineInner {
         Ok(bytes)
     }
 
-    /// [`MachineInner::persist`] on a blocking thread (the state machine is synced).
-    async fn persist_durably(&self) -> StorageResult<()> {
+    /// [`MachineInner::persist`] on a blocking thread (the state machine is synced);
+    /// answers the bytes persisted.
+    async fn persist_durably(&self) -> StorageResult<Vec<u8>> {
         let bytes = encode(&self.persisted).map_err(|e| StorageIOError::write_state_machine(&e))?;
-        put_durably(&self.engine, vec![(STATE_MACHINE_KEY.to_vec(), bytes)])
-            .await
-            .map_err(|e| StorageIOError::write_state_machine(&e))?;
-        Ok(())
+        put_durably(
+            &self.engine,
+            vec![(STATE_MACHINE_KEY.to_vec(), bytes.clone())],
+        )
+        .await
+        .map_err(|e| StorageIOError::write_state_machine(&e))?;
+        Ok(bytes)
     }
 
     fn publish(&self) {
@@ -342,7 +357,9 @@ impl MachineInner {
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     async fn build_snapshot(&mut self) -> StorageResult<Snapshot<TypeConfig>> {
         let mut inner = self.inner.lock().await;
-        let bytes = encode(&inner.persisted).map_err(|e| StorageIOError::read_state_machine(&e))?;
+        // Raft purges the log up to a snapshot once it is built: the state it holds must be
+        // on disk first, or a restart would find neither it nor the entries that made it.
+        let bytes = inner.persist_durably().await?;
         let last = inner.persisted.last_applied;
         let meta = SnapshotMeta {
             last_log_id: last,
@@ -396,7 +413,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             };
             outcomes.push(outcome);
         }
-        inner.persist_durably().await?;
+        // Not persisted here: the log holds what was applied (see the module documentation).
         inner.publish();
         Ok(outcomes)
     }
