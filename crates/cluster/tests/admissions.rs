@@ -7,11 +7,12 @@
 //! none is turned away because another membership change is under way (openraft refuses
 //! overlapping changes; a refused join would wait and ask again).
 
+mod common;
+
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use shoal_cluster::{
-    ClusterMetadata, ClusterRequest, ClusterResponse, ClusterTransport, Member, MemberState,
-    MAX_VOTERS,
+    ClusterMetadata, ClusterRequest, ClusterResponse, ClusterTransport, MAX_VOTERS,
 };
 use shoal_model::HostId;
 use shoal_storage::MemoryEngine;
@@ -49,24 +50,15 @@ impl ClusterTransport for Router {
     }
 }
 
-fn member(n: u8) -> Member {
-    let address = |port| SocketAddr::from(([127, 0, 0, n], port));
-    Member {
-        host_id: HostId::random(),
-        internode_address: address(7000),
-        cql_address: address(9042),
-        datacenter: "datacenter1".into(),
-        rack: "rack1".into(),
-        state: MemberState::Normal,
-        replaces: None,
-    }
-}
-
 async fn start_node(router: &Arc<Router>, n: u8) -> Arc<ClusterMetadata> {
     let transport: Arc<dyn ClusterTransport> = Arc::clone(router) as _;
-    let node = ClusterMetadata::open(Arc::new(MemoryEngine::new()), member(n), transport)
-        .await
-        .expect("open metadata");
+    let node = ClusterMetadata::open(
+        Arc::new(MemoryEngine::new()),
+        common::member(n, HostId::random()),
+        transport,
+    )
+    .await
+    .expect("open metadata");
     router
         .nodes
         .lock()

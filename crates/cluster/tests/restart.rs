@@ -7,10 +7,12 @@
 //! again from the log. These tests take a single-node cluster through more metadata
 //! changes than a snapshot is built after, stop it, and open it again.
 
+mod common;
+
 use futures::future::BoxFuture;
 use shoal_cluster::{
     ClusterMetadata, ClusterRequest, ClusterResponse, ClusterState, ClusterTransport, Command,
-    CommandOutcome, Member, MemberState, VersionedRecord,
+    CommandOutcome, VersionedRecord,
 };
 use shoal_model::HostId;
 use shoal_storage::{Engine, MemoryEngine};
@@ -32,22 +34,9 @@ impl ClusterTransport for Alone {
     }
 }
 
-fn member(host_id: HostId) -> Member {
-    let address = |port| SocketAddr::from(([127, 0, 0, 1], port));
-    Member {
-        host_id,
-        internode_address: address(7000),
-        cql_address: address(9042),
-        datacenter: "datacenter1".into(),
-        rack: "rack1".into(),
-        state: MemberState::Normal,
-        replaces: None,
-    }
-}
-
 async fn open(engine: &Arc<MemoryEngine>, host_id: HostId) -> Arc<ClusterMetadata> {
     let engine: Arc<dyn Engine> = Arc::clone(engine) as _;
-    ClusterMetadata::open(engine, member(host_id), Arc::new(Alone))
+    ClusterMetadata::open(engine, common::member(1, host_id), Arc::new(Alone))
         .await
         .expect("open metadata")
 }
