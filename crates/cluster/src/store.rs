@@ -327,16 +327,8 @@ impl StateMachine {
 }
 
 impl MachineInner {
-    fn persist(&self) -> StorageResult<Vec<u8>> {
-        let bytes = encode(&self.persisted).map_err(|e| StorageIOError::write_state_machine(&e))?;
-        self.engine
-            .put_metadata(STATE_MACHINE_KEY, &bytes)
-            .map_err(|e| StorageIOError::write_state_machine(&e))?;
-        Ok(bytes)
-    }
-
-    /// [`MachineInner::persist`] on a blocking thread (the state machine is synced);
-    /// answers the bytes persisted.
+    /// Writes the state machine whole and syncs it, on a blocking thread; answers the bytes
+    /// persisted.
     async fn persist_durably(&self) -> StorageResult<Vec<u8>> {
         let bytes = encode(&self.persisted).map_err(|e| StorageIOError::write_state_machine(&e))?;
         put_durably(
@@ -440,7 +432,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             membership: meta.last_membership.clone(),
             state: persisted.state,
         };
-        inner.persist()?;
+        inner.persist_durably().await?;
         inner.snapshot = Some((meta.clone(), bytes));
         inner.publish();
         Ok(())
