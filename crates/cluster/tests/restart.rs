@@ -81,29 +81,31 @@ async fn run_and_stop(engine: &Arc<MemoryEngine>, host_id: HostId, changes: u32)
     (*state).clone()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restarted_node_finds_every_change_it_applied_since_its_last_snapshot() {
+/// Runs a node through `changes` metadata changes, stops it and opens it again on the same
+/// storage; checks that it comes back with the state it had applied, and answers it.
+async fn restarted_after(changes: u32) -> Arc<ClusterMetadata> {
     let engine = Arc::new(MemoryEngine::new());
     let host_id = HostId::random();
-    // Fewer changes than a snapshot is built after: the state machine was never persisted
-    // since the bootstrap, and all of it comes back from the log.
-    let before = run_and_stop(&engine, host_id, 20).await;
+    let before = run_and_stop(&engine, host_id, changes).await;
 
     let restarted = open(&engine, host_id).await;
     assert_eq!(*restarted.state(), before);
+    restarted
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_node_finds_every_change_it_applied_since_its_last_snapshot() {
+    // Fewer changes than a snapshot is built after: the state machine was never persisted
+    // since the bootstrap, and all of it comes back from the log.
+    let restarted = restarted_after(20).await;
     restarted.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_node_finds_every_change_across_snapshots_and_purged_log() {
-    let engine = Arc::new(MemoryEngine::new());
-    let host_id = HostId::random();
     // More than two snapshots' worth of changes (one every 500 entries): the log behind
     // the last snapshot is purged, and what follows it is only in the log.
-    let before = run_and_stop(&engine, host_id, 1_150).await;
-
-    let restarted = open(&engine, host_id).await;
-    assert_eq!(*restarted.state(), before);
+    let restarted = restarted_after(1_150).await;
     // And it goes on from there.
     let last = change_roles(&restarted, 3).await;
     assert_eq!(restarted.state().roles.as_ref(), Some(&last));
