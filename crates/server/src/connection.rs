@@ -24,6 +24,11 @@
 //! without this, a point read sent right after a scan on the same connection would wait
 //! for the delayed ACK.
 //!
+//! The connection decides itself when it lets other tasks run — after a few passes in a
+//! row that never waited, once their answers are sent — rather than tokio's cooperative
+//! budget, which could stop it between applying a pass's writes and answering them
+//! ([`serve_halves`]).
+//!
 //! Limits: a frame body beyond `max_frame_bytes` is skipped and refused with a protocol
 //! error; requests beyond `max_in_flight` are answered `Overloaded` at once.
 
@@ -91,6 +96,10 @@ const SMALL_BODY_BYTES: usize = 120;
 const REQUESTS_PER_PASS: usize = 16;
 /// Bytes read from the socket per read call, at least.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Passes a connection runs in a row, each finding its work ready without waiting, before
+/// it lets the other tasks of its thread run (see [`serve_halves`]). Four passes are up to
+/// 64 requests: a busy connection holds its thread for a few hundred microseconds at most.
+const PASSES_BEFORE_YIELD: u32 = 4;
 
 fn encode_frame(out: &mut Vec<u8>, stream: i16, response: &Response, compress: bool) {
     if compress {
@@ -194,17 +203,35 @@ fn acknowledge_now(socket: &impl AsFd) {
     let _ = socket2::SockRef::from(socket).set_tcp_quickack(true);
 }
 
-async fn serve_halves<R: AsyncRead + Unpin>(
-    mut read_half: R,
-    mut write_half: impl AsyncWrite + Unpin,
+/// What every request a connection starts is given.
+struct RequestContext {
+    state: Arc<ConnectionState>,
+    coordinator: Arc<Coordinator>,
+    events: Arc<EventBus>,
+    /// Where event frames for this connection go (its task writes them out).
+    events_tx: mpsc::Sender<Vec<u8>>,
+    limits: ConnectionLimits,
+}
+
+/// The connection's loop. It runs outside tokio's cooperative budget
+/// ([`tokio::task::unconstrained`]) and yields on its own terms instead, after
+/// [`PASSES_BEFORE_YIELD`] passes in a row that found work without waiting. Under the
+/// budget, a pass could be cut between applying its writes and answering them: the
+/// budget runs out, the applied writes' futures report themselves pending, and their
+/// answers wait until the scheduler comes back to this task — milliseconds behind the
+/// other connections on a busy node (over TLS, whose reads and writes spend more of the
+/// budget, one write in a hundred waited 3 ms or more). Yielding here, after a pass's
+/// answers are sent, only ever delays requests not read yet.
+fn serve_halves<R: AsyncRead + Unpin>(
+    read_half: R,
+    write_half: impl AsyncWrite + Unpin,
     acknowledge: impl Fn(&R),
     peer: Option<std::net::SocketAddr>,
     coordinator: Arc<Coordinator>,
     events: Arc<EventBus>,
     limits: ConnectionLimits,
-) {
-    let (events_tx, mut events_rx) = mpsc::channel::<Vec<u8>>(EVENT_QUEUE_CAPACITY);
-
+) -> impl std::future::Future<Output = ()> {
+    let (events_tx, events_rx) = mpsc::channel::<Vec<u8>>(EVENT_QUEUE_CAPACITY);
     let state = Arc::new(ConnectionState {
         session: Mutex::new(Session::default()),
         authenticated: AtomicBool::new(false),
@@ -213,6 +240,40 @@ async fn serve_halves<R: AsyncRead + Unpin>(
         lwt_mark: AtomicU32::new(0),
         peer,
     });
+    let context = RequestContext {
+        state,
+        coordinator,
+        events,
+        events_tx,
+        limits,
+    };
+    tokio::task::unconstrained(converse(
+        read_half,
+        write_half,
+        acknowledge,
+        events_rx,
+        context,
+    ))
+}
+
+/// What woke a connection's loop.
+enum Wakeup {
+    Answer(Vec<u8>),
+    Event(Vec<u8>),
+    Read(std::io::Result<usize>),
+    /// Frames already read wait for a pass.
+    Buffered,
+    /// Nothing can happen any more.
+    Done,
+}
+
+async fn converse<R: AsyncRead + Unpin>(
+    mut read_half: R,
+    mut write_half: impl AsyncWrite + Unpin,
+    acknowledge: impl Fn(&R),
+    mut events_rx: mpsc::Receiver<Vec<u8>>,
+    context: RequestContext,
+) {
     let mut input = BytesMut::with_capacity(READ_CHUNK_BYTES);
     let mut in_flight: FuturesUnordered<BoxFuture<'static, Vec<u8>>> = FuturesUnordered::new();
     let mut output: Vec<u8> = Vec::new();
@@ -221,99 +282,37 @@ async fn serve_halves<R: AsyncRead + Unpin>(
     let mut closing = false;
     // Complete frames may still wait in `input`: the last pass stopped at its size.
     let mut buffered = false;
+    let mut passes_without_waiting = 0;
     loop {
-        let mut received = false;
-        tokio::select! {
-            Some(frame) = in_flight.next(), if !in_flight.is_empty() => gather(&mut output, frame),
-            Some(event) = events_rx.recv() => output.extend_from_slice(&event),
-            read = read_half.read_buf(&mut input), if !closing && !buffered => {
-                match read {
-                    Ok(0) | Err(_) => closing = true,
-                    Ok(_) => received = true,
-                }
+        let (wakeup, waited) = noting_wait(async {
+            tokio::select! {
+                Some(frame) = in_flight.next(), if !in_flight.is_empty() => Wakeup::Answer(frame),
+                Some(event) = events_rx.recv() => Wakeup::Event(event),
+                read = read_half.read_buf(&mut input), if !closing && !buffered => Wakeup::Read(read),
+                () = std::future::ready(()), if buffered => Wakeup::Buffered,
+                else => Wakeup::Done,
             }
-            () = std::future::ready(()), if buffered => {}
-            else => break,
+        })
+        .await;
+        let mut received = false;
+        match wakeup {
+            Wakeup::Answer(frame) => gather(&mut output, frame),
+            Wakeup::Event(event) => output.extend_from_slice(&event),
+            Wakeup::Read(Ok(0) | Err(_)) => closing = true,
+            Wakeup::Read(Ok(_)) => received = true,
+            Wakeup::Buffered => {}
+            Wakeup::Done => break,
         }
         if received || buffered {
-            buffered = false;
-            let mut started = 0;
-            // Cut complete frames out of the buffer, up to a pass's worth.
-            loop {
-                if skipping > 0 {
-                    let dropped = skipping.min(input.len());
-                    input.advance(dropped);
-                    skipping -= dropped;
-                    if skipping > 0 {
-                        break;
-                    }
-                }
-                if input.len() < HEADER_LENGTH {
-                    break;
-                }
-                let mut header_bytes = [0u8; HEADER_LENGTH];
-                header_bytes.copy_from_slice(&input[..HEADER_LENGTH]);
-                let header = FrameHeader::parse(&header_bytes);
-                let compress = state.compression.load(Ordering::Relaxed);
-                if let Err(error) = header.check_version() {
-                    // Answer in v4 and close, as Cassandra does; the driver retries with v4.
-                    output.extend_from_slice(&error_frame(header.stream, error, false));
-                    closing = true;
-                    input.clear();
-                    break;
-                }
-                let length = header.length as usize;
-                if length > limits.max_frame_bytes {
-                    input.advance(HEADER_LENGTH);
-                    skipping = length;
-                    let error = CqlError::protocol(format!(
-                        "Request is too big: length {length} exceeds maximum allowed length {}",
-                        limits.max_frame_bytes
-                    ));
-                    output.extend_from_slice(&error_frame(header.stream, error, compress));
-                    continue;
-                }
-                if input.len() < HEADER_LENGTH + length {
-                    input.reserve(HEADER_LENGTH + length - input.len());
-                    break;
-                }
-                input.advance(HEADER_LENGTH);
-                let body = input.split_to(length).to_vec();
-                if in_flight.len() >= limits.max_in_flight {
-                    let error = CqlError::overloaded(format!(
-                        "Too many requests in flight on this connection (limit {})",
-                        limits.max_in_flight
-                    ));
-                    output.extend_from_slice(&error_frame(header.stream, error, compress));
-                    continue;
-                }
-                let apart = runs_apart(&header, &body, &coordinator);
-                let request = handle_frame(
-                    header,
-                    body,
-                    Arc::clone(&state),
-                    Arc::clone(&coordinator),
-                    Arc::clone(&events),
-                    events_tx.clone(),
-                    limits,
-                );
-                // STARTUP, OPTIONS and REGISTER change connection state: finish them in order.
-                if matches!(
-                    header.opcode,
-                    opcode::STARTUP | opcode::OPTIONS | opcode::REGISTER
-                ) {
-                    output.extend_from_slice(&request.await);
-                } else if apart {
-                    in_flight.push(run_apart(request, header.stream, compress));
-                } else {
-                    in_flight.push(request.boxed());
-                }
-                started += 1;
-                if started == REQUESTS_PER_PASS {
-                    buffered = true;
-                    break;
-                }
-            }
+            buffered = start_requests(
+                &mut input,
+                &mut skipping,
+                &mut closing,
+                &mut output,
+                &mut in_flight,
+                &context,
+            )
+            .await;
         }
         // Collect every answer that is ready now, then hand them over in one piece. The
         // writes of the requests run meanwhile are applied together (one engine write) and
@@ -347,9 +346,121 @@ async fn serve_halves<R: AsyncRead + Unpin>(
         if closing && in_flight.is_empty() {
             break;
         }
+        passes_without_waiting = if waited {
+            0
+        } else {
+            passes_without_waiting + 1
+        };
+        if passes_without_waiting == PASSES_BEFORE_YIELD {
+            passes_without_waiting = 0;
+            tokio::task::yield_now().await;
+        }
     }
     let _ = write_half.shutdown().await;
-    tracing::debug!(?peer, "connection closed");
+    tracing::debug!(peer = ?context.state.peer, "connection closed");
+}
+
+/// Runs `future` to its end, and tells whether it had to wait on the way (whether the
+/// task was suspended, so that other tasks could run).
+async fn noting_wait<T>(future: impl std::future::Future<Output = T>) -> (T, bool) {
+    let mut future = std::pin::pin!(future);
+    let mut waited = false;
+    let output = std::future::poll_fn(|cx| {
+        let poll = future.as_mut().poll(cx);
+        waited |= poll.is_pending();
+        poll
+    })
+    .await;
+    (output, waited)
+}
+
+/// One pass: cuts complete frames out of `input`, up to [`REQUESTS_PER_PASS`] of them,
+/// and starts their requests (answering at once those refused before they start).
+/// Returns whether complete frames may still wait in `input`.
+async fn start_requests(
+    input: &mut BytesMut,
+    skipping: &mut usize,
+    closing: &mut bool,
+    output: &mut Vec<u8>,
+    in_flight: &mut FuturesUnordered<BoxFuture<'static, Vec<u8>>>,
+    context: &RequestContext,
+) -> bool {
+    let limits = context.limits;
+    let mut started = 0;
+    loop {
+        if *skipping > 0 {
+            let dropped = (*skipping).min(input.len());
+            input.advance(dropped);
+            *skipping -= dropped;
+            if *skipping > 0 {
+                return false;
+            }
+        }
+        if input.len() < HEADER_LENGTH {
+            return false;
+        }
+        let mut header_bytes = [0u8; HEADER_LENGTH];
+        header_bytes.copy_from_slice(&input[..HEADER_LENGTH]);
+        let header = FrameHeader::parse(&header_bytes);
+        let compress = context.state.compression.load(Ordering::Relaxed);
+        if let Err(error) = header.check_version() {
+            // Answer in v4 and close, as Cassandra does; the driver retries with v4.
+            output.extend_from_slice(&error_frame(header.stream, error, false));
+            *closing = true;
+            input.clear();
+            return false;
+        }
+        let length = header.length as usize;
+        if length > limits.max_frame_bytes {
+            input.advance(HEADER_LENGTH);
+            *skipping = length;
+            let error = CqlError::protocol(format!(
+                "Request is too big: length {length} exceeds maximum allowed length {}",
+                limits.max_frame_bytes
+            ));
+            output.extend_from_slice(&error_frame(header.stream, error, compress));
+            continue;
+        }
+        if input.len() < HEADER_LENGTH + length {
+            input.reserve(HEADER_LENGTH + length - input.len());
+            return false;
+        }
+        input.advance(HEADER_LENGTH);
+        let body = input.split_to(length).to_vec();
+        if in_flight.len() >= limits.max_in_flight {
+            let error = CqlError::overloaded(format!(
+                "Too many requests in flight on this connection (limit {})",
+                limits.max_in_flight
+            ));
+            output.extend_from_slice(&error_frame(header.stream, error, compress));
+            continue;
+        }
+        let apart = runs_apart(&header, &body, &context.coordinator);
+        let request = handle_frame(
+            header,
+            body,
+            Arc::clone(&context.state),
+            Arc::clone(&context.coordinator),
+            Arc::clone(&context.events),
+            context.events_tx.clone(),
+            limits,
+        );
+        // STARTUP, OPTIONS and REGISTER change connection state: finish them in order.
+        if matches!(
+            header.opcode,
+            opcode::STARTUP | opcode::OPTIONS | opcode::REGISTER
+        ) {
+            output.extend_from_slice(&request.await);
+        } else if apart {
+            in_flight.push(run_apart(request, header.stream, compress));
+        } else {
+            in_flight.push(request.boxed());
+        }
+        started += 1;
+        if started == REQUESTS_PER_PASS {
+            return true;
+        }
+    }
 }
 
 /// Whether a request runs as a task of its own rather than inside its connection's task:
