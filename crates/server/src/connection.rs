@@ -24,10 +24,10 @@
 //! without this, a point read sent right after a scan on the same connection would wait
 //! for the delayed ACK.
 //!
-//! The connection decides itself when it lets other tasks run — after a few passes in a
-//! row that never waited, once their answers are sent — rather than tokio's cooperative
-//! budget, which could stop it between applying a pass's writes and answering them
-//! ([`serve_halves`]).
+//! The connection decides itself when it lets other tasks run — once it has worked for
+//! [`RUN_BEFORE_YIELD`] without waiting, after a pass's answers are sent — rather than
+//! tokio's cooperative budget, which could stop it between applying a pass's writes and
+//! answering them ([`serve_halves`]).
 //!
 //! Limits: a frame body beyond `max_frame_bytes` is skipped and refused with a protocol
 //! error; requests beyond `max_in_flight` are answered `Overloaded` at once.
@@ -96,10 +96,14 @@ const SMALL_BODY_BYTES: usize = 120;
 const REQUESTS_PER_PASS: usize = 16;
 /// Bytes read from the socket per read call, at least.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
-/// Passes a connection runs in a row, each finding its work ready without waiting, before
-/// it lets the other tasks of its thread run (see [`serve_halves`]). Four passes are up to
-/// 64 requests: a busy connection holds its thread for a few hundred microseconds at most.
-const PASSES_BEFORE_YIELD: u32 = 4;
+/// How long a connection works without waiting before it lets the other tasks of its
+/// thread run (see [`serve_halves`]); it yields after the pass that reaches it, once that
+/// pass's answers are sent. Every yield costs more than the yielding task: tokio wakes a
+/// parked worker to take the yielded task, and that worker usually finds it already
+/// running again and parks. Yielding after every four passes (a few hundred microseconds)
+/// cost 4% more CPU per point read over TLS than tokio's budget did
+/// (`bench/results/2026-12-02-tls-coop-tails`).
+const RUN_BEFORE_YIELD: std::time::Duration = std::time::Duration::from_millis(1);
 
 fn encode_frame(out: &mut Vec<u8>, stream: i16, response: &Response, compress: bool) {
     if compress {
@@ -215,7 +219,7 @@ struct RequestContext {
 
 /// The connection's loop. It runs outside tokio's cooperative budget
 /// ([`tokio::task::unconstrained`]) and yields on its own terms instead, after
-/// [`PASSES_BEFORE_YIELD`] passes in a row that found work without waiting. Under the
+/// working for [`RUN_BEFORE_YIELD`] without waiting. Under the
 /// budget, a pass could be cut between applying its writes and answering them: the
 /// budget runs out, the applied writes' futures report themselves pending, and their
 /// answers wait until the scheduler comes back to this task — milliseconds behind the
@@ -282,7 +286,8 @@ async fn converse<R: AsyncRead + Unpin>(
     let mut closing = false;
     // Complete frames may still wait in `input`: the last pass stopped at its size.
     let mut buffered = false;
-    let mut passes_without_waiting = 0;
+    // Since when the loop has found work without waiting (`None`: it just waited).
+    let mut busy_since: Option<std::time::Instant> = None;
     loop {
         let (wakeup, waited) = noting_wait(async {
             tokio::select! {
@@ -346,14 +351,14 @@ async fn converse<R: AsyncRead + Unpin>(
         if closing && in_flight.is_empty() {
             break;
         }
-        passes_without_waiting = if waited {
-            0
+        if waited {
+            busy_since = None;
         } else {
-            passes_without_waiting + 1
-        };
-        if passes_without_waiting == PASSES_BEFORE_YIELD {
-            passes_without_waiting = 0;
-            tokio::task::yield_now().await;
+            let since = *busy_since.get_or_insert_with(std::time::Instant::now);
+            if since.elapsed() >= RUN_BEFORE_YIELD {
+                busy_since = None;
+                tokio::task::yield_now().await;
+            }
         }
     }
     let _ = write_half.shutdown().await;
