@@ -654,22 +654,23 @@ impl Coordinator {
             .await?
         {
             PartitionSource::Local(in_flight) => {
-                let result = if self.reads.point_read_inline() {
-                    select.execute(
-                        self,
-                        self.engine().as_ref(),
-                        parameters,
-                        bindings,
-                        Some(&restrictions),
-                    )
+                // In the point-first orders the read is served here, from memory; one
+                // that needs data not in memory, and every one in arrival order, is run
+                // in its turn.
+                let read_from_memory = self.reads.point_read_inline().then(|| {
+                    let memory = shoal_storage::InMemory::new(Arc::clone(self.engine()));
+                    let result =
+                        select.execute(self, &memory, parameters, bindings, Some(&restrictions));
+                    (!memory.needed_disk()).then_some(result)
+                });
+                let result = if let Some(Some(result)) = read_from_memory {
+                    result
                 } else {
-                    // Scans are queued or running: the read takes its turn on a read
-                    // thread.
                     let coordinator = Arc::clone(self);
                     let select = Arc::clone(select);
                     let parameters = parameters.clone();
                     self.reads
-                        .run(schedule::ReadClass::LocalPoint, move || {
+                        .run_point(schedule::ReadClass::LocalPoint, move || {
                             let bindings = values::Bindings {
                                 values: &parameters.values,
                                 names: parameters.names.as_deref(),

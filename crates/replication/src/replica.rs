@@ -110,7 +110,7 @@ impl LocalReplica {
             Some(version) => local
                 .serve_read_routed(request, version)
                 .into_packed_chunk(),
-            None => local.serve_read(request),
+            None => local.serve_read(&request),
         };
         match self.scan_stage.get() {
             Some(stage) => stage.run(scan, Box::new(read)),
@@ -150,11 +150,8 @@ impl LocalReplica {
                 | ReplicaRequest::RemoveBatch(_)
         );
         if routed {
-            if let Err(refusal) = self.fence.check(topology_version) {
-                self.fenced
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                tracing::debug!(%refusal, "refused a request routed by a stale tablet map");
-                return ReplicaResponse::Error(refusal);
+            if let Some(refused) = self.refuse_stale(topology_version) {
+                return refused;
             }
         }
         self.serve(request).await
@@ -168,23 +165,50 @@ impl LocalReplica {
         request: ReplicaRequest,
         topology_version: u64,
     ) -> ReplicaResponse {
-        if let Err(refusal) = self.fence.check(topology_version) {
-            self.fenced
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            return ReplicaResponse::Error(refusal);
+        if let Some(refused) = self.refuse_stale(topology_version) {
+            return refused;
         }
-        self.serve_read(request)
+        self.serve_read(&request)
+    }
+
+    /// [`LocalReplica::serve_read_routed`] from what this node holds in memory, for a read
+    /// served where it must not wait for a disk ([`shoal_storage::InMemory`]): `None` when
+    /// it needs the disk, to be served by [`LocalReplica::serve_read_routed`] where it may.
+    pub fn serve_read_in_memory(
+        &self,
+        request: &ReplicaRequest,
+        topology_version: u64,
+    ) -> Option<ReplicaResponse> {
+        if let Some(refused) = self.refuse_stale(topology_version) {
+            return Some(refused);
+        }
+        let memory = shoal_storage::InMemory::new(Arc::clone(&self.engine));
+        let response = self.serve_read_from(&memory, request);
+        (!memory.needed_disk()).then_some(response)
+    }
+
+    /// The refusal of a request routed by a tablet map older than the fence, if it is.
+    fn refuse_stale(&self, topology_version: u64) -> Option<ReplicaResponse> {
+        let refusal = self.fence.check(topology_version).err()?;
+        self.fenced
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::debug!(%refusal, "refused a request routed by a stale tablet map");
+        Some(ReplicaResponse::Error(refusal))
     }
 
     /// Answers `Read`, `ScanChunk`, `Digest` and `ReadBefore` from this node's engine.
-    fn serve_read(&self, request: ReplicaRequest) -> ReplicaResponse {
-        let engine = self.engine.as_ref();
+    fn serve_read(&self, request: &ReplicaRequest) -> ReplicaResponse {
+        self.serve_read_from(self.engine.as_ref(), request)
+    }
+
+    /// [`LocalReplica::serve_read`] from `engine`: this node's engine or a view of it.
+    fn serve_read_from(&self, engine: &dyn Engine, request: &ReplicaRequest) -> ReplicaResponse {
         match request {
             ReplicaRequest::Read {
                 lower,
                 upper,
                 limit,
-            } => match read_visible(engine, &lower, &upper, limit) {
+            } => match read_visible(engine, lower, upper, *limit) {
                 Ok((cells, complete)) => ReplicaResponse::Cells { cells, complete },
                 Err(error) => ReplicaResponse::Error(error),
             },
@@ -194,9 +218,9 @@ impl LocalReplica {
                 upper,
                 limit,
                 ..
-            } => match read_visible(engine, &lower, &upper, limit) {
+            } => match read_visible(engine, lower, upper, *limit) {
                 Ok((cells, complete)) => {
-                    let estimates = keys::table_and_token(&lower)
+                    let estimates = keys::table_and_token(lower)
                         .and_then(|(table, _)| self.tablet_cells.estimates(engine, table));
                     match estimates {
                         Some(estimates) => ReplicaResponse::ScanCells {
@@ -213,7 +237,7 @@ impl LocalReplica {
                 lower,
                 upper,
                 limit,
-            } => match digest_visible(engine, &lower, &upper, limit) {
+            } => match digest_visible(engine, lower, upper, *limit) {
                 Ok((hash, complete)) => ReplicaResponse::Digest { hash, complete },
                 Err(error) => ReplicaResponse::Error(error),
             },
@@ -221,7 +245,7 @@ impl LocalReplica {
                 lower,
                 upper,
                 limit,
-            } => match read_visible_before(engine, &lower, &upper, limit) {
+            } => match read_visible_before(engine, lower, upper, *limit) {
                 Ok((cells, from)) => ReplicaResponse::CellsFrom { cells, from },
                 Err(error) => ReplicaResponse::Error(error),
             },
@@ -279,7 +303,7 @@ impl LocalReplica {
             read @ (ReplicaRequest::Read { .. }
             | ReplicaRequest::ScanChunk { .. }
             | ReplicaRequest::Digest { .. }
-            | ReplicaRequest::ReadBefore { .. }) => self.serve_read(read),
+            | ReplicaRequest::ReadBefore { .. }) => self.serve_read(&read),
             ReplicaRequest::RangeHashes { bounds } => {
                 match range_hashes(self.engine.as_ref(), &bounds) {
                     Ok(hashes) => ReplicaResponse::Hashes(hashes),

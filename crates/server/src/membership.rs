@@ -608,8 +608,9 @@ pub async fn follow_metadata(
 
 /// Serves a replica request from another coordinator. A chunk of a scan takes its turn in
 /// the read scheduler (`shoal_coordinator::schedule`) by its scan's ticket; a read of one
-/// partition as a point read for another coordinator — on the connection's task when no
-/// scan work is queued or running. Everything else is served at once.
+/// partition as a point read for another coordinator — in the point-first orders on the
+/// connection's task from memory, and in its turn (`ReadScheduler::run_point`) when it
+/// needs data not in memory. Everything else is served at once.
 async fn serve_replica_request(
     proxy: &Arc<StorageProxy>,
     coordinator: &Arc<Coordinator>,
@@ -633,13 +634,21 @@ async fn serve_replica_request(
     };
     let prefix = shoal_model::keys::TOKEN_PREFIX_LENGTH;
     let one_partition = lower.len() >= prefix && upper.get(..prefix) == lower.get(..prefix);
-    if !one_partition || coordinator.reads().point_read_inline() {
+    if !one_partition {
         return proxy.local().serve_routed(request, topology_version).await;
+    }
+    if coordinator.reads().point_read_inline() {
+        if let Some(response) = proxy
+            .local()
+            .serve_read_in_memory(&request, topology_version)
+        {
+            return response;
+        }
     }
     let local = Arc::clone(proxy.local());
     let served = coordinator
         .reads()
-        .run(
+        .run_point(
             shoal_coordinator::schedule::ReadClass::RemotePoint,
             move || local.serve_read_routed(request, topology_version),
         )

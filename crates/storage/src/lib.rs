@@ -19,6 +19,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod in_memory;
 pub mod memory;
 pub mod reader;
 pub mod rocks;
@@ -27,6 +28,7 @@ pub mod shadow;
 #[cfg(test)]
 mod tests;
 
+pub use in_memory::InMemory;
 pub use memory::{MemoryEngine, SnapshotCursor};
 pub use rocks::{RocksEngine, RocksOptions, WriteDeferral};
 
@@ -43,6 +45,9 @@ pub enum StorageError {
     /// A WAL sync failed: the node stops acknowledging writes (see fsyncgate).
     #[error("storage is poisoned after a failed sync and accepts no more writes: {0}")]
     Poisoned(String),
+    /// A read of memory only ([`Engine::scan_in_memory`]) came to data that is on disk.
+    #[error("the read needs data that is not in memory")]
+    NotInMemory,
 }
 
 pub type Result<T> = std::result::Result<T, StorageError>;
@@ -132,6 +137,21 @@ pub trait Engine: Send + Sync + 'static {
         upper: &[u8],
         reverse: bool,
     ) -> Result<Box<dyn Cursor + 'a>>;
+
+    /// A cursor like [`Engine::scan`] that reads only what the engine holds in memory
+    /// and never waits for a disk: when the next entry is in a file block not cached, the
+    /// cursor stops there and its status is [`StorageError::NotInMemory`]. A read that
+    /// must not block its thread (a point read on a runtime worker) tries this first and
+    /// reads again where it may wait ([`InMemory`]). Engines that hold everything in
+    /// memory read as [`Engine::scan`] does (the default).
+    fn scan_in_memory<'a>(
+        &'a self,
+        lower: &[u8],
+        upper: &[u8],
+        reverse: bool,
+    ) -> Result<Box<dyn Cursor + 'a>> {
+        self.scan(lower, upper, reverse)
+    }
 
     /// A forward cursor over `[lower, upper)` for streaming a range to another node: one
     /// consistent view of the range, read sequentially, without filling the block cache

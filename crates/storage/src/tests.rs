@@ -560,6 +560,95 @@ fn idle_partition_iterators_are_released() {
     assert_eq!(pool.len(), 0, "a flush releases the pooled iterators");
 }
 
+/// A read through [`crate::InMemory`] answers from memtables and the block cache, and
+/// stops at a block on disk instead of reading it, saying so. Once a read of everything
+/// has brought the block into the cache, a read of memory — on the pooled iterator that
+/// stopped before — answers it.
+#[test]
+fn a_read_of_memory_stops_at_data_on_disk_until_it_is_cached() {
+    use crate::{InMemory, StorageError};
+    use std::sync::Arc;
+    let directory = tempfile::tempdir().expect("temporary directory");
+    {
+        let engine: Arc<dyn Engine> =
+            Arc::new(RocksEngine::open(directory.path(), &RocksOptions::default()).expect("open"));
+        write(
+            engine.as_ref(),
+            row_key(b"on disk", b"a", "v"),
+            Cell::live(WriteTimestamp(1), b"flushed".to_vec()),
+        );
+        let memory = InMemory::new(Arc::clone(&engine));
+        assert_eq!(
+            values_of_v(&memory, b"on disk", false),
+            vec![b"flushed".to_vec()]
+        );
+        assert!(!memory.needed_disk(), "a memtable is in memory");
+        drop(memory);
+        engine.flush().expect("flush");
+    }
+    // Opened again, the node's block cache is empty.
+    let engine: Arc<dyn Engine> =
+        Arc::new(RocksEngine::open(directory.path(), &RocksOptions::default()).expect("reopen"));
+    let engine = &engine;
+    let read_on_disk = |engine: &dyn Engine| {
+        reader::read_partition(
+            engine,
+            &TABLE,
+            Token(1),
+            b"on disk",
+            &[ClusteringSlice::all()],
+            false,
+            NOW,
+            &mut Collect::default(),
+        )
+    };
+    let memory = InMemory::new(Arc::clone(engine));
+    assert!(matches!(
+        read_on_disk(&memory),
+        Err(StorageError::NotInMemory)
+    ));
+    assert!(memory.needed_disk(), "the row is in a file not read yet");
+    // A wider read of memory only stops at the same block.
+    let mut wide = engine
+        .scan_in_memory(&keys::table_prefix(&TABLE), &keys::table_end(&TABLE), false)
+        .expect("scan");
+    while wide.current().is_some() {
+        wide.advance();
+    }
+    assert!(matches!(wide.status(), Err(StorageError::NotInMemory)));
+
+    assert_eq!(
+        values_of_v(engine.as_ref(), b"on disk", false),
+        vec![b"flushed".to_vec()],
+        "a read of everything reads the file"
+    );
+    let memory = InMemory::new(Arc::clone(engine));
+    assert_eq!(
+        values_of_v(&memory, b"on disk", false),
+        vec![b"flushed".to_vec()],
+        "the block read is cached now"
+    );
+    assert!(!memory.needed_disk());
+    assert!(
+        memory.write(&WriteBatch::new()).is_err(),
+        "the view is read-only"
+    );
+}
+
+/// Engines that hold everything in memory answer every read of memory.
+#[test]
+fn a_memory_engine_never_needs_the_disk() {
+    let engine = std::sync::Arc::new(MemoryEngine::new());
+    write(
+        engine.as_ref(),
+        row_key(b"p", b"a", "v"),
+        Cell::live(WriteTimestamp(1), b"x".to_vec()),
+    );
+    let memory = crate::InMemory::new(engine);
+    assert_eq!(values_of_v(&memory, b"p", false), vec![b"x".to_vec()]);
+    assert!(!memory.needed_disk());
+}
+
 fn partition_deletion_key(partition: &[u8]) -> Vec<u8> {
     let mut key = keys::partition_prefix(&TABLE, Token(1), partition);
     key.push(keys::SECTION_PARTITION_DELETION);

@@ -7,11 +7,18 @@
 //! serves the scans under way in the same order and they finish one after another.
 //!
 //! **Point reads first.** In the point-first orders ([`Ordering::PointFirst`]) a point
-//! read never waits for scan work: it is served on the connection's task at once, and
-//! all scan work — on the read threads and the scan threads — runs at a lower CPU
-//! priority ([`SCAN_THREAD_NICE`]), so when point reads want the CPU they get it. (Queued
-//! behind a read thread busy with a chunk, a point read would wait for that chunk each
-//! time; decision 0014 has the figures.) Scan work cannot
+//! read never waits for scan work: it is served on the connection's task at once from
+//! what the node holds in memory ([`shoal_storage::InMemory`]), and all scan work — on the
+//! read threads and the scan threads — runs at a lower CPU priority
+//! ([`SCAN_THREAD_NICE`]), so when point reads want the CPU they get it. (Queued behind a
+//! read thread busy with a chunk, a point read would wait for that chunk each time;
+//! decision 0014 has the figures.) A point read that needs data not in memory is read
+//! again ([`ReadScheduler::run_point`]): where such reads lately found their blocks in
+//! the page cache, at once on the same task (a copy of a few microseconds); where they
+//! lately read from a disk ([`DiskMisses`]), on a **point thread**, of normal priority
+//! and never given scan work, so that waiting for the disk holds neither a runtime worker
+//! (and the requests of every connection on it) nor a turn behind scan work. Scan work
+//! cannot
 //! starve: a niced thread keeps a share of the CPU under any load (Linux gives niceness
 //! 14 about 4% of a normal thread's weight), and among scans the ticket order bounds
 //! overtaking. With [`Ordering::Fifo`] (the `read_scheduling = "fifo"` switch, for
@@ -52,10 +59,52 @@ pub const QUEUE_CAPACITY: usize = 4096;
 pub const AGING_BOUND: Duration = Duration::from_millis(50);
 /// Scans coordinated at once per read thread.
 pub const SCANS_PER_READ_THREAD: usize = 2;
+/// Point threads per read thread in the point-first orders: point reads that wait for
+/// the disk, many at once so that the disk serves them side by side (Cassandra reads
+/// with 32 threads, `concurrent_reads`).
+pub const POINT_THREADS_PER_READ_THREAD: usize = 16;
 /// The niceness of the read and scan threads in point-first orders unless configured
 /// (`scan_nice`): the CPU scan work spends reading, merging and encoding rows goes to
 /// point reads first when they want it.
 pub const SCAN_THREAD_NICE: u8 = 14;
+/// The share of recent point reads of data not in memory that read from a disk above
+/// which such reads go to the point threads, in 1/1024ths: 1/16.
+const DISK_SHARE_THRESHOLD: u32 = 64;
+
+/// Whether point reads of data not in memory have lately read from a disk or found their
+/// blocks in the page cache: a moving share of the reads that made the kernel read from
+/// a storage device (the thread's `ru_inblock` went up; a page-cache hit leaves it be).
+/// Counting reads rather than timing them keeps a read that was merely preempted on a
+/// busy machine from looking like one that waited for the disk.
+#[derive(Default)]
+pub struct DiskMisses {
+    /// In 1/1024ths, over about the last eight reads.
+    share: std::sync::atomic::AtomicU32,
+}
+
+impl DiskMisses {
+    /// Counts a read of data not in memory, which did or did not read from a disk.
+    pub fn record(&self, read_from_disk: bool) {
+        // A few reads from the disk are enough to move reads off the runtime's workers,
+        // and once the blocks are cached a few reads without bring them back. Racing
+        // recorders lose an update at worst.
+        let share = self.share.load(Atomic::Relaxed);
+        let next = (share * 7 + if read_from_disk { 1024 } else { 0 }) / 8;
+        self.share.store(next, Atomic::Relaxed);
+    }
+
+    /// True when such reads have lately read from a disk.
+    pub fn waits_for_disk(&self) -> bool {
+        self.share.load(Atomic::Relaxed) > DISK_SHARE_THRESHOLD
+    }
+}
+
+/// Blocks the calling thread has made the kernel read from storage devices so far
+/// (`ru_inblock`); reads served by the page cache do not count.
+fn blocks_read_by_this_thread() -> i64 {
+    use nix::sys::resource::{getrusage, UsageWho};
+    getrusage(UsageWho::RUSAGE_THREAD).map_or(0, |usage| usage.block_reads())
+}
 
 /// Lowers the calling thread's CPU priority, for a thread that only ever does background
 /// or bulk work (a thread cannot raise its priority back without privileges): `nice` 0
@@ -208,10 +257,15 @@ pub struct ClassStatistics {
     pub waited: Duration,
 }
 
-/// The read threads, the scan threads and their queues.
+/// The read threads, the scan threads, the point threads and their queues.
 pub struct ReadScheduler {
-    /// Point reads, local scans and chunks.
+    /// Local scans and chunks; point reads too in arrival order.
     reads: Arc<Shared>,
+    /// Queued point reads: the point threads in the point-first orders (point reads that
+    /// need the disk), the read threads (`reads`) in arrival order.
+    points: Arc<Shared>,
+    /// Whether point reads of data not in memory lately read from a disk.
+    disk_misses: Arc<DiskMisses>,
     /// Scans coordinated across the cluster.
     coordinated: Arc<Shared>,
     ordering: Ordering,
@@ -239,8 +293,18 @@ impl ReadScheduler {
         reads.start_threads("shoal-read", threads, nice);
         let coordinated = Shared::new(ordering);
         coordinated.start_threads("shoal-scan", threads * SCANS_PER_READ_THREAD, nice);
+        let points = match ordering {
+            Ordering::Fifo => Arc::clone(&reads),
+            Ordering::PointFirst { .. } => {
+                let points = Shared::new(Ordering::Fifo);
+                points.start_threads("shoal-point", threads * POINT_THREADS_PER_READ_THREAD, 0);
+                points
+            }
+        };
         ReadScheduler {
             reads,
+            points,
+            disk_misses: Arc::default(),
             coordinated,
             ordering,
             scan_deadline: RANGE_READ_TIMEOUT,
@@ -259,13 +323,44 @@ impl ReadScheduler {
         self.ordering
     }
 
-    /// True when point reads run on the caller's task at once rather than queued: in the
-    /// point-first orders, where nothing goes before them.
+    /// True when point reads run on the caller's task at once, from memory
+    /// ([`shoal_storage::InMemory`]), rather than queued: in the point-first orders, where
+    /// nothing goes before them. A read that needs data not in memory is then served by
+    /// [`ReadScheduler::run_point`].
     pub fn point_read_inline(&self) -> bool {
         self.ordering != Ordering::Fifo
     }
 
-    /// Runs `read` on a read thread in its turn; `Overloaded` when the queue is full.
+    /// Runs a point read in its turn. In arrival order, that is on a read thread
+    /// ([`ReadScheduler::run`]). In the point-first orders `read` needs data not in
+    /// memory: it runs here at once while such reads find their blocks in the page cache,
+    /// and on a point thread while they read from a disk ([`DiskMisses`]).
+    pub async fn run_point<R: Send + 'static>(
+        &self,
+        class: ReadClass,
+        read: impl FnOnce() -> R + Send + 'static,
+    ) -> Result<R, CqlError> {
+        if !self.point_read_inline() {
+            return self.run(class, read).await;
+        }
+        let counted = {
+            let disk_misses = Arc::clone(&self.disk_misses);
+            move || {
+                let before = blocks_read_by_this_thread();
+                let result = read();
+                disk_misses.record(blocks_read_by_this_thread() > before);
+                result
+            }
+        };
+        if self.disk_misses.waits_for_disk() {
+            self.run(class, counted).await
+        } else {
+            Ok(counted())
+        }
+    }
+
+    /// Runs `read` in its turn — a point read on a point thread (in arrival order: on a
+    /// read thread), anything else on a read thread; `Overloaded` when the queue is full.
     /// `read` must not wait for other nodes (a scan across the cluster is
     /// [`ReadScheduler::run_coordinated_scan`]).
     /// A scan (a [`ReadClass::Scan`]) still queued after the scan deadline is refused with
@@ -275,8 +370,11 @@ impl ReadScheduler {
         class: ReadClass,
         read: impl FnOnce() -> R + Send + 'static,
     ) -> Result<R, CqlError> {
-        let deadline = matches!(class, ReadClass::Scan(_)).then_some(self.scan_deadline);
-        let answered = self.reads.submit(class, deadline, read)?;
+        let (queue, deadline) = match class {
+            ReadClass::Scan(_) => (&self.reads, Some(self.scan_deadline)),
+            ReadClass::LocalPoint | ReadClass::RemotePoint => (&self.points, None),
+        };
+        let answered = queue.submit(class, deadline, read)?;
         match answered.await {
             Ok(Ok(result)) => Ok(result),
             Ok(Err(waited)) => Err(self.waited_too_long("a read thread", waited)),
@@ -341,7 +439,12 @@ impl ReadScheduler {
         let mut rows: Vec<ClassStatistics> =
             [ReadClass::LocalPoint, ReadClass::RemotePoint, any_scan]
                 .into_iter()
-                .map(|class| statistics(&self.reads, class, class.name()))
+                .map(|class| match class {
+                    ReadClass::Scan(_) => statistics(&self.reads, class, class.name()),
+                    ReadClass::LocalPoint | ReadClass::RemotePoint => {
+                        statistics(&self.points, class, class.name())
+                    }
+                })
                 .collect();
         rows.push(statistics(&self.coordinated, any_scan, "coordinated_scan"));
         rows
@@ -384,6 +487,7 @@ impl Drop for ReadScheduler {
     fn drop(&mut self) {
         self.reads.stop();
         self.coordinated.stop();
+        self.points.stop();
     }
 }
 
@@ -488,6 +592,72 @@ mod tests {
             assert_eq!(statistics[2].class, "scan");
             assert_eq!(statistics[2].served, 3);
             assert!(statistics.iter().all(|s| s.queued == 0));
+        }
+    }
+
+    /// A point read queued in a point-first order is one that needs the disk: it goes to a
+    /// point thread and never waits for the scan work busy on the read threads. In arrival
+    /// order it takes its turn behind that work.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_queued_point_read_waits_for_scan_work_only_in_arrival_order() {
+        for ordering in [Ordering::PointFirst { narrow_first: true }, Ordering::Fifo] {
+            let scheduler = ReadScheduler::new(ordering, 1);
+            let stage = scheduler.chunk_stage();
+            let (release, busy) = occupy(&stage);
+            let mut point = Box::pin(scheduler.run(ReadClass::LocalPoint, || 7));
+            match ordering {
+                Ordering::PointFirst { .. } => {
+                    let answer = tokio::time::timeout(Duration::from_secs(10), &mut point)
+                        .await
+                        .expect("the point read is served while the read thread is busy");
+                    assert_eq!(answer.expect("read"), 7);
+                    let _ = release.send(());
+                }
+                Ordering::Fifo => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    assert!(
+                        (&mut point).now_or_never().is_none(),
+                        "the point read waits for the chunk before it"
+                    );
+                    let _ = release.send(());
+                    assert_eq!(point.await.expect("read"), 7);
+                }
+            }
+            assert!(matches!(busy.await, ReplicaResponse::Applied));
+            let statistics = scheduler.statistics();
+            assert_eq!(statistics[0].class, "local_point");
+            assert_eq!(statistics[0].served, 1, "{ordering:?}");
+        }
+    }
+
+    /// Reads of data not in memory stay on their task while they find their blocks in
+    /// the page cache, move to the point threads after one reads from a disk, and come
+    /// back once a few in a row found their blocks cached again.
+    #[test]
+    fn misses_move_off_the_task_while_they_read_from_a_disk() {
+        let misses = DiskMisses::default();
+        assert!(!misses.waits_for_disk(), "nothing counted yet");
+        for _ in 0..100 {
+            misses.record(false);
+        }
+        assert!(!misses.waits_for_disk());
+        misses.record(true);
+        assert!(misses.waits_for_disk(), "one read from a disk is enough");
+        let mut cached_reads = 0;
+        while misses.waits_for_disk() {
+            misses.record(false);
+            cached_reads += 1;
+        }
+        assert!(
+            (3..=16).contains(&cached_reads),
+            "back on the task after a few cached reads, not {cached_reads}"
+        );
+        // Where most reads go to the disk, they stay off the task.
+        for read in 0..100 {
+            misses.record(read % 4 != 0);
+            if read >= 8 {
+                assert!(misses.waits_for_disk(), "read {read}");
+            }
         }
     }
 

@@ -22,6 +22,11 @@
 //! once a second, through [`crate::Engine::release_idle_readers`]) drops those unused for
 //! [`IDLE_LIMIT`].
 //!
+//! An engine keeps two pools: one for reads of everything, one for reads of what is in
+//! memory only ([`Tier::Memory`], [`crate::Engine::scan_in_memory`]). A read tier is fixed
+//! when an iterator is created, and an iterator of memory that stopped at a block on disk
+//! is pooled again: its next seek starts afresh.
+//!
 //! rust-rocksdb does not expose `Refresh`, so this module drives its iterators through the
 //! C API of `librocksdb-sys`, the same bindings rust-rocksdb is built on. It is the one
 //! module of the workspace allowed `unsafe` code (the workspace denies it): each block
@@ -44,6 +49,25 @@ pub(crate) const POOL_CAPACITY: usize = 16;
 /// How long an iterator stays pooled unused before it is dropped, releasing the files and
 /// memtables it keeps alive.
 pub(crate) const IDLE_LIMIT: Duration = Duration::from_secs(1);
+
+/// What the iterators of a pool read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tier {
+    /// Memtables, block cache and files.
+    All,
+    /// Memtables and block cache only: an iterator that comes to a block not cached stops
+    /// there with `Incomplete` ([`StorageError::NotInMemory`]) instead of reading it.
+    Memory,
+}
+
+impl Tier {
+    /// Sets read options to read this tier.
+    pub(crate) fn apply(self, read_options: &mut ReadOptions) {
+        if self == Tier::Memory {
+            read_options.set_read_tier(rocksdb::ReadTier::BlockCache);
+        }
+    }
+}
 
 /// A RocksDB iterator created with read options of its own, whose bounds can change.
 pub(crate) struct PooledIterator {
@@ -72,6 +96,7 @@ impl PooledIterator {
     fn create(
         db: &DB,
         family: &impl AsColumnFamilyRef,
+        tier: Tier,
         lower: &[u8],
         upper: &[u8],
     ) -> Result<PooledIterator> {
@@ -79,6 +104,7 @@ impl PooledIterator {
         read_options.set_iterate_lower_bound(lower.to_vec());
         read_options.set_iterate_upper_bound(upper.to_vec());
         read_options.set_prefix_same_as_start(true);
+        tier.apply(&mut read_options);
         // SAFETY: the column family belongs to `db`; the iterator is destroyed (in `Drop`)
         // before `read_options`, and the pool holding it is cleared before `db` closes
         // (`RocksEngine`'s `Drop`).
@@ -173,6 +199,8 @@ impl RawIterator for PooledIterator {
 }
 
 /// The error RocksDB reported through `error` (null: none), freeing its message.
+/// `Incomplete` (a read of memory only came to a block on disk) is
+/// [`StorageError::NotInMemory`]; the C API tells statuses apart by their message only.
 fn take_error(error: *mut c_char) -> Result<()> {
     if error.is_null() {
         return Ok(());
@@ -184,16 +212,27 @@ fn take_error(error: *mut c_char) -> Result<()> {
         librocksdb_sys::rocksdb_free(error.cast());
         message
     };
+    if message.starts_with("Result incomplete") {
+        return Err(StorageError::NotInMemory);
+    }
     Err(StorageError::Io(message))
 }
 
 /// Iterators of one column family, kept for reuse (see the module documentation).
-#[derive(Default)]
 pub(crate) struct IteratorPool {
+    tier: Tier,
     idle: Mutex<Vec<PooledIterator>>,
 }
 
 impl IteratorPool {
+    /// An empty pool of iterators reading `tier`.
+    pub(crate) fn new(tier: Tier) -> IteratorPool {
+        IteratorPool {
+            tier,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
     /// A cursor over `[lower, upper)` of `family`, whose keys all share one token, on a
     /// pooled iterator when one is idle.
     pub(crate) fn cursor<'a>(
@@ -210,7 +249,7 @@ impl IteratorPool {
                 iterator.reuse_for(lower, upper)?;
                 iterator
             }
-            None => PooledIterator::create(db, family, lower, upper)?,
+            None => PooledIterator::create(db, family, self.tier, lower, upper)?,
         };
         Ok(PooledCursor {
             cursor: Some(DirectedCursor::start(iterator, reverse)),
@@ -218,10 +257,12 @@ impl IteratorPool {
         })
     }
 
-    /// Takes `iterator` back, unless it failed or the pool is full.
+    /// Takes `iterator` back, unless it failed (other than by coming to a block on disk)
+    /// or the pool is full.
     fn give_back(&self, mut iterator: PooledIterator) {
-        if iterator.status().is_err() {
-            return;
+        match iterator.status() {
+            Ok(()) | Err(StorageError::NotInMemory) => {}
+            Err(_) => return,
         }
         iterator.returned_at = Instant::now();
         let mut idle = self.idle.lock();

@@ -83,6 +83,8 @@ impl Default for RocksOptions {
 pub struct RocksEngine {
     /// Iterators partition reads reuse ([`iterator_pool`]); cleared before `db` closes.
     partition_iterators: iterator_pool::IteratorPool,
+    /// The same for partition reads of memory only ([`Engine::scan_in_memory`]).
+    partition_iterators_in_memory: iterator_pool::IteratorPool,
     db: Arc<DB>,
     /// The data column family's options, for files built to be ingested.
     data_options: Options,
@@ -107,7 +109,7 @@ pub struct RocksEngine {
 impl Drop for RocksEngine {
     fn drop(&mut self) {
         // Pooled iterators must not outlive the database they read.
-        self.partition_iterators.clear();
+        self.clear_pooled_iterators();
         self.ingester.stop();
         // The writer thread ends once it has applied what is queued.
         self.writer.close();
@@ -199,7 +201,11 @@ fn column_family<'a>(db: &'a DB, name: &str) -> Result<&'a rocksdb::ColumnFamily
 }
 
 fn io_error(error: rocksdb::Error) -> StorageError {
-    StorageError::Io(error.into_string())
+    match error.kind() {
+        // A read of the memtables and the block cache only came to a block on disk.
+        rocksdb::ErrorKind::Incomplete => StorageError::NotInMemory,
+        _ => StorageError::Io(error.into_string()),
+    }
 }
 
 fn merge_last_write_wins(
@@ -324,7 +330,10 @@ impl RocksEngine {
         uncompressed_data_options.set_compression_per_level(&[rocksdb::DBCompressionType::None]);
         uncompressed_data_options.set_compression_type(rocksdb::DBCompressionType::None);
         let engine = RocksEngine {
-            partition_iterators: iterator_pool::IteratorPool::default(),
+            partition_iterators: iterator_pool::IteratorPool::new(iterator_pool::Tier::All),
+            partition_iterators_in_memory: iterator_pool::IteratorPool::new(
+                iterator_pool::Tier::Memory,
+            ),
             db,
             data_options,
             uncompressed_data_options,
@@ -397,6 +406,39 @@ impl RocksEngine {
             lower,
             MEMTABLE_ENTRIES_COUNTED,
         )
+    }
+
+    /// A cursor over `[lower, upper)` of the data reading `tier`: a partition read (most
+    /// often a point read) on a pooled iterator, anything wider on one of its own.
+    fn cursor(
+        &self,
+        tier: iterator_pool::Tier,
+        lower: &[u8],
+        upper: &[u8],
+        reverse: bool,
+    ) -> Result<Box<dyn Cursor + '_>> {
+        let data = self.data()?;
+        let within_one_token = lower.len() >= TOKEN_PREFIX_LENGTH
+            && upper.len() >= TOKEN_PREFIX_LENGTH
+            && lower[..TOKEN_PREFIX_LENGTH] == upper[..TOKEN_PREFIX_LENGTH];
+        if within_one_token {
+            let pool = match tier {
+                iterator_pool::Tier::All => &self.partition_iterators,
+                iterator_pool::Tier::Memory => &self.partition_iterators_in_memory,
+            };
+            let cursor = pool.cursor(&self.db, data, lower, upper, reverse)?;
+            return Ok(Box::new(cursor));
+        }
+        let mut read_options = bounded_read_options(lower, upper);
+        tier.apply(&mut read_options);
+        let iterator = self.db.raw_iterator_cf_opt(data, read_options);
+        Ok(Box::new(DirectedCursor::start(iterator, reverse)))
+    }
+
+    /// Drops every pooled iterator, and with them the memtables and files they keep.
+    fn clear_pooled_iterators(&self) {
+        self.partition_iterators.clear();
+        self.partition_iterators_in_memory.clear();
     }
 
     fn data(&self) -> Result<&rocksdb::ColumnFamily> {
@@ -589,21 +631,16 @@ impl Engine for RocksEngine {
         upper: &[u8],
         reverse: bool,
     ) -> Result<Box<dyn Cursor + 'a>> {
-        let data = self.data()?;
-        let within_one_token = lower.len() >= TOKEN_PREFIX_LENGTH
-            && upper.len() >= TOKEN_PREFIX_LENGTH
-            && lower[..TOKEN_PREFIX_LENGTH] == upper[..TOKEN_PREFIX_LENGTH];
-        if within_one_token {
-            // A partition read, most often a point read: on a reused iterator.
-            let cursor = self
-                .partition_iterators
-                .cursor(&self.db, data, lower, upper, reverse)?;
-            return Ok(Box::new(cursor));
-        }
-        let iterator = self
-            .db
-            .raw_iterator_cf_opt(data, bounded_read_options(lower, upper));
-        Ok(Box::new(DirectedCursor::start(iterator, reverse)))
+        self.cursor(iterator_pool::Tier::All, lower, upper, reverse)
+    }
+
+    fn scan_in_memory<'a>(
+        &'a self,
+        lower: &[u8],
+        upper: &[u8],
+        reverse: bool,
+    ) -> Result<Box<dyn Cursor + 'a>> {
+        self.cursor(iterator_pool::Tier::Memory, lower, upper, reverse)
     }
 
     fn stream_range<'a>(&'a self, lower: &[u8], upper: &[u8]) -> Result<Box<dyn Cursor + 'a>> {
@@ -665,14 +702,14 @@ impl Engine for RocksEngine {
     fn flush(&self) -> Result<()> {
         self.db.flush_cf(self.data()?).map_err(io_error)?;
         // Pooled iterators would keep the flushed memtable alive until their next use.
-        self.partition_iterators.clear();
+        self.clear_pooled_iterators();
         Ok(())
     }
 
     fn compact_all(&self) -> Result<()> {
         self.compact_in_passes()?;
         // ... and the compacted-away files, whose space an operator compacts to get back.
-        self.partition_iterators.clear();
+        self.clear_pooled_iterators();
         Ok(())
     }
 
@@ -815,8 +852,11 @@ impl Engine for RocksEngine {
     }
 
     fn release_idle_readers(&self) {
+        let now = std::time::Instant::now();
         self.partition_iterators
-            .drop_idle(std::time::Instant::now(), iterator_pool::IDLE_LIMIT);
+            .drop_idle(now, iterator_pool::IDLE_LIMIT);
+        self.partition_iterators_in_memory
+            .drop_idle(now, iterator_pool::IDLE_LIMIT);
     }
 
     fn checkpoint(&self, directory: &Path) -> Result<()> {
