@@ -658,10 +658,9 @@ impl Coordinator {
                 // that needs data not in memory, and every one in arrival order, is run
                 // in its turn.
                 let read_from_memory = self.reads.point_read_inline().then(|| {
-                    let memory = shoal_storage::InMemory::new(Arc::clone(self.engine()));
-                    let result =
-                        select.execute(self, &memory, parameters, bindings, Some(&restrictions));
-                    (!memory.needed_disk()).then_some(result)
+                    shoal_storage::InMemory::read(self.engine(), |memory| {
+                        select.execute(self, memory, parameters, bindings, Some(&restrictions))
+                    })
                 });
                 let result = if let Some(Some(result)) = read_from_memory {
                     result

@@ -182,9 +182,7 @@ impl LocalReplica {
         if let Some(refused) = self.refuse_stale(topology_version) {
             return Some(refused);
         }
-        let memory = shoal_storage::InMemory::new(Arc::clone(&self.engine));
-        let response = self.serve_read_from(&memory, request);
-        (!memory.needed_disk()).then_some(response)
+        shoal_storage::InMemory::read(&self.engine, |memory| self.serve_read_from(memory, request))
     }
 
     /// The refusal of a request routed by a tablet map older than the fence, if it is.

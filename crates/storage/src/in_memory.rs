@@ -4,11 +4,11 @@
 //! A point read served on a runtime worker (the point-first read orders of the
 //! coordinator's scheduler) runs there because it is short; but one block not in the
 //! block cache turns it into a disk read, and the worker — with every other request on
-//! it — waits for that disk. So such a read goes through an `InMemory` view first: every
-//! cursor it opens is the engine's [`Engine::scan_in_memory`], which stops at the first
-//! entry that needs a file read. The read then fails, the view remembers that it
-//! [needed the disk](InMemory::needed_disk), and the caller reads again — on a thread that
-//! may wait for it. Nearly every point read of a warm node is answered from memory at
+//! it — waits for that disk. So such a read goes through an `InMemory` view first
+//! ([`InMemory::read`]): every cursor it opens is the engine's
+//! [`Engine::scan_in_memory`], which stops at the first entry that needs a file read. The
+//! read then fails, the view remembers that it needed the disk, `InMemory::read` answers
+//! `None`, and the caller reads again — on a thread that may wait for it. Nearly every point read of a warm node is answered from memory at
 //! the cost of a read; only those that need the disk are read twice.
 //!
 //! The view is read-only: writes and metadata changes are refused.
@@ -25,7 +25,15 @@ pub struct InMemory {
 }
 
 impl InMemory {
-    pub fn new(engine: Arc<dyn Engine>) -> InMemory {
+    /// What `read` answers through a view of `engine`'s data in memory, or `None` when it
+    /// came to data on disk: then it must be read again from the engine itself.
+    pub fn read<R>(engine: &Arc<dyn Engine>, read: impl FnOnce(&dyn Engine) -> R) -> Option<R> {
+        let memory = InMemory::new(Arc::clone(engine));
+        let answer = read(&memory);
+        (!memory.needed_disk()).then_some(answer)
+    }
+
+    pub(crate) fn new(engine: Arc<dyn Engine>) -> InMemory {
         InMemory {
             engine,
             needed_disk: AtomicBool::new(false),
@@ -34,7 +42,7 @@ impl InMemory {
 
     /// True once a cursor of this view came to data on disk: whatever was read through
     /// the view must be read again from the engine itself.
-    pub fn needed_disk(&self) -> bool {
+    pub(crate) fn needed_disk(&self) -> bool {
         self.needed_disk.load(Ordering::Relaxed)
     }
 }
