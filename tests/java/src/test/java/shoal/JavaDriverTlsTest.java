@@ -21,11 +21,13 @@ import org.junit.jupiter.api.Test;
 /** The Java driver over TLS (required on the CQL port) with a password login. */
 class JavaDriverTlsTest {
   static ShoalProcess shoal;
+  /** The certificate, its key and the node's configuration. */
+  static Path directory;
   static Path certificate;
 
   @BeforeAll
   static void startShoal() throws Exception {
-    Path directory = Files.createTempDirectory("shoal-java-tls");
+    directory = Files.createTempDirectory("shoal-java-tls");
     certificate = directory.resolve("node.crt");
     Path key = directory.resolve("node.key");
     Process openssl = new ProcessBuilder("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
@@ -44,6 +46,9 @@ class JavaDriverTlsTest {
   static void stopShoal() throws Exception {
     if (shoal != null) {
       shoal.close();
+    }
+    if (directory != null) {
+      ShoalProcess.deleteTree(directory);
     }
   }
 
