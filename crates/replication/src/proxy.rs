@@ -49,6 +49,9 @@ pub struct StorageProxy {
     pub(crate) scan_estimates: Arc<crate::estimates::ScanEstimates>,
     /// Tablets a scan fetches at once at most.
     pub(crate) parallel_tablets: usize,
+    /// Cells a scan asks of a replica in one chunk at most (`scan_chunk_cells`;
+    /// [`crate::range::SCAN_CHUNK_CELLS`] by default).
+    pub(crate) chunk_cells: u32,
     /// How long a scan chunk may take, its wait for its turn on the replica included
     /// (`range_request_timeout_ms`; [`RANGE_READ_TIMEOUT`] by default).
     pub(crate) range_timeout: std::time::Duration,
@@ -95,6 +98,7 @@ impl StorageProxy {
             hot_partitions: Default::default(),
             scan_estimates: Default::default(),
             parallel_tablets: crate::estimates::MAX_PARALLEL_TABLETS,
+            chunk_cells: crate::range::SCAN_CHUNK_CELLS,
             range_timeout: RANGE_READ_TIMEOUT,
         }
     }
@@ -108,6 +112,13 @@ impl StorageProxy {
     /// The proxy with scans fetching at most `tablets` tablets at once (at least one).
     pub fn fetching_tablets_at_once(mut self, tablets: usize) -> StorageProxy {
         self.parallel_tablets = tablets.max(1);
+        self
+    }
+
+    /// The proxy with scans asking replicas for at most `cells` cells per chunk (at least
+    /// one).
+    pub fn chunking_scans_by(mut self, cells: u32) -> StorageProxy {
+        self.chunk_cells = cells.max(1);
         self
     }
 

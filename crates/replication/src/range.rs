@@ -1,7 +1,7 @@
-//! Scans across the cluster: [`ReplicatedView`], an [`Engine`] whose cursors walk a
-//! table's tablets in token order, fetching chunks of cells from the replicas the
-//! consistency level needs and reconciling them like any read, so the storage reader,
-//! paging and LIMIT work unchanged across nodes.
+//! Scans across the cluster: [`ReplicatedView`], an [`Engine`](shoal_storage::Engine)
+//! whose cursors walk a table's tablets in token order, fetching chunks of cells from the
+//! replicas the consistency level needs and reconciling them like any read, so the
+//! storage reader, paging and LIMIT work unchanged across nodes.
 //!
 //! Reverse reads of a partition walk it backwards in chunks (`ReplicaRequest::ReadBefore`),
 //! so `ORDER BY … DESC LIMIT n` on a large partition fetches only its end.
@@ -26,14 +26,16 @@ use crate::proxy::StorageProxy;
 use shoal_cql::request::Consistency;
 use shoal_cql::CqlError;
 use shoal_model::{keys, TableId, TabletId, Token};
-use shoal_storage::{Cursor, Engine, GarbageReport, WriteBatch};
+use shoal_storage::{Cursor, ReadView};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-/// Cells per chunk when a scan fetches from a replica.
+/// Cells per chunk when a scan fetches from a replica, unless configured otherwise
+/// (`scan_chunk_cells`): small enough that a replica's read thread turns to other work
+/// every few hundred rows.
 pub const SCAN_CHUNK_CELLS: u32 = 4096;
 
-/// A read-only [`Engine`] view of one table across its replicas.
+/// A read-only [`Engine`](shoal_storage::Engine) view of one table across its replicas.
 pub struct ReplicatedView {
     proxy: Arc<StorageProxy>,
     table: TableId,
@@ -58,6 +60,7 @@ impl ReplicatedView {
         consistency: Consistency,
         runtime: tokio::runtime::Handle,
     ) -> ReplicatedView {
+        let wanted_cells = proxy.chunk_cells;
         ReplicatedView {
             proxy,
             table,
@@ -65,7 +68,7 @@ impl ReplicatedView {
             runtime,
             reader: None,
             turn: None,
-            wanted_cells: SCAN_CHUNK_CELLS,
+            wanted_cells,
             error: Default::default(),
         }
     }
@@ -78,7 +81,7 @@ impl ReplicatedView {
         self.wanted_cells = scan
             .limit
             .saturating_mul(u64::from(cells_per_row.max(1)))
-            .min(u64::from(SCAN_CHUNK_CELLS)) as u32;
+            .min(u64::from(self.proxy.chunk_cells)) as u32;
         self
     }
 
@@ -158,8 +161,9 @@ struct ReplicatedCursor<'v> {
     next: Option<Vec<u8>>,
     upper: Vec<u8>,
     /// Cells asked of a replica per chunk: first what the scan wants, then twice as many
-    /// each round up to [`SCAN_CHUNK_CELLS`] — a scan whose rows are filtered out, or
-    /// wider than estimated, soon fetches whole chunks.
+    /// each round up to the proxy's chunk size ([`SCAN_CHUNK_CELLS`] unless configured)
+    /// — a scan whose rows are filtered out, or wider than estimated, soon fetches whole
+    /// chunks.
     chunk_cells: u32,
     error: Option<String>,
 }
@@ -206,7 +210,10 @@ impl ReplicatedCursor<'_> {
     }
 
     fn grow_chunks(&mut self) {
-        self.chunk_cells = self.chunk_cells.saturating_mul(2).min(SCAN_CHUNK_CELLS);
+        self.chunk_cells = self
+            .chunk_cells
+            .saturating_mul(2)
+            .min(self.view.proxy.chunk_cells);
     }
 
     fn fail(&mut self, error: CqlError) {
@@ -413,7 +420,7 @@ impl ReverseReplicatedCursor<'_> {
                 token,
                 self.lower.clone(),
                 end.to_vec(),
-                SCAN_CHUNK_CELLS,
+                proxy.chunk_cells,
                 self.view.consistency,
             ));
         }
@@ -424,7 +431,7 @@ impl ReverseReplicatedCursor<'_> {
             self.view.consistency,
             &self.lower,
             end,
-            SCAN_CHUNK_CELLS,
+            proxy.chunk_cells,
         ))?;
         Ok((reconciled.cells, reconciled.covered_from))
     }
@@ -523,16 +530,12 @@ fn status_of(error: &Option<String>) -> shoal_storage::Result<()> {
     }
 }
 
-fn read_only() -> shoal_storage::StorageError {
-    shoal_storage::StorageError::Io("a replicated view is read-only".into())
-}
-
-impl Engine for ReplicatedView {
-    fn write(&self, _batch: &WriteBatch) -> shoal_storage::Result<()> {
-        Err(read_only())
+impl ReadView for ReplicatedView {
+    fn description(&self) -> &'static str {
+        "a replicated view"
     }
 
-    fn scan<'a>(
+    fn cursor<'a>(
         &'a self,
         lower: &[u8],
         upper: &[u8],
@@ -573,37 +576,5 @@ impl Engine for ReplicatedView {
         // tokens read backwards is read forward, then reversed.
         cells.reverse();
         Ok(Box::new(shoal_storage::SnapshotCursor::new(cells, true)))
-    }
-
-    fn delete_range(&self, _lower: &[u8], _upper: &[u8]) -> shoal_storage::Result<()> {
-        Err(read_only())
-    }
-    fn sync(&self) -> shoal_storage::Result<()> {
-        Ok(())
-    }
-    fn flush(&self) -> shoal_storage::Result<()> {
-        Ok(())
-    }
-    fn compact_all(&self) -> shoal_storage::Result<()> {
-        Err(read_only())
-    }
-    fn put_metadata(&self, _key: &[u8], _value: &[u8]) -> shoal_storage::Result<()> {
-        Err(read_only())
-    }
-    fn delete_metadata(&self, _key: &[u8]) -> shoal_storage::Result<()> {
-        Err(read_only())
-    }
-    fn metadata_with_prefix(&self, _prefix: &[u8]) -> shoal_storage::Result<Cells> {
-        Ok(Vec::new())
-    }
-    fn set_gc_grace_seconds(&self, _table_id: TableId, _seconds: i32) {}
-    fn gc_grace_seconds(&self, _table_id: &TableId) -> Option<i32> {
-        None
-    }
-    fn collect_garbage(&self) -> shoal_storage::Result<GarbageReport> {
-        Err(read_only())
-    }
-    fn approximate_size_bytes(&self) -> u64 {
-        0
     }
 }

@@ -110,6 +110,12 @@ pub struct Config {
     /// cells (1: one tablet after another, as Cassandra's range reads without a
     /// concurrency factor).
     pub scan_parallel_tablets: usize,
+    /// Cells a scan asks of a replica per chunk at most: the unit of scan work a read
+    /// thread does before it turns to the next queued read. Small chunks (4096, the
+    /// default: a few hundred rows) let a queued point read in between; a chunk the size
+    /// of a driver's page (e.g. 65536) reads a page in one go, as Cassandra's read stage
+    /// does.
+    pub scan_chunk_cells: u32,
     /// How long a range read's work may wait for its turn — a scan for a scan thread, a
     /// chunk on a replica — before it is refused (Cassandra's `range_request_timeout`):
     /// by then a client with the drivers' default timeouts has given up on it.
@@ -199,6 +205,7 @@ impl Default for Config {
             read_scheduling: ReadScheduling::NarrowFirst,
             read_threads: 0,
             scan_parallel_tablets: shoal_replication::estimates::MAX_PARALLEL_TABLETS,
+            scan_chunk_cells: shoal_replication::range::SCAN_CHUNK_CELLS,
             range_request_timeout_ms: shoal_replication::RANGE_READ_TIMEOUT.as_millis() as u64,
             datacenter: "datacenter1".into(),
             rack: "rack1".into(),
@@ -256,6 +263,11 @@ impl Config {
             (1..=64).contains(&self.scan_parallel_tablets),
             "scan_parallel_tablets must be between 1 and 64 (got {})",
             self.scan_parallel_tablets
+        );
+        anyhow::ensure!(
+            (64..=1_048_576).contains(&self.scan_chunk_cells),
+            "scan_chunk_cells must be between 64 and 1048576 (got {})",
+            self.scan_chunk_cells
         );
         anyhow::ensure!(
             (100..=3_600_000).contains(&self.range_request_timeout_ms),
@@ -414,6 +426,15 @@ mod tests {
                 ..Config::default()
             };
             assert!(refusal(config).contains("scan_nice must be between 1 and 19"));
+        }
+        // A scan chunk of no cells would never move; one past a megacell could buffer
+        // gigabytes per chunk.
+        for scan_chunk_cells in [0, 2 << 20] {
+            let config = Config {
+                scan_chunk_cells,
+                ..Config::default()
+            };
+            assert!(refusal(config).contains("scan_chunk_cells must be between 64 and 1048576"));
         }
     }
 }

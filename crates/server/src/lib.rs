@@ -226,6 +226,7 @@ impl Node {
                 hints,
             )
             .fetching_tablets_at_once(config.scan_parallel_tablets)
+            .chunking_scans_by(config.scan_chunk_cells)
             .with_range_timeout(info.range_request_timeout),
         );
         let schema = Arc::new(

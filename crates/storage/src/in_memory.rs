@@ -11,9 +11,9 @@
 //! `None`, and the caller reads again — on a thread that may wait for it. Nearly every point read of a warm node is answered from memory at
 //! the cost of a read; only those that need the disk are read twice.
 //!
-//! The view is read-only: writes and metadata changes are refused.
+//! The view is read-only ([`ReadView`]): writes and metadata changes are refused.
 
-use crate::{Cursor, Engine, GarbageReport, Result, StorageError, WriteBatch};
+use crate::{Cursor, Engine, ReadView, Result, StorageError};
 use shoal_model::{TableId, WriteTimestamp};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -75,16 +75,12 @@ impl Cursor for WatchedCursor<'_> {
     }
 }
 
-fn read_only() -> StorageError {
-    StorageError::Io("a view of the data in memory is read-only".into())
-}
-
-impl Engine for InMemory {
-    fn write(&self, _batch: &WriteBatch) -> Result<()> {
-        Err(read_only())
+impl ReadView for InMemory {
+    fn description(&self) -> &'static str {
+        "a view of the data in memory"
     }
 
-    fn scan<'a>(
+    fn cursor<'a>(
         &'a self,
         lower: &[u8],
         upper: &[u8],
@@ -97,44 +93,9 @@ impl Engine for InMemory {
         }))
     }
 
-    fn scan_in_memory<'a>(
-        &'a self,
-        lower: &[u8],
-        upper: &[u8],
-        reverse: bool,
-    ) -> Result<Box<dyn Cursor + 'a>> {
-        self.scan(lower, upper, reverse)
-    }
-
-    fn delete_range(&self, _lower: &[u8], _upper: &[u8]) -> Result<()> {
-        Err(read_only())
-    }
-
-    fn sync(&self) -> Result<()> {
-        Ok(())
-    }
-
-    fn flush(&self) -> Result<()> {
-        Ok(())
-    }
-
-    fn compact_all(&self) -> Result<()> {
-        Ok(())
-    }
-
-    fn put_metadata(&self, _key: &[u8], _value: &[u8]) -> Result<()> {
-        Err(read_only())
-    }
-
-    fn delete_metadata(&self, _key: &[u8]) -> Result<()> {
-        Err(read_only())
-    }
-
     fn metadata_with_prefix(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         self.engine.metadata_with_prefix(prefix)
     }
-
-    fn set_gc_grace_seconds(&self, _table_id: TableId, _seconds: i32) {}
 
     fn gc_grace_seconds(&self, table_id: &TableId) -> Option<i32> {
         self.engine.gc_grace_seconds(table_id)
@@ -142,10 +103,6 @@ impl Engine for InMemory {
 
     fn truncated_at(&self, table_id: &TableId) -> Option<WriteTimestamp> {
         self.engine.truncated_at(table_id)
-    }
-
-    fn collect_garbage(&self) -> Result<GarbageReport> {
-        Ok(GarbageReport::default())
     }
 
     fn approximate_size_bytes(&self) -> u64 {

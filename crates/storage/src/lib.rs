@@ -21,6 +21,7 @@
 
 pub mod in_memory;
 pub mod memory;
+pub mod read_view;
 pub mod reader;
 pub mod rocks;
 pub mod shadow;
@@ -30,6 +31,7 @@ mod tests;
 
 pub use in_memory::InMemory;
 pub use memory::{MemoryEngine, SnapshotCursor};
+pub use read_view::ReadView;
 pub use rocks::{RocksEngine, RocksOptions, WriteDeferral};
 
 /// What can go wrong below the storage boundary.

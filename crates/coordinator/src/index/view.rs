@@ -10,7 +10,7 @@
 use shoal_cql::CqlError;
 use shoal_model::{keys, TableId, Token};
 use shoal_replication::{PartitionRef, ScanSource};
-use shoal_storage::{Cursor, Engine, GarbageReport, WriteBatch};
+use shoal_storage::{Cursor, Engine, ReadView};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -227,12 +227,12 @@ impl Cursor for CandidateCursor<'_> {
     }
 }
 
-impl Engine for CandidateView {
-    fn write(&self, _batch: &WriteBatch) -> shoal_storage::Result<()> {
-        Err(read_only())
+impl ReadView for CandidateView {
+    fn description(&self) -> &'static str {
+        "an index query view"
     }
 
-    fn scan<'s>(
+    fn cursor<'s>(
         &'s self,
         lower: &[u8],
         upper: &[u8],
@@ -256,39 +256,6 @@ impl Engine for CandidateView {
         Ok(Box::new(cursor))
     }
 
-    fn delete_range(&self, _lower: &[u8], _upper: &[u8]) -> shoal_storage::Result<()> {
-        Err(read_only())
-    }
-
-    fn sync(&self) -> shoal_storage::Result<()> {
-        Ok(())
-    }
-
-    fn flush(&self) -> shoal_storage::Result<()> {
-        Ok(())
-    }
-
-    fn compact_all(&self) -> shoal_storage::Result<()> {
-        Ok(())
-    }
-
-    fn put_metadata(&self, _key: &[u8], _value: &[u8]) -> shoal_storage::Result<()> {
-        Err(read_only())
-    }
-
-    fn delete_metadata(&self, _key: &[u8]) -> shoal_storage::Result<()> {
-        Err(read_only())
-    }
-
-    fn metadata_with_prefix(
-        &self,
-        _prefix: &[u8],
-    ) -> shoal_storage::Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        Ok(Vec::new())
-    }
-
-    fn set_gc_grace_seconds(&self, _table_id: TableId, _seconds: i32) {}
-
     fn gc_grace_seconds(&self, table_id: &TableId) -> Option<i32> {
         self.inner().gc_grace_seconds(table_id)
     }
@@ -296,16 +263,4 @@ impl Engine for CandidateView {
     fn truncated_at(&self, table_id: &TableId) -> Option<shoal_model::WriteTimestamp> {
         self.inner().truncated_at(table_id)
     }
-
-    fn collect_garbage(&self) -> shoal_storage::Result<GarbageReport> {
-        Ok(GarbageReport::default())
-    }
-
-    fn approximate_size_bytes(&self) -> u64 {
-        0
-    }
-}
-
-fn read_only() -> shoal_storage::StorageError {
-    shoal_storage::StorageError::Corrupt("an index query view is read-only".into())
 }
