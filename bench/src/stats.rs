@@ -1,5 +1,5 @@
 //! Measurements: latency histograms per operation kind (HDR, microseconds), error counts
-//! by kind, and a per-second timeline. The workers of a phase record into one
+//! by kind with the first message of each kind, and a per-second timeline. The workers of a phase record into one
 //! [`Recorder`], whose histograms are made before any operation is timed (an HDR
 //! histogram over ten minutes at three significant figures is ~160 KB: made by each worker
 //! on its first answer, they cost a burst of many clients its measurement), and which
@@ -23,6 +23,8 @@ fn new_histogram(significant_figures: u8) -> Histogram<u64> {
 struct OperationRecord {
     latency_micros: Histogram<u64>,
     errors: BTreeMap<String, u64>,
+    /// The first message of each kind of error: what a count of "other" was.
+    first_messages: BTreeMap<String, String>,
 }
 
 impl Default for OperationRecord {
@@ -30,6 +32,7 @@ impl Default for OperationRecord {
         OperationRecord {
             latency_micros: new_histogram(3),
             errors: BTreeMap::new(),
+            first_messages: BTreeMap::new(),
         }
     }
 }
@@ -53,7 +56,7 @@ pub fn error_kind(message: &str) -> &'static str {
     let lower = message.to_ascii_lowercase();
     if lower.contains("overloaded") {
         "overloaded"
-    } else if lower.contains("unavailable") {
+    } else if lower.contains("unavailable") || lower.contains("not enough nodes are alive") {
         "unavailable"
     } else if lower.contains("timeout") || lower.contains("timed out") {
         "timeout"
@@ -98,13 +101,13 @@ impl Recorder {
     }
 
     pub fn failure(&mut self, kind: OperationKind, message: &str) {
-        *self
-            .operations
-            .entry(kind)
-            .or_default()
-            .errors
-            .entry(error_kind(message).to_string())
-            .or_insert(0) += 1;
+        let record = self.operations.entry(kind).or_default();
+        let error = error_kind(message);
+        *record.errors.entry(error.to_string()).or_insert(0) += 1;
+        record
+            .first_messages
+            .entry(error.to_string())
+            .or_insert_with(|| message.to_string());
     }
 
     pub fn summary(&self, workload: &str, phase: &str, elapsed_seconds: f64) -> Summary {
@@ -127,6 +130,7 @@ impl Recorder {
                     p999_ms: milliseconds(histogram.value_at_quantile(0.999)),
                     max_ms: milliseconds(histogram.max()),
                     errors: record.errors.clone(),
+                    first_error_messages: record.first_messages.clone(),
                 }
             })
             .collect();
@@ -166,6 +170,8 @@ pub struct OperationSummary {
     pub p999_ms: f64,
     pub max_ms: f64,
     pub errors: BTreeMap<String, u64>,
+    /// The first message of each kind of error counted in `errors`.
+    pub first_error_messages: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -254,6 +260,7 @@ mod tests {
             "Database returned an error: Overloaded",
         );
         recorder.failure(OperationKind::Update, "Request timed out");
+        recorder.failure(OperationKind::Update, "Operation timed out again");
         let summary = recorder.summary("test", "run", 2.0);
         let read = summary
             .operations
@@ -270,7 +277,15 @@ mod tests {
             .find(|o| o.name == "UPDATE")
             .unwrap();
         assert_eq!(update.errors.get("overloaded"), Some(&1));
-        assert_eq!(update.errors.get("timeout"), Some(&1));
+        assert_eq!(update.errors.get("timeout"), Some(&2));
+        assert_eq!(
+            update
+                .first_error_messages
+                .get("timeout")
+                .map(String::as_str),
+            Some("Request timed out"),
+            "the first message of each kind is kept"
+        );
         assert!(
             summary.operations.iter().all(|o| o.name != "SCAN"),
             "a kind expected but never done is not reported"
@@ -285,6 +300,14 @@ mod tests {
         assert_eq!(
             error_kind("Unavailable: 2 required, 1 alive"),
             "unavailable"
+        );
+        assert_eq!(
+            error_kind(
+                "Database returned an error: Not enough nodes are alive to satisfy required \
+                 consistency level (consistency: One, required: 1, alive: 0)"
+            ),
+            "unavailable",
+            "the scylla driver's words for an Unavailable answer"
         );
         assert_eq!(error_kind("connection broken"), "connection");
         assert_eq!(error_kind("Invalid query"), "invalid request");
