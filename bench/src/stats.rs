@@ -1,6 +1,6 @@
 //! Measurements: latency histograms per operation kind (HDR, microseconds), error counts
-//! by kind with the first message of each kind, and a per-second timeline. The workers of a phase record into one
-//! [`Recorder`], whose histograms are made before any operation is timed (an HDR
+//! by kind with the first message of each kind, and a per-second timeline. The workers
+//! of a phase record into one [`Recorder`], whose histograms are made before any operation is timed (an HDR
 //! histogram over ten minutes at three significant figures is ~160 KB: made by each worker
 //! on its first answer, they cost a burst of many clients its measurement), and which
 //! becomes a [`Summary`] at the end.
@@ -22,9 +22,16 @@ fn new_histogram(significant_figures: u8) -> Histogram<u64> {
 #[derive(Debug, Clone)]
 struct OperationRecord {
     latency_micros: Histogram<u64>,
-    errors: BTreeMap<String, u64>,
-    /// The first message of each kind of error: what a count of "other" was.
-    first_messages: BTreeMap<String, String>,
+    /// By kind of error ([`error_kind`]).
+    errors: BTreeMap<&'static str, ErrorRecord>,
+}
+
+/// The errors of one kind: how many, and the first one's message (what a count of
+/// "other" was).
+#[derive(Debug, Clone)]
+struct ErrorRecord {
+    count: u64,
+    first_message: String,
 }
 
 impl Default for OperationRecord {
@@ -32,7 +39,6 @@ impl Default for OperationRecord {
         OperationRecord {
             latency_micros: new_histogram(3),
             errors: BTreeMap::new(),
-            first_messages: BTreeMap::new(),
         }
     }
 }
@@ -101,13 +107,16 @@ impl Recorder {
     }
 
     pub fn failure(&mut self, kind: OperationKind, message: &str) {
-        let record = self.operations.entry(kind).or_default();
-        let error = error_kind(message);
-        *record.errors.entry(error.to_string()).or_insert(0) += 1;
-        record
-            .first_messages
-            .entry(error.to_string())
-            .or_insert_with(|| message.to_string());
+        self.operations
+            .entry(kind)
+            .or_default()
+            .errors
+            .entry(error_kind(message))
+            .or_insert_with(|| ErrorRecord {
+                count: 0,
+                first_message: message.to_string(),
+            })
+            .count += 1;
     }
 
     pub fn summary(&self, workload: &str, phase: &str, elapsed_seconds: f64) -> Summary {
@@ -129,8 +138,16 @@ impl Recorder {
                     p99_ms: milliseconds(histogram.value_at_quantile(0.99)),
                     p999_ms: milliseconds(histogram.value_at_quantile(0.999)),
                     max_ms: milliseconds(histogram.max()),
-                    errors: record.errors.clone(),
-                    first_error_messages: record.first_messages.clone(),
+                    errors: record
+                        .errors
+                        .iter()
+                        .map(|(kind, error)| (kind.to_string(), error.count))
+                        .collect(),
+                    first_error_messages: record
+                        .errors
+                        .iter()
+                        .map(|(kind, error)| (kind.to_string(), error.first_message.clone()))
+                        .collect(),
                 }
             })
             .collect();
