@@ -1,9 +1,9 @@
 //! Measurements: latency histograms per operation kind (HDR, microseconds), error counts
 //! by kind with the first message of each kind, and a per-second timeline. The workers
-//! of a phase record into one [`Recorder`], whose histograms are made before any operation is timed (an HDR
-//! histogram over ten minutes at three significant figures is ~160 KB: made by each worker
-//! on its first answer, they cost a burst of many clients its measurement), and which
-//! becomes a [`Summary`] at the end.
+//! of a phase record into one [`Recorder`], whose histograms are made before any
+//! operation is timed (an HDR histogram over ten minutes at three significant figures is
+//! ~160 KB: made by each worker on its first answer, they cost a burst of many clients
+//! its measurement), and which becomes a [`Summary`] at the end.
 
 use crate::workload::OperationKind;
 use hdrhistogram::Histogram;
