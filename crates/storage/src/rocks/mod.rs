@@ -237,12 +237,6 @@ impl RocksEngine {
         db_options.create_missing_column_families(true);
         db_options.set_max_background_jobs(options.background_jobs);
         db_options.set_bytes_per_sync(1 << 20);
-        // A write group's leader inserts every writer's entries into the memtable itself.
-        // Inserting concurrently costs each insert atomic operations on the skip list and
-        // the group's followers a wake-up to do their share: on two cores, more CPU per
-        // write than the parallel inserts win back (decision 0007, "single-writer
-        // memtable").
-        db_options.set_allow_concurrent_memtable_write(false);
 
         // HyperClockCache: lookups without a shard mutex (an LRU cache locks one on every
         // block a read touches). An estimated entry charge of 0 sizes its table as it fills.
