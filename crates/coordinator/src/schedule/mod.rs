@@ -518,26 +518,37 @@ mod tests {
 
     /// Keeps the one read thread of `stage` busy (with the chunk of a scan begun first)
     /// until the sender is dropped or sent to; returns once the chunk is running.
+    ///
+    /// On a loaded machine the read thread may come to the chunk only after a short scan
+    /// deadline, and then refuses it unread; the chunk is then offered again, so that the
+    /// caller always gets a busy thread, however slow the machine.
     fn occupy(
         stage: &Arc<dyn ScanStage>,
     ) -> (
         std::sync::mpsc::Sender<()>,
         BoxFuture<'static, ReplicaResponse>,
     ) {
-        let (release, released) = std::sync::mpsc::channel::<()>();
-        let (started, running) = std::sync::mpsc::channel::<()>();
-        let busy = stage.run(
-            ticket(0),
-            Box::new(move || {
-                let _ = started.send(());
-                let _ = released.recv_timeout(Duration::from_secs(10));
-                ReplicaResponse::Applied
-            }),
-        );
-        running
-            .recv_timeout(Duration::from_secs(10))
-            .expect("the read thread took the chunk");
-        (release, busy)
+        let give_up = Instant::now() + Duration::from_secs(10);
+        loop {
+            let (release, released) = std::sync::mpsc::channel::<()>();
+            let (started, running) = std::sync::mpsc::channel::<()>();
+            let busy = stage.run(
+                ticket(0),
+                Box::new(move || {
+                    let _ = started.send(());
+                    let _ = released.recv_timeout(Duration::from_secs(10));
+                    ReplicaResponse::Applied
+                }),
+            );
+            let waited = give_up.saturating_duration_since(Instant::now());
+            match running.recv_timeout(waited) {
+                Ok(()) => return (release, busy),
+                // Refused unread (the closure was dropped): it waited past the deadline.
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected)
+                    if Instant::now() < give_up => {}
+                Err(error) => panic!("the read thread never took the chunk: {error}"),
+            }
+        }
     }
 
     /// A ticket for a scan begun `began_ms` after some moment.
