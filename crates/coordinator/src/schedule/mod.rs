@@ -540,8 +540,8 @@ mod tests {
                     ReplicaResponse::Applied
                 }),
             );
-            let waited = give_up.saturating_duration_since(Instant::now());
-            match running.recv_timeout(waited) {
+            let remaining = give_up.saturating_duration_since(Instant::now());
+            match running.recv_timeout(remaining) {
                 Ok(()) => return (release, busy),
                 // Refused unread (the closure was dropped): it waited past the deadline.
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected)
