@@ -92,8 +92,9 @@ pub struct Config {
     pub max_hint_window_ms: u64,
     /// Bound on all hints this node keeps.
     pub max_hints_mib: u64,
-    /// Threads running requests (0: one per core). Nodes sharing a machine (a local
-    /// cluster) do better with the cores divided among them.
+    /// Threads running requests (0: one per core): as many again serve client connections
+    /// (see `connection_threads`), each connection on one of them. Nodes sharing a machine
+    /// (a local cluster) do better with the cores divided among them.
     pub worker_threads: usize,
     /// `narrow_first` (default), `point_first` or `fifo`: the order reads are served in.
     pub read_scheduling: ReadScheduling,
@@ -246,6 +247,14 @@ impl Config {
             .map_err(|e| anyhow::anyhow!("cannot read config file {}: {e}", path.display()))?;
         toml::from_str(&text)
             .map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))
+    }
+
+    /// Threads client connections are spread over: `worker_threads`, or one per core.
+    pub fn connection_threads(&self) -> usize {
+        match self.worker_threads {
+            0 => std::thread::available_parallelism().map_or(1, usize::from),
+            threads => threads,
+        }
     }
 
     pub fn validate(&self) -> anyhow::Result<()> {

@@ -1,6 +1,7 @@
 //! One client connection: the CQL v4 conversation.
 //!
-//! Each connection is one task. It reads whatever bytes the socket has into a buffer,
+//! Each connection is one task, on one connection thread for its whole life
+//! ([`crate::connection_threads`]). It reads whatever bytes the socket has into a buffer,
 //! cuts complete frames out of it — at most [`REQUESTS_PER_PASS`] per pass, the rest wait
 //! in the buffer for the next pass — and starts every request as a future in the
 //! connection's own [`FuturesUnordered`] — so many requests (stream ids) are in flight at
@@ -11,11 +12,12 @@
 //! is the socket's only writer: event frames pushed by other tasks reach it through a
 //! channel, and all answers of a pass leave in one socket write.
 //!
-//! Reads that can run long — scans and partition slices — run as tasks of their own
-//! instead ([`runs_apart`]): their coordinator work (merging chunk replies, building and
-//! encoding up to thousands of rows) takes milliseconds of CPU, and inside the connection's
-//! task every other request of the connection — point reads whose answers are ready —
-//! would wait for it. A point read stays in the task: it is done sooner than a hand-off.
+//! Reads that can run long — scans and partition slices — run as tasks of their own on
+//! the node's shared runtime instead ([`runs_apart`]): their coordinator work (merging
+//! chunk replies, building and encoding up to thousands of rows) takes milliseconds of
+//! CPU, and inside the connection's task every other request of the connection — point
+//! reads whose answers are ready — would wait for it, as would the other connections of
+//! its thread. A point read stays in the task: it is done sooner than a hand-off.
 //!
 //! A pass that leaves requests unanswered acknowledges the bytes it read at once
 //! ([`acknowledge_now`]): a client that does not set `TCP_NODELAY` (the Python driver's
@@ -51,6 +53,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::TcpStream;
+use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
 /// Limits for one connection.
@@ -58,6 +61,18 @@ use tokio::sync::mpsc;
 pub struct ConnectionLimits {
     pub max_frame_bytes: usize,
     pub max_in_flight: usize,
+}
+
+/// What a node gives each of its client connections.
+#[derive(Clone)]
+pub struct ConnectionServices {
+    pub coordinator: Arc<Coordinator>,
+    pub events: Arc<EventBus>,
+    pub limits: ConnectionLimits,
+    /// Where requests run apart run: the node's shared runtime, whose workers share their
+    /// tasks (a connection's own thread serves other connections too; see
+    /// `connection_threads`).
+    pub apart_runtime: Handle,
 }
 
 /// Per-connection protocol state shared by its requests.
@@ -148,34 +163,18 @@ fn error_frame(stream: i16, error: CqlError, compress: bool) -> Vec<u8> {
 }
 
 /// Serves a plain TCP connection.
-pub async fn serve(
-    socket: TcpStream,
-    coordinator: Arc<Coordinator>,
-    events: Arc<EventBus>,
-    limits: ConnectionLimits,
-) {
+pub async fn serve(socket: TcpStream, services: ConnectionServices) {
     let peer = socket.peer_addr().ok();
     let _ = socket.set_nodelay(true);
     let (read_half, write_half) = socket.into_split();
     let acknowledge = |half: &OwnedReadHalf| acknowledge_now(half.as_ref());
-    serve_halves(
-        read_half,
-        write_half,
-        acknowledge,
-        peer,
-        coordinator,
-        events,
-        limits,
-    )
-    .await
+    serve_halves(read_half, write_half, acknowledge, peer, services).await
 }
 
 /// Serves a connection after its TLS handshake.
 pub async fn serve_tls(
     stream: tokio_rustls::server::TlsStream<crate::tls::BufferedSocket>,
-    coordinator: Arc<Coordinator>,
-    events: Arc<EventBus>,
-    limits: ConnectionLimits,
+    services: ConnectionServices,
 ) {
     let socket = stream.get_ref().0.get_ref();
     let peer = socket.peer_addr().ok();
@@ -189,16 +188,7 @@ pub async fn serve_tls(
             acknowledge_now(socket)
         }
     };
-    serve_halves(
-        read_half,
-        write_half,
-        acknowledge,
-        peer,
-        coordinator,
-        events,
-        limits,
-    )
-    .await
+    serve_halves(read_half, write_half, acknowledge, peer, services).await
 }
 
 /// Sends the acknowledgement of the bytes received so far now, instead of letting the
@@ -215,6 +205,9 @@ struct RequestContext {
     /// Where event frames for this connection go (its task writes them out).
     events_tx: mpsc::Sender<Vec<u8>>,
     limits: ConnectionLimits,
+    /// Where requests run apart run: the node's main runtime, whose workers share their
+    /// tasks (the connection's own thread serves other connections too).
+    apart_runtime: Handle,
 }
 
 /// The connection's loop. It runs outside tokio's cooperative budget
@@ -231,9 +224,7 @@ fn serve_halves<R: AsyncRead + Unpin>(
     write_half: impl AsyncWrite + Unpin,
     acknowledge: impl Fn(&R),
     peer: Option<std::net::SocketAddr>,
-    coordinator: Arc<Coordinator>,
-    events: Arc<EventBus>,
-    limits: ConnectionLimits,
+    services: ConnectionServices,
 ) -> impl std::future::Future<Output = ()> {
     let (events_tx, events_rx) = mpsc::channel::<Vec<u8>>(EVENT_QUEUE_CAPACITY);
     let state = Arc::new(ConnectionState {
@@ -244,12 +235,19 @@ fn serve_halves<R: AsyncRead + Unpin>(
         lwt_mark: AtomicU32::new(0),
         peer,
     });
+    let ConnectionServices {
+        coordinator,
+        events,
+        limits,
+        apart_runtime,
+    } = services;
     let context = RequestContext {
         state,
         coordinator,
         events,
         events_tx,
         limits,
+        apart_runtime,
     };
     tokio::task::unconstrained(converse(
         read_half,
@@ -457,7 +455,12 @@ async fn start_requests(
         ) {
             output.extend_from_slice(&request.await);
         } else if apart {
-            in_flight.push(run_apart(request, header.stream, compress));
+            in_flight.push(run_apart(
+                &context.apart_runtime,
+                request,
+                header.stream,
+                compress,
+            ));
         } else {
             in_flight.push(request.boxed());
         }
@@ -513,11 +516,12 @@ fn query_text_start(body: &[u8]) -> Option<&[u8]> {
 /// `request` spawned as a task; the future answers with its frame. Dropping the future
 /// (the connection closed) aborts the task: nobody is left to read its rows.
 fn run_apart(
+    runtime: &Handle,
     request: impl std::future::Future<Output = Vec<u8>> + Send + 'static,
     stream: i16,
     compress: bool,
 ) -> BoxFuture<'static, Vec<u8>> {
-    let mut task = crate::AbortOnDrop(tokio::spawn(request));
+    let mut task = crate::AbortOnDrop(runtime.spawn(request));
     async move {
         (&mut task.0).await.unwrap_or_else(|_| {
             let error = CqlError::server("Internal error while executing the request");

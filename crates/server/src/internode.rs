@@ -403,6 +403,9 @@ pub struct Peers {
     /// Sent on every new connection before its first frame
     /// ([`Peers::for_streaming_lane`]).
     preface: Option<[u8; 4]>,
+    /// The runtime connections are opened on, whoever asks ([`Peers::opened_on`]);
+    /// `None`: the asker's.
+    home: Option<tokio::runtime::Handle>,
 }
 
 /// Connects to `to` from `source` (any port), or from wherever the system picks.
@@ -420,6 +423,91 @@ async fn connect_from(
     };
     socket.bind(SocketAddr::new(source, 0))?;
     socket.connect(to).await
+}
+
+/// Why an outgoing connection could not be opened.
+enum OpenFailure {
+    /// The peer could not be reached (no retry before [`RECONNECT_BACKOFF`]).
+    Unreachable(String),
+    Other(String),
+}
+
+/// Connects to `to`, shakes hands (TLS, when the cluster uses it), writes the lane's
+/// preface and starts the connection's tasks on the current runtime.
+async fn open_connection(
+    source: Option<std::net::IpAddr>,
+    tls: Option<Arc<crate::tls::InternodeTls>>,
+    preface: Option<[u8; 4]>,
+    to: SocketAddr,
+) -> Result<Arc<PeerConnection>, OpenFailure> {
+    let connect = connect_from(source, to);
+    let socket = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+        Ok(Ok(socket)) => socket,
+        Ok(Err(error)) => {
+            return Err(OpenFailure::Unreachable(format!(
+                "cannot connect to {to}: {error}"
+            )))
+        }
+        Err(_) => {
+            return Err(OpenFailure::Unreachable(format!(
+                "connecting to {to} timed out"
+            )))
+        }
+    };
+    let _ = socket.set_nodelay(true);
+    match &tls {
+        None => {
+            let mut socket = socket;
+            send_preface(preface, &mut socket, to)
+                .await
+                .map_err(OpenFailure::Other)?;
+            let (reader, writer) = socket.into_split();
+            Ok(start_connection(reader, writer))
+        }
+        Some(tls) => {
+            let connector = tls.connector();
+            let name = rustls::pki_types::ServerName::IpAddress(to.ip().into());
+            let handshake = connector.connect(name, crate::tls::buffered(socket));
+            let mut stream = match tokio::time::timeout(CONNECT_TIMEOUT, handshake).await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(error)) => {
+                    return Err(OpenFailure::Unreachable(format!(
+                        "TLS with {to} failed: {error}"
+                    )))
+                }
+                Err(_) => {
+                    return Err(OpenFailure::Unreachable(format!(
+                        "the TLS handshake with {to} timed out"
+                    )))
+                }
+            };
+            send_preface(preface, &mut stream, to)
+                .await
+                .map_err(OpenFailure::Other)?;
+            let (reader, writer) = tokio::io::split(stream);
+            Ok(start_connection(reader, writer))
+        }
+    }
+}
+
+/// Writes a connection's preface, if its lane has one.
+async fn send_preface(
+    preface: Option<[u8; 4]>,
+    stream: &mut (impl AsyncWriteExt + Unpin),
+    to: SocketAddr,
+) -> Result<(), String> {
+    let Some(preface) = preface else {
+        return Ok(());
+    };
+    let written = async {
+        stream.write_all(&preface).await?;
+        stream.flush().await
+    };
+    match tokio::time::timeout(CONNECT_TIMEOUT, written).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(error)) => Err(format!("cannot write to {to}: {error}")),
+        Err(_) => Err(format!("writing to {to} timed out")),
+    }
 }
 
 /// Starts the writer and reader tasks of an outgoing connection.
@@ -472,6 +560,13 @@ impl Peers {
         self
     }
 
+    /// Every connection is opened on `runtime` and its tasks run there, whichever thread
+    /// asks for it first (a client connection's thread, say: see `connection_threads`).
+    pub fn opened_on(mut self, runtime: tokio::runtime::Handle) -> Peers {
+        self.home = Some(runtime);
+        self
+    }
+
     /// Connections of the streaming lane: each opens with [`STREAMING_LANE_PREFACE`], so
     /// the peer serves it on its streaming runtime. Its tasks run on the runtime that
     /// opens it (the destination's streaming jobs run on this node's).
@@ -494,72 +589,29 @@ impl Peers {
                 return Err(format!("{to} is unreachable"));
             }
         }
-        let connect = connect_from(self.source, to);
-        let socket = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
-            Ok(Ok(socket)) => socket,
-            Ok(Err(error)) => {
+        let open = open_connection(self.source, self.tls.clone(), self.preface, to);
+        // Opened on the home runtime when there is one: the connection's tasks and socket
+        // belong there, not to whichever thread asked first (a client connection's).
+        let opened = match &self.home {
+            Some(home) => home
+                .spawn(open)
+                .await
+                .unwrap_or_else(|_| Err(OpenFailure::Other("the node is shutting down".into()))),
+            None => open.await,
+        };
+        let connection = match opened {
+            Ok(connection) => connection,
+            Err(OpenFailure::Unreachable(error)) => {
                 self.failed_connects.lock().insert(to, Instant::now());
-                return Err(format!("cannot connect to {to}: {error}"));
+                return Err(error);
             }
-            Err(_) => {
-                self.failed_connects.lock().insert(to, Instant::now());
-                return Err(format!("connecting to {to} timed out"));
-            }
+            Err(OpenFailure::Other(error)) => return Err(error),
         };
         self.failed_connects.lock().remove(&to);
-        let _ = socket.set_nodelay(true);
-        let connection = match &self.tls {
-            None => {
-                let mut socket = socket;
-                self.send_preface(&mut socket, to).await?;
-                let (reader, writer) = socket.into_split();
-                start_connection(reader, writer)
-            }
-            Some(tls) => {
-                let connector = tls.connector();
-                let name = rustls::pki_types::ServerName::IpAddress(to.ip().into());
-                let handshake = connector.connect(name, crate::tls::buffered(socket));
-                let stream = match tokio::time::timeout(CONNECT_TIMEOUT, handshake).await {
-                    Ok(Ok(stream)) => stream,
-                    Ok(Err(error)) => {
-                        self.failed_connects.lock().insert(to, Instant::now());
-                        return Err(format!("TLS with {to} failed: {error}"));
-                    }
-                    Err(_) => {
-                        self.failed_connects.lock().insert(to, Instant::now());
-                        return Err(format!("the TLS handshake with {to} timed out"));
-                    }
-                };
-                let mut stream = stream;
-                self.send_preface(&mut stream, to).await?;
-                let (reader, writer) = tokio::io::split(stream);
-                start_connection(reader, writer)
-            }
-        };
         self.connections
             .lock()
             .insert((to, lane), Arc::clone(&connection));
         Ok(connection)
-    }
-
-    /// Writes this connection's preface, if its lane has one.
-    async fn send_preface(
-        &self,
-        stream: &mut (impl AsyncWriteExt + Unpin),
-        to: SocketAddr,
-    ) -> Result<(), String> {
-        let Some(preface) = self.preface else {
-            return Ok(());
-        };
-        let written = async {
-            stream.write_all(&preface).await?;
-            stream.flush().await
-        };
-        match tokio::time::timeout(CONNECT_TIMEOUT, written).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(error)) => Err(format!("cannot write to {to}: {error}")),
-            Err(_) => Err(format!("writing to {to} timed out")),
-        }
     }
 
     /// Sends `message` to `to` and waits for the reply, at most `timeout`.
@@ -926,6 +978,42 @@ mod tests {
         );
         // The same message on an ordinary connection (its bulk lane) stays on the workers.
         assert_ne!(served_on(Peers::default()).await, "shoal-stream-io");
+    }
+
+    #[test]
+    fn a_connection_opened_on_its_home_runtime_outlives_the_runtime_that_asked() {
+        let home = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = home.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
+        let address = listener.local_addr().unwrap();
+        let handler = Arc::new(ThreadNames {
+            lane: crate::streaming::lane::LaneRuntime::start(0).unwrap(),
+        });
+        let (_stop, stopped) = tokio::sync::watch::channel(false);
+        home.spawn(serve(listener, handler, stopped, None));
+        let peers = Peers::default().opened_on(home.handle().clone());
+        let call_from_a_runtime_of_its_own = || {
+            let asking = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let message = Message::Stream(crate::streaming::StreamRequest::Next { session: 1 });
+            asking.block_on(peers.call(address, &message, Duration::from_secs(10)))
+        };
+        // The first call opens the connection, from a runtime that is gone right after...
+        assert!(matches!(
+            call_from_a_runtime_of_its_own(),
+            Ok(Reply::Error(_))
+        ));
+        // ...and the connection it opened still carries the next call.
+        assert!(matches!(
+            call_from_a_runtime_of_its_own(),
+            Ok(Reply::Error(_))
+        ));
+        assert_eq!(peers.connections.lock().len(), 1);
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! - [`durability`] — the commit log policy (periodic sync or epoch group commit) behind
 //!   the coordinator's `WriteLog`.
 //! - [`connection`] — one CQL client connection: frames in, requests run concurrently,
-//!   coalesced frames out.
+//!   coalesced frames out; [`connection_threads`] — the threads connections live on, each
+//!   connection on one for its whole life.
 //! - [`events`] — pushing SCHEMA_CHANGE, TOPOLOGY_CHANGE and STATUS_CHANGE events.
 //! - [`internode`] — messaging between nodes; [`membership`] — the failure detector and
 //!   the loops that follow the cluster metadata.
@@ -23,6 +24,7 @@
 
 pub mod config;
 pub mod connection;
+pub mod connection_threads;
 pub mod durability;
 pub mod events;
 pub mod internode;
@@ -89,6 +91,7 @@ pub struct Node {
     cql_address: SocketAddr,
     shutdown: watch::Sender<bool>,
     listener_task: tokio::task::JoinHandle<()>,
+    connection_threads: Arc<connection_threads::ConnectionThreads>,
 }
 
 impl Node {
@@ -108,7 +111,8 @@ impl Node {
         // Internode messaging first: joining a cluster needs it.
         let detector = Arc::new(membership::FailureDetector::new(host_id));
         let internode_tls = config.internode_tls()?.map(Arc::new);
-        let mut peers = internode::Peers::from_address(config.listen_address);
+        let mut peers = internode::Peers::from_address(config.listen_address)
+            .opened_on(tokio::runtime::Handle::current());
         if let Some(tls) = &internode_tls {
             peers = peers.with_tls(Arc::clone(tls));
         }
@@ -384,12 +388,17 @@ impl Node {
             Arc::clone(&coordinator),
             Arc::clone(&events),
         )));
+        let connection_threads = Arc::new(
+            connection_threads::ConnectionThreads::start(config.connection_threads())
+                .context("cannot start the connection threads")?,
+        );
         let (cql_address, listener_task) = serve_clients(
             &config,
             Arc::clone(&coordinator),
             events,
             metrics,
             clients_closed,
+            Arc::clone(&connection_threads),
         )
         .await?;
         tracing::info!(%cql_address, data_dir = %config.data_dir.display(), commitlog_sync = ?config.commitlog_sync, "Shoal node listening for CQL clients");
@@ -404,6 +413,7 @@ impl Node {
             cql_address,
             shutdown,
             listener_task,
+            connection_threads,
         })
     }
 
@@ -416,6 +426,8 @@ impl Node {
     pub async fn stop(self) {
         let _ = self.shutdown.send(true);
         let _ = self.listener_task.await;
+        let connection_threads = Arc::clone(&self.connection_threads);
+        let _ = tokio::task::spawn_blocking(move || connection_threads.stop()).await;
         for task in &self.background {
             task.abort();
         }
@@ -453,18 +465,16 @@ const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_sec
 async fn serve_client(
     socket: tokio::net::TcpStream,
     tls: Option<(config::ClientTls, tokio_rustls::TlsAcceptor)>,
-    coordinator: Arc<Coordinator>,
-    events: Arc<events::EventBus>,
-    limits: connection::ConnectionLimits,
+    services: connection::ConnectionServices,
 ) {
     let Some((mode, acceptor)) = tls else {
-        return connection::serve(socket, coordinator, events, limits).await;
+        return connection::serve(socket, services).await;
     };
     if mode == config::ClientTls::Optional {
         let mut first = [0u8; 1];
         match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, socket.peek(&mut first)).await {
             Ok(Ok(1)) if first[0] != tls::TLS_HANDSHAKE_RECORD => {
-                return connection::serve(socket, coordinator, events, limits).await;
+                return connection::serve(socket, services).await;
             }
             Ok(Ok(1)) => {}
             _ => return,
@@ -477,20 +487,22 @@ async fn serve_client(
     )
     .await
     {
-        Ok(Ok(stream)) => connection::serve_tls(stream, coordinator, events, limits).await,
+        Ok(Ok(stream)) => connection::serve_tls(stream, services).await,
         Ok(Err(error)) => tracing::info!(?peer, %error, "TLS handshake failed"),
         Err(_) => tracing::info!(?peer, "TLS handshake timed out"),
     }
 }
 
-/// Listens for CQL clients and serves each connection as one task, until `shutdown`;
-/// returns the address it listens on and the accepting task.
+/// Listens for CQL clients and serves each connection as one task on one of the
+/// connection threads, until `shutdown`; returns the address it listens on and the
+/// accepting task.
 async fn serve_clients(
     config: &Config,
     coordinator: Arc<Coordinator>,
     events: Arc<events::EventBus>,
     metrics: Arc<metrics::Metrics>,
     shutdown_rx: watch::Receiver<bool>,
+    connection_threads: Arc<connection_threads::ConnectionThreads>,
 ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let address = SocketAddr::new(config.listen_address, config.cql_port);
     let listener = TcpListener::bind(address)
@@ -529,15 +541,24 @@ async fn serve_clients(
                         tracing::warn!(%peer, "refusing connection: max_connections reached");
                         continue;
                     };
-                    let coordinator = Arc::clone(&coordinator);
-                    let events = Arc::clone(&events);
+                    let services = connection::ConnectionServices {
+                        coordinator: Arc::clone(&coordinator),
+                        events: Arc::clone(&events),
+                        limits,
+                        apart_runtime: tokio::runtime::Handle::current(),
+                    };
                     let tls = tls.as_ref().map(|(mode, certificates)| (*mode, certificates.acceptor()));
                     let mut connection_shutdown = shutdown_rx.clone();
                     let counted = metrics::ConnectionCount::open(&metrics);
-                    tokio::spawn(async move {
-                        tokio::select! {
-                            _ = serve_client(socket, tls, coordinator, events, limits) => {}
-                            _ = connection_shutdown.changed() => {}
+                    // The socket moves to its connection's thread, and registers there.
+                    let Ok(socket) = socket.into_std() else { continue };
+                    connection_threads.place(async move {
+                        if let Ok(socket) = tokio::net::TcpStream::from_std(socket) {
+                            let serving = serve_client(socket, tls, services);
+                            tokio::select! {
+                                _ = serving => {}
+                                _ = connection_shutdown.changed() => {}
+                            }
                         }
                         drop((permit, counted));
                     });
