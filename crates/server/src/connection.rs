@@ -200,14 +200,9 @@ fn acknowledge_now(socket: &impl AsFd) {
 /// What every request a connection starts is given.
 struct RequestContext {
     state: Arc<ConnectionState>,
-    coordinator: Arc<Coordinator>,
-    events: Arc<EventBus>,
     /// Where event frames for this connection go (its task writes them out).
     events_tx: mpsc::Sender<Vec<u8>>,
-    limits: ConnectionLimits,
-    /// Where requests run apart run: the node's main runtime, whose workers share their
-    /// tasks (the connection's own thread serves other connections too).
-    apart_runtime: Handle,
+    services: ConnectionServices,
 }
 
 /// The connection's loop. It runs outside tokio's cooperative budget
@@ -235,19 +230,10 @@ fn serve_halves<R: AsyncRead + Unpin>(
         lwt_mark: AtomicU32::new(0),
         peer,
     });
-    let ConnectionServices {
-        coordinator,
-        events,
-        limits,
-        apart_runtime,
-    } = services;
     let context = RequestContext {
         state,
-        coordinator,
-        events,
         events_tx,
-        limits,
-        apart_runtime,
+        services,
     };
     tokio::task::unconstrained(converse(
         read_half,
@@ -388,7 +374,7 @@ async fn start_requests(
     in_flight: &mut FuturesUnordered<BoxFuture<'static, Vec<u8>>>,
     context: &RequestContext,
 ) -> bool {
-    let limits = context.limits;
+    let limits = context.services.limits;
     let mut started = 0;
     loop {
         if *skipping > 0 {
@@ -438,13 +424,13 @@ async fn start_requests(
             output.extend_from_slice(&error_frame(header.stream, error, compress));
             continue;
         }
-        let apart = runs_apart(&header, &body, &context.coordinator);
+        let apart = runs_apart(&header, &body, &context.services.coordinator);
         let request = handle_frame(
             header,
             body,
             Arc::clone(&context.state),
-            Arc::clone(&context.coordinator),
-            Arc::clone(&context.events),
+            Arc::clone(&context.services.coordinator),
+            Arc::clone(&context.services.events),
             context.events_tx.clone(),
             limits,
         );
@@ -456,7 +442,7 @@ async fn start_requests(
             output.extend_from_slice(&request.await);
         } else if apart {
             in_flight.push(run_apart(
-                &context.apart_runtime,
+                &context.services.apart_runtime,
                 request,
                 header.stream,
                 compress,

@@ -531,6 +531,12 @@ async fn serve_clients(
         )),
         _ => anyhow::bail!("client_tls needs tls_certificate and tls_private_key"),
     };
+    let services = connection::ConnectionServices {
+        coordinator,
+        events,
+        limits,
+        apart_runtime: tokio::runtime::Handle::current(),
+    };
     let listener_task = tokio::spawn(async move {
         loop {
             tokio::select! {
@@ -541,12 +547,7 @@ async fn serve_clients(
                         tracing::warn!(%peer, "refusing connection: max_connections reached");
                         continue;
                     };
-                    let services = connection::ConnectionServices {
-                        coordinator: Arc::clone(&coordinator),
-                        events: Arc::clone(&events),
-                        limits,
-                        apart_runtime: tokio::runtime::Handle::current(),
-                    };
+                    let services = services.clone();
                     let tls = tls.as_ref().map(|(mode, certificates)| (*mode, certificates.acceptor()));
                     let mut connection_shutdown = shutdown_rx.clone();
                     let counted = metrics::ConnectionCount::open(&metrics);
