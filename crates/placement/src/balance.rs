@@ -14,11 +14,18 @@
 //!    one replica at a time, onto the nodes of the first, so that the two can be merged
 //!    without data moving at the merge.
 //! 4. **Even load**: while the most loaded node holds more than one replica more than the
-//!    least loaded one, a tablet moves from the first to the second — the newest one it
-//!    has (split halves get the newest ids, so a growing ordered table's data moves first).
+//!    least loaded one, a tablet moves from the first to the second — the one that brings
+//!    their bytes closest, the smallest of those (least to stream), the newest of those
+//!    (split halves get the newest ids, so a growing ordered table's data moves first
+//!    even before its sizes are measured).
 //!    Tablets to be merged stay where they are, or they would be moved apart again.
+//! 5. **Even bytes**: with counts even, a node holding more bytes than another by enough
+//!    ([`Bytes::worth_moving`]) gives it the tablet that brings their bytes closest: the
+//!    two trade the odd replica when the first holds one more, and otherwise the second
+//!    gives back its smallest tablet, so counts stay even.
 //!
-//! Load counts a move under way as done. Each node takes part in at most
+//! Among nodes holding as many replicas, the one holding fewer bytes (over every table,
+//! [`bytes`]) receives first and gives last. Load counts a move under way as done. Each node takes part in at most
 //! [`Budget::per_node`] moves at once (as the one giving a replica up or receiving it), so
 //! streaming stays within what a node's disk and network can carry; the rest waits for a
 //! later round. Nodes that are down neither give nor receive.
@@ -26,9 +33,12 @@
 //! [`plan_primaries`] evens out which replica is first (the primary, whose tokens drivers
 //! route by): a metadata-only change, no data moves.
 
+pub mod bytes;
+
 use crate::tablet::{apply_move, TabletMap};
 use crate::ReplicationStrategy;
-use shoal_model::{HostId, TabletId};
+use bytes::{distance_after, gain, Bytes};
+use shoal_model::{HostId, TableId, TabletId};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A node as the balancer sees it.
@@ -78,7 +88,11 @@ impl Budget {
     }
 
     fn has_room(&self, host: &HostId) -> bool {
-        self.busy.get(host).copied().unwrap_or(0) < self.per_node
+        self.has_room_for(host, 1)
+    }
+
+    fn has_room_for(&self, host: &HostId, moves: usize) -> bool {
+        self.busy.get(host).copied().unwrap_or(0) + moves <= self.per_node
     }
 }
 
@@ -136,27 +150,32 @@ impl Group<'_> {
         self.nodes.get(host).map(|n| n.rack.as_str())
     }
 
-    /// Replicas of this group per node, counting moves under way as done.
-    fn loads(&self, map: &TabletMap) -> BTreeMap<HostId, usize> {
-        let mut loads: BTreeMap<HostId, usize> = self.receivers().map(|n| (n.id, 0)).collect();
+    /// The tally of one table's replicas on this group's nodes, counting moves under way
+    /// as done.
+    fn tally<'b>(&self, table: TableId, map: &TabletMap, bytes: &'b mut Bytes) -> Tally<'b> {
+        let mut counts: BTreeMap<HostId, usize> = self.receivers().map(|n| (n.id, 0)).collect();
         for tablet in map.tablets() {
             for host in tablet.new_replicas() {
-                if let Some(load) = loads.get_mut(&host) {
-                    *load += 1;
+                if let Some(count) = counts.get_mut(&host) {
+                    *count += 1;
                 }
             }
         }
-        loads
+        Tally {
+            table,
+            counts,
+            bytes,
+        }
     }
 
     /// The best node to receive a replica of a tablet now held by `others` (and given up
     /// by `leaving`): the node replacing `leaving`, then a rack the tablet does not use,
-    /// then the least loaded, then the lowest id.
+    /// then the least loaded, then the one holding fewest bytes, then the lowest id.
     fn destination(
         &self,
         others: &[HostId],
         leaving: Option<HostId>,
-        loads: &BTreeMap<HostId, usize>,
+        tally: &Tally<'_>,
         budget: &Budget,
     ) -> Option<HostId> {
         let racks_used: BTreeSet<&str> = others.iter().filter_map(|h| self.rack_of(h)).collect();
@@ -166,7 +185,8 @@ impl Group<'_> {
                 (
                     !(leaving.is_some() && n.replaces == leaving),
                     racks_used.contains(n.rack.as_str()),
-                    loads.get(&n.id).copied().unwrap_or(0),
+                    tally.count(&n.id),
+                    tally.bytes.of_node(&n.id),
                     n.id,
                 )
             })
@@ -174,90 +194,180 @@ impl Group<'_> {
     }
 }
 
+/// What the nodes of one group hold while a table's moves are planned: the table's
+/// replicas per node that may receive them, and bytes over every table; both count moves
+/// under way, and moves planned so far, as done.
+struct Tally<'b> {
+    table: TableId,
+    counts: BTreeMap<HostId, usize>,
+    bytes: &'b mut Bytes,
+}
+
+impl Tally<'_> {
+    fn count(&self, host: &HostId) -> usize {
+        self.counts.get(host).copied().unwrap_or(0)
+    }
+
+    fn size(&self, tablet: TabletId) -> u64 {
+        self.bytes.of_tablet(self.table, tablet)
+    }
+
+    /// Nodes by (replicas, bytes, id), fewest first.
+    fn by_load(&self) -> Vec<(usize, u64, HostId)> {
+        let mut by_load: Vec<(usize, u64, HostId)> = self
+            .counts
+            .iter()
+            .map(|(host, count)| (*count, self.bytes.of_node(host), *host))
+            .collect();
+        by_load.sort_unstable();
+        by_load
+    }
+
+    /// Counts a planned move as done.
+    fn account(&mut self, planned: &Move) {
+        if let Some(count) = planned.leaving.and_then(|h| self.counts.get_mut(&h)) {
+            *count = count.saturating_sub(1);
+        }
+        if let Some(count) = planned.pending.and_then(|h| self.counts.get_mut(&h)) {
+            *count += 1;
+        }
+        self.bytes.charge(self.table, planned);
+    }
+}
+
 /// Moves to start now for one table (at most one per tablet, none for a tablet already
-/// moving), charged to `budget`.
+/// moving), charged to `budget` and counted in `bytes`.
 pub fn plan_moves(
+    table: TableId,
     map: &TabletMap,
     strategy: &ReplicationStrategy,
     nodes: &[BalancerNode],
+    bytes: &mut Bytes,
     budget: &mut Budget,
 ) -> Vec<Move> {
-    let mut moves: Vec<Move> = Vec::new();
-    let mut moving: BTreeSet<TabletId> = map.transitions().map(|(t, _)| t.id).collect();
+    let mut planned = Planned {
+        moves: Vec::new(),
+        moving: map.transitions().map(|(t, _)| t.id).collect(),
+    };
     let groups = groups(strategy, nodes);
     let alive = |host: &HostId| nodes.iter().any(|n| n.id == *host && n.alive);
+    let merging: BTreeSet<TabletId> = map
+        .merges()
+        .flat_map(|(first, second)| [first.id, second.id])
+        .collect();
     for group in &groups {
-        let mut loads = group.loads(map);
+        let mut tally = group.tally(table, map, bytes);
         // 1 and 2: replicas that must go, and replica counts.
         for tablet in map.tablets() {
-            if moving.contains(&tablet.id) {
+            if planned.moving.contains(&tablet.id) {
                 continue;
             }
-            let held = group.members_of(&tablet.replicas);
-            let (draining, staying): (Vec<HostId>, Vec<HostId>) =
-                held.iter().partition(|host| group.draining(host));
-            let planned = if let Some(leaving) = draining.first().copied() {
-                let source_ok = !alive(&leaving) || budget.has_room(&leaving);
-                let others: Vec<HostId> = tablet
-                    .replicas
-                    .iter()
-                    .filter(|h| **h != leaving)
-                    .copied()
-                    .collect();
-                match group.destination(&others, Some(leaving), &loads, budget) {
-                    Some(pending) if source_ok => Some(Move {
-                        tablet: tablet.id,
-                        leaving: Some(leaving),
-                        pending: Some(pending),
-                    }),
-                    // Nowhere to go: with more than enough replicas left it may simply
-                    // be dropped.
-                    _ if staying.len() >= group.factor => Some(Move {
-                        tablet: tablet.id,
-                        leaving: Some(leaving),
-                        pending: None,
-                    }),
-                    _ => None,
-                }
-            } else if staying.len() < group.factor {
-                group
-                    .destination(&tablet.replicas, None, &loads, budget)
-                    .map(|pending| Move {
-                        tablet: tablet.id,
-                        leaving: None,
-                        pending: Some(pending),
-                    })
-            } else if staying.len() > group.factor {
-                staying
-                    .iter()
-                    .max_by_key(|h| (loads.get(h).copied().unwrap_or(0), **h))
-                    .filter(|h| budget.has_room(h))
-                    .map(|leaving| Move {
-                        tablet: tablet.id,
-                        leaving: Some(*leaving),
-                        pending: None,
-                    })
-            } else {
-                None
-            };
-            if let Some(planned) = planned {
-                account(&mut loads, &planned);
-                budget.charge(planned.leaving.filter(|h| alive(h)), planned.pending);
-                moving.insert(planned.tablet);
-                moves.push(planned);
+            if let Some(next) = replica_count_move(tablet, group, &tally, budget, &alive) {
+                planned.add(next, &mut tally, budget, &alive);
             }
         }
         // 3: neighbours to merge come together.
-        for planned in colocate_merges(map, group, budget, &moving) {
-            account(&mut loads, &planned);
-            budget.charge(planned.leaving.filter(|h| alive(h)), planned.pending);
-            moving.insert(planned.tablet);
-            moves.push(planned);
+        for next in colocate_merges(map, group, budget, &planned.moving) {
+            planned.add(next, &mut tally, budget, &alive);
         }
-        // 4: even load.
-        balance_group(map, group, &mut loads, budget, &mut moving, &mut moves);
+        // 4 and 5: even counts, then even bytes; tablets to be merged stay where they
+        // are, or they would be moved apart again. Each round moves one replica (or
+        // trades two); a bound keeps a bug from looping forever.
+        let worth_moving = tally.bytes.worth_moving(table, map);
+        for _ in 0..map.tablets().len() * 4 + 8 {
+            let busy = |id: TabletId| merging.contains(&id) || planned.moving.contains(&id);
+            let next = match even_counts_move(map, group, &tally, budget, &busy) {
+                Some(next) => vec![next],
+                None => even_bytes_moves(map, group, &tally, budget, &busy, worth_moving),
+            };
+            if next.is_empty() {
+                break;
+            }
+            for next in next {
+                planned.add(next, &mut tally, budget, &alive);
+            }
+        }
     }
-    moves
+    planned.moves
+}
+
+/// The moves planned so far for one table, and the tablets they (or migrations under way)
+/// move.
+struct Planned {
+    moves: Vec<Move>,
+    moving: BTreeSet<TabletId>,
+}
+
+impl Planned {
+    fn add(
+        &mut self,
+        next: Move,
+        tally: &mut Tally<'_>,
+        budget: &mut Budget,
+        alive: &dyn Fn(&HostId) -> bool,
+    ) {
+        tally.account(&next);
+        budget.charge(next.leaving.filter(|h| alive(h)), next.pending);
+        self.moving.insert(next.tablet);
+        self.moves.push(next);
+    }
+}
+
+/// The move a tablet needs for its replicas in `group`, if any: one off a draining node,
+/// one more when it has too few, one fewer when it has too many.
+fn replica_count_move(
+    tablet: &crate::tablet::Tablet,
+    group: &Group<'_>,
+    tally: &Tally<'_>,
+    budget: &Budget,
+    alive: &dyn Fn(&HostId) -> bool,
+) -> Option<Move> {
+    let held = group.members_of(&tablet.replicas);
+    let (draining, staying): (Vec<HostId>, Vec<HostId>) =
+        held.iter().partition(|host| group.draining(host));
+    if let Some(leaving) = draining.first().copied() {
+        let source_ok = !alive(&leaving) || budget.has_room(&leaving);
+        let others: Vec<HostId> = tablet
+            .replicas
+            .iter()
+            .filter(|h| **h != leaving)
+            .copied()
+            .collect();
+        match group.destination(&others, Some(leaving), tally, budget) {
+            Some(pending) if source_ok => Some(Move {
+                tablet: tablet.id,
+                leaving: Some(leaving),
+                pending: Some(pending),
+            }),
+            // Nowhere to go: with more than enough replicas left it may simply be dropped.
+            _ if staying.len() >= group.factor => Some(Move {
+                tablet: tablet.id,
+                leaving: Some(leaving),
+                pending: None,
+            }),
+            _ => None,
+        }
+    } else if staying.len() < group.factor {
+        group
+            .destination(&tablet.replicas, None, tally, budget)
+            .map(|pending| Move {
+                tablet: tablet.id,
+                leaving: None,
+                pending: Some(pending),
+            })
+    } else if staying.len() > group.factor {
+        staying
+            .iter()
+            .max_by_key(|h| (tally.count(h), tally.bytes.of_node(h), **h))
+            .filter(|h| budget.has_room(h))
+            .map(|leaving| Move {
+                tablet: tablet.id,
+                leaving: Some(*leaving),
+                pending: None,
+            })
+    } else {
+        None
+    }
 }
 
 /// For each pair of neighbours to merge (neither moving) whose replicas in `group`
@@ -299,87 +409,141 @@ fn colocate_merges(
     moves
 }
 
-fn account(loads: &mut BTreeMap<HostId, usize>, planned: &Move) {
-    if let Some(load) = planned.leaving.and_then(|h| loads.get_mut(&h)) {
-        *load = load.saturating_sub(1);
+/// Whether `tablet` may move from `heavy` to `light` to even out load: it is not moving
+/// or about to merge, `heavy` holds it and `light` does not, and the move puts no two of
+/// its replicas on one rack where they were apart.
+fn may_move(
+    tablet: &crate::tablet::Tablet,
+    group: &Group<'_>,
+    (heavy, light): (HostId, HostId),
+    busy: &dyn Fn(TabletId) -> bool,
+) -> bool {
+    if busy(tablet.id) || !tablet.replicas.contains(&heavy) || tablet.replicas.contains(&light) {
+        return false;
     }
-    if let Some(load) = planned.pending.and_then(|h| loads.get_mut(&h)) {
-        *load += 1;
-    }
+    let others: Vec<&str> = tablet
+        .replicas
+        .iter()
+        .filter(|h| **h != heavy)
+        .filter_map(|h| group.rack_of(h))
+        .collect();
+    let light_rack = group.rack_of(&light);
+    let heavy_rack = group.rack_of(&heavy);
+    let collisions_after = others.iter().filter(|r| Some(**r) == light_rack).count();
+    let collisions_before = others.iter().filter(|r| Some(**r) == heavy_rack).count();
+    collisions_after <= collisions_before
 }
 
-/// Moves replicas from the most to the least loaded nodes of `group` until no two differ
-/// by more than one, or the budget runs out.
-fn balance_group(
+/// Step 4: a replica from the node holding most replicas to one holding at least two
+/// fewer — the tablet that brings their bytes closest, the smallest of those (least to
+/// stream), the newest of those.
+fn even_counts_move(
     map: &TabletMap,
     group: &Group<'_>,
-    loads: &mut BTreeMap<HostId, usize>,
-    budget: &mut Budget,
-    moving: &mut BTreeSet<TabletId>,
-    moves: &mut Vec<Move>,
-) {
-    let merging: BTreeSet<TabletId> = map
-        .merges()
-        .flat_map(|(first, second)| [first.id, second.id])
-        .collect();
-    // Each round moves one replica; a bound keeps a bug from looping forever.
-    for _ in 0..map.tablets().len() * 4 + 8 {
-        let mut by_load: Vec<(usize, HostId)> = loads.iter().map(|(h, l)| (*l, *h)).collect();
-        by_load.sort();
-        let mut found: Option<Move> = None;
-        'pairs: for &(heavy_load, heavy) in by_load.iter().rev() {
-            if !budget.has_room(&heavy) {
+    tally: &Tally<'_>,
+    budget: &Budget,
+    busy: &dyn Fn(TabletId) -> bool,
+) -> Option<Move> {
+    let by_load = tally.by_load();
+    for &(heavy_count, heavy_bytes, heavy) in by_load.iter().rev() {
+        if !budget.has_room(&heavy) {
+            continue;
+        }
+        for &(light_count, light_bytes, light) in &by_load {
+            if heavy_count <= light_count + 1 {
+                return None;
+            }
+            if !budget.has_room(&light) {
                 continue;
             }
-            for &(light_load, light) in &by_load {
-                if heavy_load <= light_load + 1 {
-                    break 'pairs;
-                }
-                if !budget.has_room(&light) {
-                    continue;
-                }
-                let light_rack = group.rack_of(&light);
-                // The newest tablet first: after splits, the halves of the key range that
-                // grew, so that an ordered table's data — not its empty tablets — spreads.
-                let candidate = map.tablets().iter().filter(|tablet| {
-                    if moving.contains(&tablet.id)
-                        || merging.contains(&tablet.id)
-                        || !tablet.replicas.contains(&heavy)
-                        || tablet.replicas.contains(&light)
-                    {
-                        return false;
-                    }
-                    // Never put two replicas on one rack where they were apart.
-                    let others: Vec<&str> = tablet
-                        .replicas
-                        .iter()
-                        .filter(|h| **h != heavy)
-                        .filter_map(|h| group.rack_of(h))
-                        .collect();
-                    let collisions_after =
-                        others.iter().filter(|r| Some(**r) == light_rack).count();
-                    let collisions_before = others
-                        .iter()
-                        .filter(|r| Some(**r) == group.rack_of(&heavy))
-                        .count();
-                    collisions_after <= collisions_before
+            let chosen = map
+                .tablets()
+                .iter()
+                .filter(|tablet| may_move(tablet, group, (heavy, light), busy))
+                .min_by_key(|tablet| {
+                    let size = tally.size(tablet.id);
+                    (
+                        distance_after(heavy_bytes, light_bytes, size),
+                        size,
+                        std::cmp::Reverse(tablet.id),
+                    )
                 });
-                if let Some(tablet) = candidate.max_by_key(|tablet| tablet.id) {
-                    found = Some(Move {
-                        tablet: tablet.id,
-                        leaving: Some(heavy),
-                        pending: Some(light),
-                    });
-                    break 'pairs;
-                }
+            if let Some(tablet) = chosen {
+                return Some(Move {
+                    tablet: tablet.id,
+                    leaving: Some(heavy),
+                    pending: Some(light),
+                });
             }
         }
-        let Some(planned) = found else { return };
-        account(loads, &planned);
-        budget.charge(planned.leaving, planned.pending);
-        moving.insert(planned.tablet);
-        moves.push(planned);
     }
+    None
+}
+
+/// Step 5: with counts even, what brings two nodes' bytes closest, if it brings them
+/// closer by at least `worth_moving`: a replica from a node to one holding fewer of the
+/// table's replicas (the two trade the odd one), or, between nodes holding as many, a
+/// trade of a tablet for the other node's smallest (two moves; counts stay as they are).
+fn even_bytes_moves(
+    map: &TabletMap,
+    group: &Group<'_>,
+    tally: &Tally<'_>,
+    budget: &Budget,
+    busy: &dyn Fn(TabletId) -> bool,
+    worth_moving: u64,
+) -> Vec<Move> {
+    let by_load = tally.by_load();
+    let mut best: Option<(u64, Vec<Move>)> = None;
+    for &(heavy_count, heavy_bytes, heavy) in &by_load {
+        for &(light_count, light_bytes, light) in &by_load {
+            if heavy_count < light_count || heavy_bytes < light_bytes.saturating_add(worth_moving) {
+                continue;
+            }
+            // A trade takes part in two moves on each node.
+            let trade = heavy_count == light_count;
+            let moves_each = if trade { 2 } else { 1 };
+            if !budget.has_room_for(&heavy, moves_each) || !budget.has_room_for(&light, moves_each)
+            {
+                continue;
+            }
+            let back = if trade {
+                let smallest = map
+                    .tablets()
+                    .iter()
+                    .filter(|tablet| may_move(tablet, group, (light, heavy), busy))
+                    .min_by_key(|tablet| (tally.size(tablet.id), std::cmp::Reverse(tablet.id)));
+                match smallest {
+                    Some(tablet) => Some(tablet),
+                    None => continue,
+                }
+            } else {
+                None
+            };
+            let back_size = back.map_or(0, |tablet| tally.size(tablet.id));
+            for tablet in map.tablets() {
+                if !may_move(tablet, group, (heavy, light), busy) {
+                    continue;
+                }
+                let net = tally.size(tablet.id).saturating_sub(back_size);
+                let gained = gain(heavy_bytes, light_bytes, net);
+                if gained < worth_moving || best.as_ref().is_some_and(|(b, _)| gained <= *b) {
+                    continue;
+                }
+                let mut moves = vec![Move {
+                    tablet: tablet.id,
+                    leaving: Some(heavy),
+                    pending: Some(light),
+                }];
+                moves.extend(back.map(|back| Move {
+                    tablet: back.id,
+                    leaving: Some(light),
+                    pending: Some(heavy),
+                }));
+                best = Some((gained, moves));
+            }
+        }
+    }
+    best.map(|(_, moves)| moves).unwrap_or_default()
 }
 
 /// Tablets whose primary should change (tablet, new primary) so that every node taking

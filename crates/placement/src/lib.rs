@@ -24,7 +24,7 @@
 pub mod balance;
 pub mod tablet;
 
-pub use balance::{plan_moves, plan_primaries, BalancerNode, Budget, Move};
+pub use balance::{bytes::Bytes, plan_moves, plan_primaries, BalancerNode, Budget, Move};
 pub use tablet::{
     apply_move, MigrationId, MigrationStage, Tablet, TabletMap, Transition, WriteReplicas,
 };

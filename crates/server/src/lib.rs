@@ -36,6 +36,7 @@ pub mod operations;
 pub mod splitting;
 pub mod streaming;
 pub mod strong;
+pub mod tablet_sizes;
 pub mod tls;
 
 /// A spawned task whose owner awaits it through `.0`, aborted when the owner is dropped:

@@ -24,7 +24,9 @@
 //!    `Leaving`/`Removing` → gone once they hold nothing (a voter's place in the metadata
 //!    Raft group goes to another node first).
 //! 3. starts the moves the balancer (`shoal_placement::balance`) plans, within each node's
-//!    budget of migrations at once, and evens out primaries when a table is settled.
+//!    budget of migrations at once, and evens out primaries when a table is settled. The
+//!    balancer weighs tablets by the sizes `crate::tablet_sizes` last measured; a round
+//!    starts a new measure in the background when they are stale.
 //!
 //! The decisions are the pure functions' (balancer, stage order); this module performs
 //! them: messages, barriers, streaming requests, proposals.
@@ -33,13 +35,15 @@ use crate::internode::{Message, Peers, Reply};
 use crate::membership::FailureDetector;
 use crate::streaming::{StreamReply, StreamRequest, Streaming, TabletKeys};
 use crate::strong::{StrongReply, StrongRequest, StrongTables, WireStatus};
+use crate::tablet_sizes::{Sources, TabletSizes};
 use parking_lot::Mutex;
 use shoal_cluster::{
     ClusterMetadata, ClusterState, Command, CommandOutcome, Member, MemberState, TablePlacement,
 };
 use shoal_model::{keys, HostId, TableId, TabletId};
 use shoal_placement::{
-    plan_moves, plan_primaries, BalancerNode, Budget, MigrationId, MigrationStage, Transition,
+    plan_moves, plan_primaries, BalancerNode, Budget, Bytes, MigrationId, MigrationStage,
+    Transition,
 };
 use shoal_replication::{Liveness, StorageProxy};
 use std::collections::HashSet;
@@ -88,6 +92,8 @@ pub struct MigrationDriver {
     pub strong: Arc<crate::strong::StrongTables>,
     /// Migrations with a task driving them.
     running: Mutex<HashSet<MigrationId>>,
+    /// What each tablet holds, for the balancer to even out bytes too.
+    sizes: Arc<TabletSizes>,
 }
 
 /// Why a step could not be taken (it is retried, or the migration aborted).
@@ -118,6 +124,7 @@ impl MigrationDriver {
             migrations_per_node,
             strong,
             running: Mutex::new(HashSet::new()),
+            sizes: Arc::new(TabletSizes::default()),
         })
     }
 
@@ -162,6 +169,20 @@ impl MigrationDriver {
 
     async fn round(self: &Arc<Self>) -> Result<(), String> {
         let state = self.metadata.state();
+        if self.sizes.claim_refresh() {
+            let (driver, state) = (Arc::clone(self), Arc::clone(&state));
+            tokio::spawn(async move {
+                let engine = Arc::clone(&driver.proxy.local().engine);
+                let alive = |host: &HostId| driver.alive(host);
+                let sources = Sources {
+                    me: driver.metadata.me().host_id,
+                    engine: engine.as_ref(),
+                    peers: &driver.peers,
+                    alive: &alive,
+                };
+                driver.sizes.refresh(&state, sources).await;
+            });
+        }
         // 1. Migrations under way.
         for (table, tablet, transition) in state.migrations() {
             if self.running.lock().insert(transition.id) {
@@ -206,11 +227,25 @@ impl MigrationDriver {
         budget
     }
 
+    /// Tablet and node bytes, as last measured.
+    fn bytes(&self, state: &ClusterState) -> Bytes {
+        let maps = state.tables.iter().map(|(table, p)| (*table, &p.tablets));
+        Bytes::new(self.sizes.current(), maps)
+    }
+
     async fn start_moves(&self, state: &ClusterState) -> Result<(), String> {
         let nodes = self.balancer_nodes(state);
         let mut budget = self.budget(state);
+        let mut bytes = self.bytes(state);
         for (table, placement) in self.largest_first(state) {
-            let moves = plan_moves(&placement.tablets, &placement.strategy, &nodes, &mut budget);
+            let moves = plan_moves(
+                *table,
+                &placement.tablets,
+                &placement.strategy,
+                &nodes,
+                &mut bytes,
+                &mut budget,
+            );
             let settled = moves.is_empty() && placement.tablets.transitions().next().is_none();
             for planned in moves {
                 tracing::info!(
@@ -273,12 +308,15 @@ impl MigrationDriver {
         // What the balancer would still move, ignoring budgets: a joining node with
         // nothing more coming is normal.
         let mut unlimited = Budget::new(usize::MAX);
+        let mut bytes = self.bytes(state);
         let mut incoming: HashSet<HostId> = HashSet::new();
-        for placement in state.tables.values() {
+        for (table, placement) in &state.tables {
             for planned in plan_moves(
+                *table,
                 &placement.tablets,
                 &placement.strategy,
                 &nodes,
+                &mut bytes,
                 &mut unlimited,
             ) {
                 incoming.extend(planned.pending);

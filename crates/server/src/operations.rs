@@ -79,13 +79,11 @@ pub enum Operation {
     /// The read scheduler: its order, and per class of reads the queue length, reads
     /// served and their mean queue wait.
     ReadStats,
-    /// This node's on-disk bytes of `table` in the tokens `(after, last]` (a tablet's
-    /// primary answers, for a neighbour deciding whether the two tablets are small enough
-    /// to merge: `crate::splitting`).
+    /// This node's on-disk bytes of each of `tablets`, in order: for a neighbour deciding
+    /// whether two tablets are small enough to merge (`crate::splitting`), and for the
+    /// metadata leader weighing tablets for the balancer (`crate::tablet_sizes`).
     TabletBytes {
-        table: shoal_model::TableId,
-        after: Option<shoal_model::Token>,
-        last: shoal_model::Token,
+        tablets: Vec<crate::streaming::TabletKeys>,
     },
 }
 
@@ -273,9 +271,15 @@ impl NodeOperations {
             }
             Operation::Cleanup { keyspace } => self.cleanup(keyspace.as_deref()),
             Operation::Info => Ok(self.info()),
-            Operation::TabletBytes { table, after, last } => Ok(json!({
-                "bytes": crate::splitting::range_bytes(engine.as_ref(), &table, after, last)
-            })),
+            Operation::TabletBytes { tablets } => {
+                let bytes: Vec<u64> = tablets
+                    .iter()
+                    .map(|t| {
+                        crate::splitting::range_bytes(engine.as_ref(), &t.table, t.after, t.last)
+                    })
+                    .collect();
+                Ok(json!({ "bytes": bytes }))
+            }
             Operation::Ring { keyspace, table } => self.ring(&keyspace, &table),
             Operation::SetTraceProbability { probability } => {
                 self.coordinator

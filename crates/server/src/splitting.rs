@@ -326,14 +326,34 @@ async fn ask_bytes(
     after: Option<Token>,
     last: Token,
 ) -> Option<u64> {
-    let question = Message::Operate(Operation::TabletBytes { table, after, last });
-    match peers.call(address, &question, ASK_TIMEOUT).await {
-        Ok(Reply::Operated(answer)) => serde_json::from_str::<serde_json::Value>(&answer)
-            .ok()?
-            .get("bytes")?
-            .as_u64(),
-        _ => None,
-    }
+    let tablet = crate::streaming::TabletKeys { table, after, last };
+    ask_tablet_bytes(peers, address, vec![tablet], ASK_TIMEOUT)
+        .await?
+        .first()
+        .copied()
+}
+
+/// The bytes the node at `address` holds of each of `tablets`, in order; `None` when it
+/// does not answer within `timeout`.
+pub(crate) async fn ask_tablet_bytes(
+    peers: &Peers,
+    address: std::net::SocketAddr,
+    tablets: Vec<crate::streaming::TabletKeys>,
+    timeout: std::time::Duration,
+) -> Option<Vec<u64>> {
+    let count = tablets.len();
+    let question = Message::Operate(Operation::TabletBytes { tablets });
+    let Ok(Reply::Operated(answer)) = peers.call(address, &question, timeout).await else {
+        return None;
+    };
+    let answer: serde_json::Value = serde_json::from_str(&answer).ok()?;
+    let bytes: Vec<u64> = answer
+        .get("bytes")?
+        .as_array()?
+        .iter()
+        .map(|b| b.as_u64())
+        .collect::<Option<_>>()?;
+    (bytes.len() == count).then_some(bytes)
 }
 
 /// On-disk bytes of `table` in the tokens `(after, last]`.

@@ -3,6 +3,9 @@ use crate::tablet::{MigrationId, MigrationStage, Tablet, Transition};
 use crate::{place, NodeDescriptor};
 use shoal_model::Token;
 
+/// The table the tests plan for.
+const TABLE: TableId = TableId([7; 16]);
+
 fn host(id: u8) -> HostId {
     HostId([id; 16])
 }
@@ -43,16 +46,32 @@ fn initial(count: u8, tablets: usize, factor: usize) -> TabletMap {
 /// returns the map, the moves made, and the largest number of moves one round started
 /// on one node.
 fn settle(
-    mut map: TabletMap,
+    map: TabletMap,
     strategy: &ReplicationStrategy,
     nodes: &[BalancerNode],
     per_node: usize,
 ) -> (TabletMap, Vec<Move>, usize) {
+    settle_sized(map, strategy, nodes, per_node, &BTreeMap::new())
+}
+
+/// As [`settle`], with tablets of these sizes (the rest weigh nothing).
+fn settle_sized(
+    mut map: TabletMap,
+    strategy: &ReplicationStrategy,
+    nodes: &[BalancerNode],
+    per_node: usize,
+    sizes: &BTreeMap<TabletId, u64>,
+) -> (TabletMap, Vec<Move>, usize) {
+    let sizes: BTreeMap<(TableId, TabletId), u64> = sizes
+        .iter()
+        .map(|(id, size)| ((TABLE, *id), *size))
+        .collect();
     let mut made = Vec::new();
     let mut busiest = 0;
     for _ in 0..1000 {
         let mut budget = Budget::new(per_node);
-        let moves = plan_moves(&map, strategy, nodes, &mut budget);
+        let mut bytes = Bytes::new(sizes.clone(), [(TABLE, &map)]);
+        let moves = plan_moves(TABLE, &map, strategy, nodes, &mut bytes, &mut budget);
         if moves.is_empty() {
             return (map, made, busiest);
         }
@@ -66,15 +85,34 @@ fn settle(
     panic!("the balancer never settled");
 }
 
-fn replica_counts(map: &TabletMap, nodes: &[BalancerNode]) -> Vec<usize> {
+/// The moves for the test table with no tablet sizes known (counts alone decide).
+fn plan_unsized(
+    map: &TabletMap,
+    strategy: &ReplicationStrategy,
+    nodes: &[BalancerNode],
+    budget: &mut Budget,
+) -> Vec<Move> {
+    plan_moves(TABLE, map, strategy, nodes, &mut Bytes::default(), budget)
+}
+
+/// The sum of `weight` over the tablets each of `nodes` holds a replica of.
+fn per_node(map: &TabletMap, nodes: &[BalancerNode], weight: impl Fn(&Tablet) -> u64) -> Vec<u64> {
     nodes
         .iter()
         .map(|n| {
             map.tablets()
                 .iter()
                 .filter(|t| t.replicas.contains(&n.id))
-                .count()
+                .map(&weight)
+                .sum()
         })
+        .collect()
+}
+
+fn replica_counts(map: &TabletMap, nodes: &[BalancerNode]) -> Vec<usize> {
+    per_node(map, nodes, |_| 1)
+        .into_iter()
+        .map(|count| count as usize)
         .collect()
 }
 
@@ -97,7 +135,7 @@ fn a_balanced_table_plans_nothing() {
     let map = initial(3, 24, 3);
     let mut budget = Budget::new(4);
     let strategy = ReplicationStrategy::Simple { factor: 3 };
-    assert!(plan_moves(&map, &strategy, &nodes(3), &mut budget).is_empty());
+    assert!(plan_unsized(&map, &strategy, &nodes(3), &mut budget).is_empty());
     assert!(plan_primaries(&map, &nodes(3)).is_empty());
 }
 
@@ -132,7 +170,7 @@ fn each_node_takes_part_in_at_most_its_budget_of_moves_at_once() {
     let strategy = ReplicationStrategy::Simple { factor: 3 };
     let map = initial(3, 24, 3);
     let mut budget = Budget::new(2);
-    let moves = plan_moves(&map, &strategy, &nodes(4), &mut budget);
+    let moves = plan_unsized(&map, &strategy, &nodes(4), &mut budget);
     assert_eq!(moves.len(), 2, "the new node receives two at a time");
     let (_, _, busiest) = settle(initial(3, 24, 3), &strategy, &nodes(5), 2);
     assert!(busiest <= 2);
@@ -149,7 +187,7 @@ fn moves_under_way_count_as_done_and_their_tablets_wait() {
         stage: MigrationStage::WriteBoth,
     });
     let mut budget = Budget::new(8);
-    let moves = plan_moves(&map, &strategy, &nodes(2), &mut budget);
+    let moves = plan_unsized(&map, &strategy, &nodes(2), &mut budget);
     // 4 tablets on 2 nodes: one more moves, never the one already moving.
     assert_eq!(moves.len(), 1);
     assert_ne!(moves[0].tablet, TabletId(0));
@@ -354,7 +392,7 @@ fn the_halves_of_a_split_tablet_move_before_older_tablets() {
     }
     let strategy = ReplicationStrategy::Simple { factor: 1 };
     let mut budget = Budget::new(8);
-    let moves = plan_moves(&map, &strategy, &nodes(3), &mut budget);
+    let moves = plan_unsized(&map, &strategy, &nodes(3), &mut budget);
     assert_eq!(moves.len(), 2, "node 1 holds 5 of 9 tablets: two go");
     assert!(
         moves.iter().all(|planned| halves.contains(&planned.tablet)),
@@ -395,5 +433,195 @@ fn the_second_of_a_pair_to_merge_moves_onto_the_first_ones_nodes_and_stays_there
     together.plan_merge(pair).unwrap();
     let mut budget = Budget::new(4);
     let three = ReplicationStrategy::Simple { factor: 3 };
-    assert!(plan_moves(&together, &three, &nodes(3), &mut budget).is_empty());
+    assert!(plan_unsized(&together, &three, &nodes(3), &mut budget).is_empty());
+}
+
+const MIB: u64 = 1 << 20;
+
+/// Bytes per node of `map`, in `nodes` order.
+fn node_bytes(
+    map: &TabletMap,
+    nodes: &[BalancerNode],
+    sizes: &BTreeMap<TabletId, u64>,
+) -> Vec<u64> {
+    per_node(map, nodes, |t| sizes.get(&t.id).copied().unwrap_or(0))
+}
+
+/// Six tablets on three nodes, two each (factor 1): node 1's hold 1,000 MiB each, the
+/// others' 10 MiB.
+fn uneven_tablets() -> (TabletMap, BTreeMap<TabletId, u64>) {
+    let map = initial(3, 6, 1);
+    let sizes = map
+        .tablets()
+        .iter()
+        .map(|t| {
+            let size = if t.replicas == [host(1)] { 1000 } else { 10 };
+            (t.id, size * MIB)
+        })
+        .collect();
+    (map, sizes)
+}
+
+#[test]
+fn a_joining_node_takes_the_tablets_that_even_out_bytes() {
+    let strategy = ReplicationStrategy::Simple { factor: 1 };
+    let (map, sizes) = uneven_tablets();
+    let (after, made, _) = settle_sized(map, &strategy, &nodes(4), 8, &sizes);
+    assert_even(&replica_counts(&after, &nodes(4)));
+    // Counts alone ask one move; taking one of node 1's large tablets (not the newest of
+    // the small ones) leaves 1,000 MiB on each of nodes 1 and 4.
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert_eq!(made[0].leaving, Some(host(1)));
+    assert_eq!(made[0].pending, Some(host(4)));
+    assert_eq!(
+        node_bytes(&after, &nodes(4), &sizes),
+        vec![1000 * MIB, 20 * MIB, 20 * MIB, 1000 * MIB]
+    );
+}
+
+#[test]
+fn a_leaving_nodes_replica_goes_to_the_node_holding_fewest_bytes() {
+    // One tablet on each of four nodes (factor 1), node 4 leaving: nodes 1-3 hold one
+    // replica each, so bytes choose — node 2, holding least (by count and id alone, node
+    // 1 would take it).
+    let strategy = ReplicationStrategy::Simple { factor: 1 };
+    let map = initial(4, 4, 1);
+    let held = |n: u8| {
+        map.tablets()
+            .iter()
+            .find(|t| t.replicas == [host(n)])
+            .unwrap()
+            .id
+    };
+    let sizes = BTreeMap::from([
+        (held(1), 1000 * MIB),
+        (held(2), 10 * MIB),
+        (held(3), 500 * MIB),
+        (held(4), 100 * MIB),
+    ]);
+    let mut cluster = nodes(4);
+    cluster[3].draining = true;
+    let (_, made, _) = settle_sized(map.clone(), &strategy, &cluster, 8, &sizes);
+    assert_eq!(
+        made,
+        vec![Move {
+            tablet: held(4),
+            leaving: Some(host(4)),
+            pending: Some(host(2)),
+        }]
+    );
+}
+
+#[test]
+fn with_counts_even_a_large_difference_in_bytes_trades_the_odd_replica() {
+    // Five tablets, factor 1, over two nodes: node 1 holds two of 10 MiB, node 2 three of
+    // 1,000 MiB. Counts are even (within one), but node 2 holds far more bytes: it gives
+    // node 1 a large tablet, and the two trade the odd replica.
+    let strategy = ReplicationStrategy::Simple { factor: 1 };
+    let mut map = initial(2, 5, 1);
+    let mut sizes = BTreeMap::new();
+    for tablet in map.tablets().to_vec() {
+        let on_first = sizes.len() < 2;
+        let replicas = if on_first { host(1) } else { host(2) };
+        map.get_mut(tablet.id).unwrap().replicas = vec![replicas];
+        sizes.insert(tablet.id, if on_first { 10 * MIB } else { 1000 * MIB });
+    }
+    assert_eq!(replica_counts(&map, &nodes(2)), vec![2, 3]);
+    let (settled, made, _) = settle_sized(map, &strategy, &nodes(2), 8, &sizes);
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert_eq!(replica_counts(&settled, &nodes(2)), vec![3, 2]);
+    assert_eq!(
+        node_bytes(&settled, &nodes(2), &sizes),
+        vec![1020 * MIB, 2000 * MIB]
+    );
+}
+
+#[test]
+fn tablets_of_even_size_never_trade_places() {
+    // Every tablet the same size: the odd replica's node holds one tablet more, and
+    // moving it would only move the difference to the other node.
+    let strategy = ReplicationStrategy::Simple { factor: 3 };
+    let map = initial(4, 7, 3);
+    let sizes = map.tablets().iter().map(|t| (t.id, 500 * MIB)).collect();
+    let (_, made, _) = settle_sized(map, &strategy, &nodes(4), 8, &sizes);
+    assert!(made.is_empty(), "{made:?}");
+}
+
+#[test]
+fn small_differences_in_bytes_move_nothing() {
+    let strategy = ReplicationStrategy::Simple { factor: 1 };
+    let mut map = initial(2, 3, 1);
+    for tablet in map.tablets().to_vec() {
+        map.get_mut(tablet.id).unwrap().replicas = vec![host(1)];
+    }
+    // Node 1 holds all three; counts move one (or two) to node 2, and the few MiB apart
+    // they are afterwards are below what a move is worth.
+    let sizes = map
+        .tablets()
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.id, (i as u64 + 1) * MIB))
+        .collect();
+    let (settled, made, _) = settle_sized(map, &strategy, &nodes(2), 8, &sizes);
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert_even(&replica_counts(&settled, &nodes(2)));
+}
+
+#[test]
+fn nodes_holding_as_many_tablets_trade_a_large_one_for_a_small_one() {
+    // Two tablets on each of three nodes (factor 1); node 1's hold 1,000 MiB each, the
+    // others' 10 MiB. Counts are even: node 1 gives one large tablet to node 2 and takes
+    // back one of node 2's small ones, after which no trade brings any two nodes closer.
+    let strategy = ReplicationStrategy::Simple { factor: 1 };
+    let (map, sizes) = uneven_tablets();
+    let (settled, made, _) = settle_sized(map, &strategy, &nodes(3), 8, &sizes);
+    assert_eq!(made.len(), 2, "{made:?}");
+    assert_eq!(made[0].leaving, Some(host(1)));
+    assert_eq!(made[0].pending, Some(host(2)));
+    assert_eq!(sizes[&made[0].tablet], 1000 * MIB);
+    assert_eq!(made[1].leaving, Some(host(2)));
+    assert_eq!(made[1].pending, Some(host(1)));
+    assert_eq!(sizes[&made[1].tablet], 10 * MIB);
+    assert_eq!(replica_counts(&settled, &nodes(3)), vec![2, 2, 2]);
+    assert_eq!(
+        node_bytes(&settled, &nodes(3), &sizes),
+        vec![1010 * MIB, 1010 * MIB, 20 * MIB]
+    );
+}
+
+#[test]
+fn a_trade_waits_for_room_for_both_its_moves() {
+    let strategy = ReplicationStrategy::Simple { factor: 1 };
+    let (map, sizes) = uneven_tablets();
+    let sizes: BTreeMap<(TableId, TabletId), u64> = sizes
+        .iter()
+        .map(|(id, size)| ((TABLE, *id), *size))
+        .collect();
+    let mut bytes = Bytes::new(sizes, [(TABLE, &map)]);
+    let mut budget = Budget::new(1);
+    assert!(plan_moves(TABLE, &map, &strategy, &nodes(3), &mut bytes, &mut budget).is_empty());
+    let mut budget = Budget::new(2);
+    assert_eq!(
+        plan_moves(TABLE, &map, &strategy, &nodes(3), &mut bytes, &mut budget).len(),
+        2
+    );
+}
+
+#[test]
+fn between_moves_that_even_bytes_as_well_the_smaller_tablet_moves() {
+    // Node 1 holds three tablets, one of 100 MiB (the newest), node 2 one empty tablet.
+    // Moving the large one or an empty one leaves the two 100 MiB apart either way: the
+    // empty one goes, as there is less to stream.
+    let strategy = ReplicationStrategy::Simple { factor: 1 };
+    let mut map = initial(2, 4, 1);
+    let ids: Vec<TabletId> = map.tablets().iter().map(|t| t.id).collect();
+    for (index, id) in ids.iter().enumerate() {
+        let on = if index == 0 { host(2) } else { host(1) };
+        map.get_mut(*id).unwrap().replicas = vec![on];
+    }
+    let newest = *ids.iter().max().unwrap();
+    let sizes = BTreeMap::from([(newest, 100 * MIB)]);
+    let (_, made, _) = settle_sized(map, &strategy, &nodes(2), 8, &sizes);
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert_ne!(made[0].tablet, newest);
 }
