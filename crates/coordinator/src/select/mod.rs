@@ -10,6 +10,7 @@
 //! that filters, pages and encodes rows. When a page fills up the visitor stops the walk
 //! and leaves a [`PagingState`] naming the last row returned.
 
+pub(crate) mod columns;
 pub(crate) mod selection;
 mod single_row;
 mod system;

@@ -1,7 +1,7 @@
 //! Reading one row from an engine — this node's, or the replicas' reconciled cells: what
 //! list element operations and conditional statements read before they write.
 
-use crate::select::visitor::{decode_partition_key_values, fill_from_row, ColumnValue};
+use crate::select::columns::{decode_partition_key_values, fill_from_row, ColumnValue};
 use crate::CqlError;
 use shoal_model::clustering::decode_component;
 use shoal_model::keys::increment_prefix;

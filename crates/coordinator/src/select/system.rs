@@ -3,8 +3,9 @@
 //! limits and encodes.
 
 use crate::restrictions::Filter;
+use crate::select::columns::ColumnValue;
 use crate::select::selection::Selection;
-use crate::select::visitor::{finish, ColumnValue, SelectVisitor};
+use crate::select::visitor::{finish, SelectVisitor};
 use crate::values::{evaluate, Bindings};
 use crate::{Coordinator, CqlError};
 use shoal_cql::ast::{Operator, Select};
