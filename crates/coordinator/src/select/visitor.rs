@@ -10,7 +10,8 @@ use crate::restrictions::Filter;
 use crate::select::columns::{
     computed_cell, decode_partition_key_values, fill_from_row, time_list, ColumnValue,
 };
-use crate::select::selection::{Aggregate, Grouping, Output, Selection};
+use crate::select::grouping::Grouping;
+use crate::select::selection::{Aggregate, Output, Selection};
 use crate::CqlError;
 use shoal_cql::ast::Operator;
 use shoal_cql::request::QueryParameters;
