@@ -12,6 +12,7 @@
 //! decoded in `columns`; the index or vector search a SELECT uses is chosen in `search`.
 
 pub(crate) mod columns;
+mod function_calls;
 pub(crate) mod grouping;
 mod search;
 pub(crate) mod selection;

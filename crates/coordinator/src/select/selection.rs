@@ -4,6 +4,9 @@
 //! conversion function, `toJson()`, or a term. `SELECT JSON` returns each row as one JSON
 //! object in a single `[json]` text column.
 
+use super::function_calls::{
+    compile_function, compile_masking, compile_similarity, similarity_function,
+};
 use crate::functions;
 use crate::select::grouping::Grouping;
 use crate::values::{json, Bindings, Bound, TypedTerm};
@@ -285,27 +288,6 @@ fn compile_selector(
     select: &Select,
     item: &shoal_cql::ast::SelectItem,
 ) -> Result<(String, CqlType, Output), CqlError> {
-    // The column a `writetime`, `maxwritetime` or `ttl` reads, and whether it has one
-    // cell per element (non-frozen collections and user-defined types).
-    let timed_column = |name: &str, what: &str| -> Result<(usize, bool), CqlError> {
-        let (index, column) = table.require_column(name)?;
-        ensure(
-            !matches!(
-                column.kind,
-                ColumnKind::PartitionKey | ColumnKind::Clustering
-            ),
-            || {
-                CqlError::invalid(format!(
-                    "Cannot use selection function {what} on PRIMARY KEY part {name}"
-                ))
-            },
-        )?;
-        Ok((index, column.cql_type.is_multi_cell()))
-    };
-    let list_of = |element: CqlType| CqlType::List {
-        element: Box::new(element),
-        frozen: false,
-    };
     Ok(match &item.selector {
         Selector::Column(name) => {
             let (index, column) = table.require_column(name)?;
@@ -319,31 +301,9 @@ fn compile_selector(
             }
             (name.clone(), column.cql_type.clone(), Output::Column(index))
         }
-        Selector::WriteTime(name) => match timed_column(name, "writetime")? {
-            (index, false) => (
-                format!("writetime({name})"),
-                CqlType::Bigint,
-                Output::WriteTime(index),
-            ),
-            (index, true) => (
-                format!("writetime({name})"),
-                list_of(CqlType::Bigint),
-                Output::WriteTimes(index),
-            ),
-        },
-        Selector::MaxWriteTime(name) => (
-            format!("maxwritetime({name})"),
-            CqlType::Bigint,
-            Output::MaxWriteTime(timed_column(name, "maxwritetime")?.0),
-        ),
-        Selector::Ttl(name) => match timed_column(name, "ttl")? {
-            (index, false) => (format!("ttl({name})"), CqlType::Int, Output::Ttl(index)),
-            (index, true) => (
-                format!("ttl({name})"),
-                list_of(CqlType::Int),
-                Output::Ttls(index),
-            ),
-        },
+        Selector::WriteTime(name) => compile_timed(table, name, Timed::WriteTime)?,
+        Selector::MaxWriteTime(name) => compile_timed(table, name, Timed::MaxWriteTime)?,
+        Selector::Ttl(name) => compile_timed(table, name, Timed::Ttl)?,
         Selector::CountAll => (
             "count".to_string(),
             CqlType::Bigint,
@@ -354,26 +314,7 @@ fn compile_selector(
                 slot: 0,
             },
         ),
-        Selector::Token(names) => {
-            let expected: Vec<&str> = table.partition_key().map(|c| c.name.as_str()).collect();
-            ensure(
-                names
-                    .iter()
-                    .map(String::as_str)
-                    .eq(expected.iter().copied()),
-                || {
-                    CqlError::invalid(format!(
-                        "token() must be called with the partition key columns in order: {}",
-                        expected.join(", ")
-                    ))
-                },
-            )?;
-            (
-                format!("system.token({})", names.join(", ")),
-                CqlType::Bigint,
-                Output::Token,
-            )
-        }
+        Selector::Token(names) => compile_token(table, names)?,
         Selector::Function { name, arguments }
             if name.eq_ignore_ascii_case("tojson") && arguments.len() == 1 =>
         {
@@ -426,48 +367,132 @@ fn compile_selector(
                 ),
             }
         }
-        Selector::Field { selector, field } => {
-            let (shown, argument_type, argument) = compile_argument(table, select, selector)?;
-            let user_type = argument_type.as_udt().ok_or_else(|| {
-                CqlError::invalid(format!(
-                    "Invalid field selection: {shown} of type {argument_type} is not a user type"
-                ))
-            })?;
-            let index = user_type.field_index(field).ok_or_else(|| {
-                CqlError::invalid(format!(
-                    "{shown} of type {} has no field {field}",
-                    user_type.name
-                ))
-            })?;
-            (
-                format!("{shown}.{field}"),
-                user_type.fields[index].1.clone(),
-                Output::Field {
-                    argument: Box::new(argument),
-                    index,
-                },
-            )
-        }
-        Selector::Literal(term) => {
-            let (cql_type, shown) = match term {
-                shoal_cql::ast::Term::Literal(shoal_cql::ast::Literal::Integer(text)) => {
-                    (CqlType::Int, text.clone())
-                }
-                shoal_cql::ast::Term::Literal(shoal_cql::ast::Literal::String(text)) => {
-                    (CqlType::Text, format!("'{text}'"))
-                }
-                shoal_cql::ast::Term::Cast { cql_type, .. } => (cql_type.clone(), "?".to_string()),
-                _ => (CqlType::Text, "literal".to_string()),
-            };
-            let output = Output::Term(TypedTerm::new(term, &cql_type, "selection")?);
-            (shown, cql_type, output)
-        }
+        Selector::Field { selector, field } => compile_field(table, select, selector, field)?,
+        Selector::Literal(term) => compile_literal(term)?,
     })
+}
+
+/// Which time of a column a selector reads.
+#[derive(Clone, Copy)]
+enum Timed {
+    WriteTime,
+    MaxWriteTime,
+    Ttl,
+}
+
+/// `writetime(c)`, `maxwritetime(c)` or `ttl(c)`: one time per cell — a list of them for
+/// a non-frozen collection or user-defined type (one cell per element).
+fn compile_timed(
+    table: &TableMetadata,
+    name: &str,
+    timed: Timed,
+) -> Result<(String, CqlType, Output), CqlError> {
+    let what = match timed {
+        Timed::WriteTime => "writetime",
+        Timed::MaxWriteTime => "maxwritetime",
+        Timed::Ttl => "ttl",
+    };
+    let (index, column) = table.require_column(name)?;
+    ensure(
+        !matches!(
+            column.kind,
+            ColumnKind::PartitionKey | ColumnKind::Clustering
+        ),
+        || {
+            CqlError::invalid(format!(
+                "Cannot use selection function {what} on PRIMARY KEY part {name}"
+            ))
+        },
+    )?;
+    let per_element = column.cql_type.is_multi_cell();
+    let list_of = |element: CqlType| CqlType::List {
+        element: Box::new(element),
+        frozen: false,
+    };
+    let shown = format!("{what}({name})");
+    Ok(match (timed, per_element) {
+        (Timed::WriteTime, false) => (shown, CqlType::Bigint, Output::WriteTime(index)),
+        (Timed::WriteTime, true) => (shown, list_of(CqlType::Bigint), Output::WriteTimes(index)),
+        (Timed::MaxWriteTime, _) => (shown, CqlType::Bigint, Output::MaxWriteTime(index)),
+        (Timed::Ttl, false) => (shown, CqlType::Int, Output::Ttl(index)),
+        (Timed::Ttl, true) => (shown, list_of(CqlType::Int), Output::Ttls(index)),
+    })
+}
+
+/// `token(k1, k2, …)`: the partition key's columns, in order.
+fn compile_token(
+    table: &TableMetadata,
+    names: &[String],
+) -> Result<(String, CqlType, Output), CqlError> {
+    let expected: Vec<&str> = table.partition_key().map(|c| c.name.as_str()).collect();
+    ensure(
+        names
+            .iter()
+            .map(String::as_str)
+            .eq(expected.iter().copied()),
+        || {
+            CqlError::invalid(format!(
+                "token() must be called with the partition key columns in order: {}",
+                expected.join(", ")
+            ))
+        },
+    )?;
+    Ok((
+        format!("system.token({})", names.join(", ")),
+        CqlType::Bigint,
+        Output::Token,
+    ))
+}
+
+/// `selector.field`: a field of a user-defined type's value.
+fn compile_field(
+    table: &TableMetadata,
+    select: &Select,
+    selector: &Selector,
+    field: &str,
+) -> Result<(String, CqlType, Output), CqlError> {
+    let (shown, argument_type, argument) = compile_argument(table, select, selector)?;
+    let user_type = argument_type.as_udt().ok_or_else(|| {
+        CqlError::invalid(format!(
+            "Invalid field selection: {shown} of type {argument_type} is not a user type"
+        ))
+    })?;
+    let index = user_type.field_index(field).ok_or_else(|| {
+        CqlError::invalid(format!(
+            "{shown} of type {} has no field {field}",
+            user_type.name
+        ))
+    })?;
+    Ok((
+        format!("{shown}.{field}"),
+        user_type.fields[index].1.clone(),
+        Output::Field {
+            argument: Box::new(argument),
+            index,
+        },
+    ))
+}
+
+/// A literal (or bind marker) selected as a value: an integer is an `int`, a string a
+/// `text`, a cast term its type.
+fn compile_literal(term: &shoal_cql::ast::Term) -> Result<(String, CqlType, Output), CqlError> {
+    let (cql_type, shown) = match term {
+        shoal_cql::ast::Term::Literal(shoal_cql::ast::Literal::Integer(text)) => {
+            (CqlType::Int, text.clone())
+        }
+        shoal_cql::ast::Term::Literal(shoal_cql::ast::Literal::String(text)) => {
+            (CqlType::Text, format!("'{text}'"))
+        }
+        shoal_cql::ast::Term::Cast { cql_type, .. } => (cql_type.clone(), "?".to_string()),
+        _ => (CqlType::Text, "literal".to_string()),
+    };
+    let output = Output::Term(TypedTerm::new(term, &cql_type, "selection")?);
+    Ok((shown, cql_type, output))
 }
 
 /// The argument of a function or a CAST: any selector, an aggregate too (`abs(max(v))`
 /// is computed from the aggregate's result).
-fn compile_argument(
+pub(super) fn compile_argument(
     table: &TableMetadata,
     select: &Select,
     selector: &Selector,
@@ -477,216 +502,6 @@ fn compile_argument(
         alias: None,
     };
     compile_selector(table, select, &item)
-}
-
-/// The similarity `similarity_<name>` computes, for a function of that name.
-fn similarity_function(name: &str) -> Option<Similarity> {
-    let lower = name.to_ascii_lowercase();
-    Similarity::named(lower.strip_prefix("similarity_")?)
-}
-
-/// `similarity_<name>(a, b)`: both arguments `vector<float, n>` of one dimension; a
-/// literal argument (`[0.1, 0.2, 0.3]`) takes the other argument's type.
-fn compile_similarity(
-    table: &TableMetadata,
-    select: &Select,
-    name: &str,
-    arguments: &[Selector],
-) -> Result<(String, CqlType, Output), CqlError> {
-    let function = format!("system.{}", name.to_ascii_lowercase());
-    let similarity = similarity_function(name)
-        .ok_or_else(|| CqlError::invalid(format!("Unknown function {function}")))?;
-    let [left, right] = arguments else {
-        return Err(CqlError::invalid(format!(
-            "Invalid number of arguments in call to function {function}: 2 required but {} provided",
-            arguments.len()
-        )));
-    };
-    let is_literal = |selector: &Selector| matches!(selector, Selector::Literal(_));
-    let typed = match (is_literal(left), is_literal(right)) {
-        (true, true) => {
-            return Err(CqlError::invalid(format!(
-                "Cannot infer type of argument in call to function {function}: use type casts to disambiguate"
-            )))
-        }
-        (true, false) => right,
-        _ => left,
-    };
-    let (_, vector_type, _) = compile_argument(table, select, typed)?;
-    ensure(
-        matches!(&vector_type, CqlType::Vector { element, .. } if **element == CqlType::Float),
-        || {
-            CqlError::invalid(format!(
-                "Function {function} requires a float vector argument, but found argument of type {vector_type}"
-            ))
-        },
-    )?;
-    let mut compiled = Vec::with_capacity(2);
-    let mut shown = Vec::with_capacity(2);
-    for argument in [left, right] {
-        let (text, output) = match argument {
-            Selector::Literal(term) => (
-                literal_text(term),
-                Output::Term(TypedTerm::new(term, &vector_type, &function)?),
-            ),
-            other => {
-                let (text, argument_type, output) = compile_argument(table, select, other)?;
-                ensure(argument_type == vector_type, || {
-                    CqlError::invalid(format!(
-                        "All arguments of {function} must be of one vector type, got {vector_type} and {argument_type}"
-                    ))
-                })?;
-                (text, output)
-            }
-        };
-        shown.push(text);
-        compiled.push(output);
-    }
-    let arguments: [Output; 2] = compiled
-        .try_into()
-        .map_err(|_| CqlError::server("a similarity has two arguments"))?;
-    Ok((
-        format!("{function}({})", shown.join(", ")),
-        CqlType::Float,
-        Output::Similarity {
-            similarity,
-            arguments: Box::new(arguments),
-        },
-    ))
-}
-
-/// `mask_…(value, …)`: the value any selector, the other arguments constants.
-fn compile_masking(
-    table: &TableMetadata,
-    select: &Select,
-    name: &str,
-    arguments: &[Selector],
-) -> Result<(String, CqlType, Output), CqlError> {
-    let Some((value, rest)) = arguments.split_first() else {
-        return Err(CqlError::invalid(format!(
-            "Invalid number of arguments for function system.{name}: 0 given"
-        )));
-    };
-    let (shown, value_type, value) = compile_argument(table, select, value)?;
-    let compiled = crate::masking::Masking::compile(name, &value_type, rest)?;
-    let mut shown_arguments = vec![shown];
-    shown_arguments.extend(rest.iter().map(|selector| match selector {
-        Selector::Literal(shoal_cql::ast::Term::Literal(shoal_cql::ast::Literal::String(text))) => {
-            format!("'{text}'")
-        }
-        Selector::Literal(term) => literal_text(term),
-        _ => "?".to_string(),
-    }));
-    let mut outputs = vec![value];
-    outputs.extend(compiled.replacement.map(Output::Term));
-    Ok((
-        format!("system.{name}({})", shown_arguments.join(", ")),
-        compiled.result_type,
-        Output::Mask {
-            masking: compiled.masking,
-            value_type,
-            arguments: outputs,
-        },
-    ))
-}
-
-/// A literal as the query wrote it, for a result column's name.
-fn literal_text(term: &shoal_cql::ast::Term) -> String {
-    use shoal_cql::ast::{Literal, Term};
-    match term {
-        Term::Literal(Literal::Integer(text) | Literal::Float(text)) => text.clone(),
-        Term::Negative(inner) => format!("-{}", literal_text(inner)),
-        Term::List(elements) => format!(
-            "[{}]",
-            elements
-                .iter()
-                .map(literal_text)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        Term::Bind(_) => "?".to_string(),
-        _ => "literal".to_string(),
-    }
-}
-
-/// An aggregate of one argument, or a function without arguments.
-fn compile_function(
-    table: &TableMetadata,
-    select: &Select,
-    name: &str,
-    arguments: &[Selector],
-) -> Result<(String, CqlType, Output), CqlError> {
-    let function = name.to_ascii_lowercase();
-    let aggregate = match function.as_str() {
-        "count" => Some(Aggregate::Count),
-        "min" => Some(Aggregate::Min),
-        "max" => Some(Aggregate::Max),
-        "sum" => Some(Aggregate::Sum),
-        "avg" => Some(Aggregate::Avg),
-        _ => None,
-    };
-    Ok(match (aggregate, arguments) {
-        (Some(aggregate), [argument]) => {
-            let (shown, argument_type, argument) = compile_argument(table, select, argument)?;
-            ensure(!argument.has_aggregate(), || {
-                CqlError::invalid(format!(
-                    "Aggregate {shown} cannot be the argument of another aggregate"
-                ))
-            })?;
-            if matches!(aggregate, Aggregate::Sum | Aggregate::Avg) {
-                ensure(argument_type.is_numeric(), || {
-                    CqlError::invalid(format!(
-                        "Invalid call to function {function}: {shown} is not numeric"
-                    ))
-                })?;
-            }
-            let result_type = match aggregate {
-                Aggregate::Count => CqlType::Bigint,
-                _ => argument_type.clone(),
-            };
-            (
-                format!("system.{function}({shown})"),
-                result_type,
-                Output::Aggregate {
-                    function: aggregate,
-                    argument: Some(Box::new(argument)),
-                    argument_type,
-                    slot: 0,
-                },
-            )
-        }
-        (None, [])
-            if matches!(
-                function.as_str(),
-                "now"
-                    | "uuid"
-                    | "currenttimestamp"
-                    | "currentdate"
-                    | "currenttime"
-                    | "currenttimeuuid"
-            ) =>
-        {
-            let cql_type = match function.as_str() {
-                "now" | "currenttimeuuid" => CqlType::Timeuuid,
-                "uuid" => CqlType::Uuid,
-                "currenttimestamp" => CqlType::Timestamp,
-                "currentdate" => CqlType::Date,
-                _ => CqlType::Time,
-            };
-            let term = shoal_cql::ast::Term::Function {
-                name: function.clone(),
-                arguments: Vec::new(),
-            };
-            let output = Output::Term(TypedTerm::new(&term, &cql_type, &function)?);
-            (format!("system.{function}()"), cql_type, output)
-        }
-        _ => {
-            return Err(CqlError::invalid(format!(
-                "Unknown function '{function}' with {} arguments",
-                arguments.len()
-            )))
-        }
-    })
 }
 
 /// The result columns a SELECT returns (for PREPARE), checking the selection.
