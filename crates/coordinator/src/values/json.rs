@@ -403,6 +403,28 @@ pub fn from_json(
             Json::String(_) => string_literal(json, cql_type, receiver)?,
             _ => return Err(wrong("a string")),
         },
+        CqlType::List { .. }
+        | CqlType::Set { .. }
+        | CqlType::Map { .. }
+        | CqlType::Vector { .. }
+        | CqlType::Tuple(_)
+        | CqlType::Udt(_) => composite_from_json(json, cql_type, receiver)?,
+        CqlType::UdtName { name, .. } => {
+            return Err(CqlError::invalid(format!("Unknown type {name}")))
+        }
+    };
+    Ok(Some(value))
+}
+
+/// A JSON array or object read as a collection, vector, tuple or user-defined type value
+/// (for [`from_json`], which has ruled out `null`).
+fn composite_from_json(json: &Json, cql_type: &CqlType, receiver: &str) -> Result<Value, CqlError> {
+    let wrong = |expected: &str| {
+        CqlError::invalid(format!(
+            "Error decoding JSON value for {receiver}: Expected {expected} for {cql_type}, but got {json}"
+        ))
+    };
+    Ok(match cql_type {
         CqlType::List { element, .. } | CqlType::Set { element, .. } => {
             let Json::Array(items) = json else {
                 return Err(wrong("a list"));
@@ -500,11 +522,8 @@ pub fn from_json(
             }
             Value::Tuple(values)
         }
-        CqlType::UdtName { name, .. } => {
-            return Err(CqlError::invalid(format!("Unknown type {name}")))
-        }
-    };
-    Ok(Some(value))
+        _ => return Err(wrong("a collection, tuple or user-defined type")),
+    })
 }
 
 /// How Cassandra's error messages name a numeric type (its Java class).
