@@ -271,15 +271,9 @@ impl NodeOperations {
             }
             Operation::Cleanup { keyspace } => self.cleanup(keyspace.as_deref()),
             Operation::Info => Ok(self.info()),
-            Operation::TabletBytes { tablets } => {
-                let bytes: Vec<u64> = tablets
-                    .iter()
-                    .map(|t| {
-                        crate::splitting::range_bytes(engine.as_ref(), &t.table, t.after, t.last)
-                    })
-                    .collect();
-                Ok(json!({ "bytes": bytes }))
-            }
+            Operation::TabletBytes { tablets } => Ok(json!({
+                "bytes": crate::splitting::tablets_bytes(engine.as_ref(), &tablets)
+            })),
             Operation::Ring { keyspace, table } => self.ring(&keyspace, &table),
             Operation::SetTraceProbability { probability } => {
                 self.coordinator

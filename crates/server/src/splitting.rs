@@ -356,6 +356,17 @@ pub(crate) async fn ask_tablet_bytes(
     (bytes.len() == count).then_some(bytes)
 }
 
+/// On-disk bytes of each of `tablets` on this node, in order.
+pub(crate) fn tablets_bytes(
+    engine: &dyn Engine,
+    tablets: &[crate::streaming::TabletKeys],
+) -> Vec<u64> {
+    tablets
+        .iter()
+        .map(|t| range_bytes(engine, &t.table, t.after, t.last))
+        .collect()
+}
+
 /// On-disk bytes of `table` in the tokens `(after, last]`.
 pub(crate) fn range_bytes(
     engine: &dyn Engine,

@@ -66,7 +66,7 @@ impl TabletSizes {
 
     /// Measures every tablet of `state` (after [`TabletSizes::claim_refresh`]).
     pub async fn refresh(&self, state: &ClusterState, sources: Sources<'_>) {
-        let mut asked: BTreeMap<HostId, Vec<(TableId, TabletId, TabletKeys)>> = BTreeMap::new();
+        let mut asked: BTreeMap<HostId, Vec<(TabletId, TabletKeys)>> = BTreeMap::new();
         for (table, placement) in &state.tables {
             for tablet in placement.tablets.tablets() {
                 let replicas = tablet.read_replicas();
@@ -85,10 +85,7 @@ impl TabletSizes {
                     after,
                     last,
                 };
-                asked
-                    .entry(holder)
-                    .or_default()
-                    .push((*table, tablet.id, keys));
+                asked.entry(holder).or_default().push((tablet.id, keys));
             }
         }
         let answers = join_all(asked.into_iter().map(|(holder, tablets)| {
@@ -96,20 +93,9 @@ impl TabletSizes {
                 .member_by_host(&holder)
                 .map(|member| member.internode_address);
             async move {
-                let keys: Vec<TabletKeys> = tablets.iter().map(|(_, _, k)| k.clone()).collect();
+                let keys: Vec<TabletKeys> = tablets.iter().map(|(_, k)| k.clone()).collect();
                 let bytes = if holder == sources.me {
-                    Some(
-                        keys.iter()
-                            .map(|k| {
-                                crate::splitting::range_bytes(
-                                    sources.engine,
-                                    &k.table,
-                                    k.after,
-                                    k.last,
-                                )
-                            })
-                            .collect(),
-                    )
+                    Some(crate::splitting::tablets_bytes(sources.engine, &keys))
                 } else if let Some(address) = address {
                     crate::splitting::ask_tablet_bytes(sources.peers, address, keys, ASK_TIMEOUT)
                         .await
@@ -123,13 +109,14 @@ impl TabletSizes {
         let mut measured = self.measured.lock();
         let mut sizes: BTreeMap<(TableId, TabletId), u64> = BTreeMap::new();
         for (tablets, bytes) in answers {
-            for (index, (table, tablet, _)) in tablets.into_iter().enumerate() {
+            for (index, (tablet, keys)) in tablets.into_iter().enumerate() {
+                let id = (keys.table, tablet);
                 let size = match &bytes {
                     Some(bytes) => bytes.get(index).copied(),
-                    None => measured.sizes.get(&(table, tablet)).copied(),
+                    None => measured.sizes.get(&id).copied(),
                 };
                 if let Some(size) = size {
-                    sizes.insert((table, tablet), size);
+                    sizes.insert(id, size);
                 }
             }
         }

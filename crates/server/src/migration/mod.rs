@@ -192,9 +192,11 @@ impl MigrationDriver {
             }
         }
         // 2. Members.
-        self.settle_members(&state).await?;
+        // Both plan from the same measured bytes, each charging its own copy.
+        let bytes = self.bytes(&state);
+        self.settle_members(&state, &bytes).await?;
         // 3. New moves.
-        self.start_moves(&state).await
+        self.start_moves(&state, &bytes).await
     }
 
     fn balancer_nodes(&self, state: &ClusterState) -> Vec<BalancerNode> {
@@ -231,10 +233,10 @@ impl MigrationDriver {
         Bytes::new(self.sizes.current(), maps)
     }
 
-    async fn start_moves(&self, state: &ClusterState) -> Result<(), String> {
+    async fn start_moves(&self, state: &ClusterState, bytes: &Bytes) -> Result<(), String> {
         let nodes = self.balancer_nodes(state);
         let mut budget = self.budget(state);
-        let mut bytes = self.bytes(state);
+        let mut bytes = bytes.clone();
         for (table, placement) in self.largest_first(state) {
             let moves = plan_moves(
                 *table,
@@ -301,12 +303,12 @@ impl MigrationDriver {
         tables
     }
 
-    async fn settle_members(&self, state: &ClusterState) -> Result<(), String> {
+    async fn settle_members(&self, state: &ClusterState, bytes: &Bytes) -> Result<(), String> {
         let nodes = self.balancer_nodes(state);
         // What the balancer would still move, ignoring budgets: a joining node with
         // nothing more coming is normal.
         let mut unlimited = Budget::new(usize::MAX);
-        let mut bytes = self.bytes(state);
+        let mut bytes = bytes.clone();
         let mut incoming: HashSet<HostId> = HashSet::new();
         for (table, placement) in &state.tables {
             for planned in plan_moves(
