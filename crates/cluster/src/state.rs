@@ -19,6 +19,9 @@
 //! switched). Each of them bumps [`ClusterState::topology_version`], the number replicas
 //! fence stale coordinators with.
 //!
+//! The commands that change a table's tablets are applied in `tablet_changes`, and
+//! strongly consistent tablets' splits and merges in [`crate::strong_split`].
+//!
 //! The schema is opaque here (bytes plus a version UUID): the coordinator owns what a
 //! keyspace or table is. Schema changes are compare-and-set on the version, so two nodes
 //! changing the schema at once cannot lose either change — the second one is told that the
@@ -317,29 +320,9 @@ impl ClusterState {
             Command::ChangeRoles {
                 base_version,
                 roles,
-            } => {
-                if base_version != self.roles.as_ref().map(|r| r.version) {
-                    return CommandOutcome::Moved;
-                }
-                self.roles = Some(roles);
-                CommandOutcome::Applied
-            }
+            } => self.change_roles(base_version, roles),
             Command::SetMemberState { host_id, from, to } => {
-                match self.members.get_mut(&node_id_of(&host_id)) {
-                    Some(member) if member.host_id == host_id && from.contains(&member.state) => {
-                        member.state = to;
-                        CommandOutcome::Applied
-                    }
-                    Some(member) => rejected(format!(
-                        "the node is {}, not {}",
-                        member.state.name(),
-                        from.iter()
-                            .map(|s| s.name())
-                            .collect::<Vec<_>>()
-                            .join(" or ")
-                    )),
-                    None => rejected(format!("no member has host id {host_id}")),
-                }
+                self.set_member_state(host_id, from, to)
             }
             Command::RemoveMember(host_id) => self.remove_member(host_id),
             Command::StartMigration {
@@ -360,60 +343,13 @@ impl ClusterState {
                 migration,
                 aborted,
             } => self.end_migration(table, tablet, migration, aborted),
-            Command::SplitTablet { table, tablet, at } => {
-                let Some(placement) = self.tables.get_mut(&table) else {
-                    return rejected("no such table");
-                };
-                match placement.tablets.split(tablet, at) {
-                    Ok(_) => {
-                        placement.split = true;
-                        CommandOutcome::Applied
-                    }
-                    Err(reason) => rejected(reason),
-                }
-            }
-            Command::PlanTabletMerge { table, first } => {
-                let Some(created_with) = self.merge_floor(&table) else {
-                    return rejected("no such table");
-                };
-                let Some(placement) = self.tables.get_mut(&table) else {
-                    return rejected("no such table");
-                };
-                let after_merges =
-                    placement.tablets.tablets().len() - placement.tablets.merges().count();
-                if after_merges <= created_with {
-                    return rejected(format!(
-                        "the table would have fewer than the {created_with} tablets it is \
-                         created with"
-                    ));
-                }
-                let second = placement.next_tablet(first).map(|t| t.id);
-                if placement.strong_plan_of(first).is_some()
-                    || second.is_some_and(|second| placement.strong_plan_of(second).is_some())
-                {
-                    return rejected(format!("{first} or the tablet after it is being split"));
-                }
-                match placement.tablets.plan_merge(first) {
-                    Ok(_) => CommandOutcome::Applied,
-                    Err(reason) => rejected(reason),
-                }
-            }
+            Command::SplitTablet { table, tablet, at } => self.split_tablet(table, tablet, at),
+            Command::PlanTabletMerge { table, first } => self.plan_tablet_merge(table, first),
             Command::MergeTablets {
                 table,
                 first,
                 second,
-            } => {
-                let Some(placement) = self.tables.get_mut(&table) else {
-                    return rejected("no such table");
-                };
-                match placement.tablets.merge(first, second) {
-                    Ok(_) => {
-                        placement.split = true;
-                        CommandOutcome::Applied
-                    }
-                    Err(reason) => rejected(reason),
-                }
-            }
+            } => self.merge_tablets(table, first, second),
             Command::PlanStrongSplit { table, tablet, at } => {
                 self.plan_strong_split(table, tablet, at)
             }
@@ -438,28 +374,47 @@ impl ClusterState {
             Command::AbandonStrongMerge { table, first, plan } => {
                 self.abandon_strong_merge(table, first, plan)
             }
-            Command::SetPrimaries { table, primaries } => {
-                let Some(placement) = self.tables.get_mut(&table) else {
-                    return rejected("no such table");
-                };
-                for (id, primary) in primaries {
-                    let Some(tablet) = placement.tablets.get_mut(id) else {
-                        continue;
-                    };
-                    if tablet.transition.is_some() {
-                        continue;
-                    }
-                    if let Some(position) = tablet.replicas.iter().position(|h| *h == primary) {
-                        tablet.replicas.swap(0, position);
-                    }
-                }
-                CommandOutcome::Applied
-            }
+            Command::SetPrimaries { table, primaries } => self.set_primaries(table, primaries),
         };
         if changes_topology && outcome == CommandOutcome::Applied {
             self.topology_version += 1;
         }
         outcome
+    }
+
+    fn change_roles(
+        &mut self,
+        base_version: Option<[u8; 16]>,
+        roles: VersionedRecord,
+    ) -> CommandOutcome {
+        if base_version != self.roles.as_ref().map(|r| r.version) {
+            return CommandOutcome::Moved;
+        }
+        self.roles = Some(roles);
+        CommandOutcome::Applied
+    }
+
+    fn set_member_state(
+        &mut self,
+        host_id: HostId,
+        from: Vec<MemberState>,
+        to: MemberState,
+    ) -> CommandOutcome {
+        match self.members.get_mut(&node_id_of(&host_id)) {
+            Some(member) if member.host_id == host_id && from.contains(&member.state) => {
+                member.state = to;
+                CommandOutcome::Applied
+            }
+            Some(member) => rejected(format!(
+                "the node is {}, not {}",
+                member.state.name(),
+                from.iter()
+                    .map(|s| s.name())
+                    .collect::<Vec<_>>()
+                    .join(" or ")
+            )),
+            None => rejected(format!("no member has host id {host_id}")),
+        }
     }
 
     fn add_member(&mut self, mut member: Member) -> CommandOutcome {
@@ -531,129 +486,6 @@ impl ClusterState {
             return rejected("the member still holds or receives replicas");
         }
         self.members.remove(&node_id_of(&host_id));
-        CommandOutcome::Applied
-    }
-
-    fn start_migration(
-        &mut self,
-        table: TableId,
-        tablet: TabletId,
-        leaving: Option<HostId>,
-        pending: Option<HostId>,
-    ) -> CommandOutcome {
-        if let Some(pending) = pending {
-            match self.member_by_host(&pending) {
-                Some(member) if member.state.accepts_replicas() => {}
-                Some(member) => {
-                    return rejected(format!(
-                        "{} cannot receive replicas while {}",
-                        member.internode_address,
-                        member.state.name()
-                    ))
-                }
-                None => return rejected(format!("no member has host id {pending}")),
-            }
-        }
-        if leaving.is_none() && pending.is_none() {
-            return rejected("a migration moves a replica somewhere");
-        }
-        if self
-            .tables
-            .get(&table)
-            .is_some_and(|p| p.strong_plan_of(tablet).is_some())
-        {
-            return rejected("the tablet is being split or merged");
-        }
-        let id = MigrationId(self.next_migration);
-        let Some(target) = self
-            .tables
-            .get_mut(&table)
-            .and_then(|p| p.tablets.get_mut(tablet))
-        else {
-            return rejected("no such tablet");
-        };
-        if target.transition.is_some() {
-            return rejected("the tablet is already moving");
-        }
-        if leaving.is_some_and(|h| !target.replicas.contains(&h)) {
-            return rejected("the leaving node is not a replica of the tablet");
-        }
-        if pending.is_some_and(|h| target.replicas.contains(&h)) {
-            return rejected("the pending node already is a replica of the tablet");
-        }
-        target.transition = Some(Transition {
-            id,
-            leaving,
-            pending,
-            // Dropping a replica streams nothing: reads leave it at once.
-            stage: if pending.is_some() {
-                MigrationStage::Allocated
-            } else {
-                MigrationStage::ReadNew
-            },
-        });
-        self.next_migration += 1;
-        CommandOutcome::Applied
-    }
-
-    fn advance_migration(
-        &mut self,
-        table: TableId,
-        tablet: TabletId,
-        migration: MigrationId,
-        to: MigrationStage,
-    ) -> CommandOutcome {
-        let Some(target) = self
-            .tables
-            .get_mut(&table)
-            .and_then(|p| p.tablets.get_mut(tablet))
-        else {
-            return rejected("no such tablet");
-        };
-        let new_replicas = target.new_replicas();
-        let Some(transition) = target.transition.as_mut().filter(|t| t.id == migration) else {
-            return rejected(format!("{migration} is not under way"));
-        };
-        if transition.stage.next() != Some(to) {
-            return rejected(format!(
-                "{migration} is at {}, not before {}",
-                transition.stage.name(),
-                to.name()
-            ));
-        }
-        transition.stage = to;
-        if to == MigrationStage::Cleanup {
-            target.replicas = new_replicas;
-        }
-        CommandOutcome::Applied
-    }
-
-    fn end_migration(
-        &mut self,
-        table: TableId,
-        tablet: TabletId,
-        migration: MigrationId,
-        aborted: bool,
-    ) -> CommandOutcome {
-        let Some(target) = self
-            .tables
-            .get_mut(&table)
-            .and_then(|p| p.tablets.get_mut(tablet))
-        else {
-            return rejected("no such tablet");
-        };
-        let Some(transition) = target.transition.as_ref().filter(|t| t.id == migration) else {
-            return rejected(format!("{migration} is not under way"));
-        };
-        let at_cleanup = transition.stage == MigrationStage::Cleanup;
-        if aborted == at_cleanup {
-            return rejected(if aborted {
-                "the replica set has already switched: the migration can only finish"
-            } else {
-                "the migration has not reached cleanup"
-            });
-        }
-        target.transition = None;
         CommandOutcome::Applied
     }
 

@@ -117,25 +117,9 @@ pub fn tokenize(text: &str) -> Result<Vec<Token>, CqlError> {
             continue;
         }
         if byte == b'\'' {
-            let mut value = String::new();
-            let mut at = position + 1;
-            loop {
-                match text[at..].find('\'') {
-                    None => return Err(CqlError::syntax("Unterminated string literal")),
-                    Some(offset) => {
-                        value.push_str(&text[at..at + offset]);
-                        at += offset + 1;
-                        if bytes.get(at) == Some(&b'\'') {
-                            value.push('\'');
-                            at += 1;
-                        } else {
-                            break;
-                        }
-                    }
-                }
-            }
+            let (value, end) = quoted(text, position, '\'', "Unterminated string literal")?;
             tokens.push(Token::String(value));
-            position = at;
+            position = end;
             continue;
         }
         if text[position..].starts_with("$$") {
@@ -151,25 +135,9 @@ pub fn tokenize(text: &str) -> Result<Vec<Token>, CqlError> {
             continue;
         }
         if byte == b'"' {
-            let mut name = String::new();
-            let mut at = position + 1;
-            loop {
-                match text[at..].find('"') {
-                    None => return Err(CqlError::syntax("Unterminated quoted identifier")),
-                    Some(offset) => {
-                        name.push_str(&text[at..at + offset]);
-                        at += offset + 1;
-                        if bytes.get(at) == Some(&b'"') {
-                            name.push('"');
-                            at += 1;
-                        } else {
-                            break;
-                        }
-                    }
-                }
-            }
+            let (name, end) = quoted(text, position, '"', "Unterminated quoted identifier")?;
             tokens.push(Token::QuotedName(name));
-            position = at;
+            position = end;
             continue;
         }
         if byte == b'?' {
@@ -182,13 +150,11 @@ pub fn tokenize(text: &str) -> Result<Vec<Token>, CqlError> {
                 .get(position + 1)
                 .is_some_and(|b| b.is_ascii_alphabetic() || *b == b'_')
         {
-            let start = position + 1;
-            let mut at = start;
-            while at < bytes.len() && (bytes[at].is_ascii_alphanumeric() || bytes[at] == b'_') {
-                at += 1;
-            }
-            tokens.push(Token::NamedMarker(text[start..at].to_ascii_lowercase()));
-            position = at;
+            let end = word_end(bytes, position + 1);
+            tokens.push(Token::NamedMarker(
+                text[position + 1..end].to_ascii_lowercase(),
+            ));
+            position = end;
             continue;
         }
         if is_uuid_at(bytes, position) {
@@ -197,77 +163,22 @@ pub fn tokenize(text: &str) -> Result<Vec<Token>, CqlError> {
             continue;
         }
         if (byte == b'0') && matches!(bytes.get(position + 1), Some(b'x') | Some(b'X')) {
-            let start = position + 2;
-            let mut at = start;
-            while at < bytes.len() && bytes[at].is_ascii_hexdigit() {
-                at += 1;
-            }
-            let hex = &text[start..at];
-            if !hex.len().is_multiple_of(2) {
-                return Err(CqlError::syntax(format!(
-                    "Invalid blob literal 0x{hex}: odd number of digits"
-                )));
-            }
-            let blob = (0..hex.len())
-                .step_by(2)
-                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap_or(0))
-                .collect();
-            tokens.push(Token::Blob(blob));
-            position = at;
+            let (blob, end) = blob_at(text, position)?;
+            tokens.push(blob);
+            position = end;
             continue;
         }
         if byte.is_ascii_digit() {
-            if let Some(length) = duration_length(text, position) {
-                tokens.push(Token::Duration(
-                    text[position..position + length].to_string(),
-                ));
-                position += length;
-                continue;
-            }
-            let start = position;
-            let mut at = position;
-            let mut is_float = false;
-            while at < bytes.len() && bytes[at].is_ascii_digit() {
-                at += 1;
-            }
-            if bytes.get(at) == Some(&b'.') && bytes.get(at + 1).is_some_and(u8::is_ascii_digit) {
-                is_float = true;
-                at += 1;
-                while at < bytes.len() && bytes[at].is_ascii_digit() {
-                    at += 1;
-                }
-            }
-            if matches!(bytes.get(at), Some(b'e') | Some(b'E')) {
-                let mut exponent = at + 1;
-                if matches!(bytes.get(exponent), Some(b'+') | Some(b'-')) {
-                    exponent += 1;
-                }
-                if bytes.get(exponent).is_some_and(u8::is_ascii_digit) {
-                    is_float = true;
-                    at = exponent;
-                    while at < bytes.len() && bytes[at].is_ascii_digit() {
-                        at += 1;
-                    }
-                }
-            }
-            let literal = text[start..at].to_string();
-            tokens.push(if is_float {
-                Token::Float(literal)
-            } else {
-                Token::Integer(literal)
-            });
-            position = at;
+            let (number, end) = number_at(text, position);
+            tokens.push(number);
+            position = end;
             continue;
         }
         if byte.is_ascii_alphabetic() || byte == b'_' {
             // ISO-8601 durations (P1DT2H) are words starting with P; the planner reads them.
-            let start = position;
-            let mut at = position;
-            while at < bytes.len() && (bytes[at].is_ascii_alphanumeric() || bytes[at] == b'_') {
-                at += 1;
-            }
-            tokens.push(Token::Word(text[start..at].to_ascii_lowercase()));
-            position = at;
+            let end = word_end(bytes, position);
+            tokens.push(Token::Word(text[position..end].to_ascii_lowercase()));
+            position = end;
             continue;
         }
         match SYMBOLS
@@ -287,6 +198,107 @@ pub fn tokenize(text: &str) -> Result<Vec<Token>, CqlError> {
         }
     }
     Ok(tokens)
+}
+
+/// Where the word (letters, digits, underscores) starting at `start` ends.
+fn word_end(bytes: &[u8], start: usize) -> usize {
+    let mut at = start;
+    while at < bytes.len() && (bytes[at].is_ascii_alphanumeric() || bytes[at] == b'_') {
+        at += 1;
+    }
+    at
+}
+
+/// The text quoted by `quote` from `start` (a string literal or a quoted identifier; a
+/// doubled quote stands for one), and where it ends.
+fn quoted(
+    text: &str,
+    start: usize,
+    quote: char,
+    unterminated: &str,
+) -> Result<(String, usize), CqlError> {
+    let mut value = String::new();
+    let mut at = start + 1;
+    loop {
+        let Some(offset) = text[at..].find(quote) else {
+            return Err(CqlError::syntax(unterminated));
+        };
+        value.push_str(&text[at..at + offset]);
+        at += offset + 1;
+        if text[at..].starts_with(quote) {
+            value.push(quote);
+            at += 1;
+        } else {
+            return Ok((value, at));
+        }
+    }
+}
+
+/// The blob literal (`0x` and an even number of hex digits) at `position`, and where it
+/// ends.
+fn blob_at(text: &str, position: usize) -> Result<(Token, usize), CqlError> {
+    let bytes = text.as_bytes();
+    let start = position + 2;
+    let mut at = start;
+    while at < bytes.len() && bytes[at].is_ascii_hexdigit() {
+        at += 1;
+    }
+    let hex = &text[start..at];
+    if !hex.len().is_multiple_of(2) {
+        return Err(CqlError::syntax(format!(
+            "Invalid blob literal 0x{hex}: odd number of digits"
+        )));
+    }
+    let blob = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap_or(0))
+        .collect();
+    Ok((Token::Blob(blob), at))
+}
+
+/// The number at `position` — a duration (`3h20m`), a float or an integer — and where it
+/// ends.
+fn number_at(text: &str, position: usize) -> (Token, usize) {
+    let bytes = text.as_bytes();
+    if let Some(length) = duration_length(text, position) {
+        return (
+            Token::Duration(text[position..position + length].to_string()),
+            position + length,
+        );
+    }
+    let start = position;
+    let mut at = position;
+    let mut is_float = false;
+    while at < bytes.len() && bytes[at].is_ascii_digit() {
+        at += 1;
+    }
+    if bytes.get(at) == Some(&b'.') && bytes.get(at + 1).is_some_and(u8::is_ascii_digit) {
+        is_float = true;
+        at += 1;
+        while at < bytes.len() && bytes[at].is_ascii_digit() {
+            at += 1;
+        }
+    }
+    if matches!(bytes.get(at), Some(b'e') | Some(b'E')) {
+        let mut exponent = at + 1;
+        if matches!(bytes.get(exponent), Some(b'+') | Some(b'-')) {
+            exponent += 1;
+        }
+        if bytes.get(exponent).is_some_and(u8::is_ascii_digit) {
+            is_float = true;
+            at = exponent;
+            while at < bytes.len() && bytes[at].is_ascii_digit() {
+                at += 1;
+            }
+        }
+    }
+    let literal = text[start..at].to_string();
+    let token = if is_float {
+        Token::Float(literal)
+    } else {
+        Token::Integer(literal)
+    };
+    (token, at)
 }
 
 #[cfg(test)]

@@ -400,52 +400,9 @@ impl Value {
                 Value::Date(u32::from_be_bytes(bytes.try_into().unwrap_or([0; 4])))
             }
             CqlType::List { element, .. } | CqlType::Set { element, .. } => {
-                let mut position = 0;
-                let count = read_count(bytes, &mut position)?;
-                let mut elements = Vec::with_capacity(count);
-                for _ in 0..count {
-                    let element_bytes =
-                        read_length_prefixed(bytes, &mut position)?.ok_or_else(|| {
-                            DecodeError::new("null is not supported inside collections")
-                        })?;
-                    elements.push(Value::deserialize(element, element_bytes)?);
-                }
-                if position != bytes.len() {
-                    return Err(DecodeError::new("Trailing bytes in collection"));
-                }
-                if matches!(cql_type, CqlType::List { .. }) {
-                    Value::List(elements)
-                } else {
-                    elements.sort_by(|a, b| a.compare(b));
-                    elements.dedup_by(|a, b| a.compare(b) == Ordering::Equal);
-                    Value::Set(elements)
-                }
+                Value::deserialize_list_or_set(cql_type, element, bytes)?
             }
-            CqlType::Map { key, value, .. } => {
-                let mut position = 0;
-                let count = read_count(bytes, &mut position)?;
-                let mut entries = Vec::with_capacity(count);
-                for _ in 0..count {
-                    let key_bytes =
-                        read_length_prefixed(bytes, &mut position)?.ok_or_else(|| {
-                            DecodeError::new("null is not supported inside collections")
-                        })?;
-                    let value_bytes =
-                        read_length_prefixed(bytes, &mut position)?.ok_or_else(|| {
-                            DecodeError::new("null is not supported inside collections")
-                        })?;
-                    entries.push((
-                        Value::deserialize(key, key_bytes)?,
-                        Value::deserialize(value, value_bytes)?,
-                    ));
-                }
-                if position != bytes.len() {
-                    return Err(DecodeError::new("Trailing bytes in map"));
-                }
-                entries.sort_by(|a, b| a.0.compare(&b.0));
-                entries.dedup_by(|a, b| a.0.compare(&b.0) == Ordering::Equal);
-                Value::Map(entries)
-            }
+            CqlType::Map { key, value, .. } => Value::deserialize_map(key, value, bytes)?,
             CqlType::Tuple(types) => {
                 Value::Tuple(deserialize_fields(types.iter(), bytes, "tuple")?)
             }
@@ -460,40 +417,100 @@ impl Value {
                 return Err(DecodeError(format!("Unknown type {name}")))
             }
             CqlType::Vector { element, dimension } => {
-                let dimension = *dimension as usize;
-                let mut elements = Vec::with_capacity(dimension.min(bytes.len()));
-                if let Some(width) = element.fixed_width() {
-                    if bytes.len() != width * dimension {
-                        return Err(DecodeError(format!(
-                            "Expected {} bytes for a {cql_type} value ({dimension} elements of {width} bytes), got {}",
-                            width * dimension,
-                            bytes.len()
-                        )));
-                    }
-                    for chunk in bytes.chunks_exact(width) {
-                        elements.push(Value::deserialize(element, chunk)?);
-                    }
-                } else {
-                    let mut position = 0;
-                    for _ in 0..dimension {
-                        let length = read_unsigned_vint(bytes, &mut position, "vector element")?;
-                        let end = usize::try_from(length)
-                            .ok()
-                            .and_then(|length| position.checked_add(length))
-                            .filter(|end| *end <= bytes.len())
-                            .ok_or_else(|| DecodeError::new("Truncated vector element"))?;
-                        elements.push(Value::deserialize(element, &bytes[position..end])?);
-                        position = end;
-                    }
-                    if position != bytes.len() {
-                        return Err(DecodeError(format!(
-                            "Trailing bytes in a {cql_type} value: more than {dimension} elements"
-                        )));
-                    }
-                }
-                Value::Vector(elements)
+                Value::deserialize_vector(cql_type, element, *dimension, bytes)?
             }
         })
+    }
+
+    /// Decodes a list's or a set's elements (a set's sorted and deduplicated).
+    fn deserialize_list_or_set(
+        cql_type: &CqlType,
+        element: &CqlType,
+        bytes: &[u8],
+    ) -> Result<Value, DecodeError> {
+        let mut position = 0;
+        let count = read_count(bytes, &mut position)?;
+        let mut elements = Vec::with_capacity(count);
+        for _ in 0..count {
+            let element_bytes = read_length_prefixed(bytes, &mut position)?
+                .ok_or_else(|| DecodeError::new("null is not supported inside collections"))?;
+            elements.push(Value::deserialize(element, element_bytes)?);
+        }
+        if position != bytes.len() {
+            return Err(DecodeError::new("Trailing bytes in collection"));
+        }
+        if matches!(cql_type, CqlType::List { .. }) {
+            Ok(Value::List(elements))
+        } else {
+            elements.sort_by(|a, b| a.compare(b));
+            elements.dedup_by(|a, b| a.compare(b) == Ordering::Equal);
+            Ok(Value::Set(elements))
+        }
+    }
+
+    /// Decodes a map's entries, sorted by key and deduplicated.
+    fn deserialize_map(key: &CqlType, value: &CqlType, bytes: &[u8]) -> Result<Value, DecodeError> {
+        let mut position = 0;
+        let count = read_count(bytes, &mut position)?;
+        let mut entries = Vec::with_capacity(count);
+        for _ in 0..count {
+            let key_bytes = read_length_prefixed(bytes, &mut position)?
+                .ok_or_else(|| DecodeError::new("null is not supported inside collections"))?;
+            let value_bytes = read_length_prefixed(bytes, &mut position)?
+                .ok_or_else(|| DecodeError::new("null is not supported inside collections"))?;
+            entries.push((
+                Value::deserialize(key, key_bytes)?,
+                Value::deserialize(value, value_bytes)?,
+            ));
+        }
+        if position != bytes.len() {
+            return Err(DecodeError::new("Trailing bytes in map"));
+        }
+        entries.sort_by(|a, b| a.0.compare(&b.0));
+        entries.dedup_by(|a, b| a.0.compare(&b.0) == Ordering::Equal);
+        Ok(Value::Map(entries))
+    }
+
+    /// Decodes a vector of `dimension` elements: packed when the element type has a fixed
+    /// width, each length-prefixed (unsigned vint) otherwise.
+    fn deserialize_vector(
+        cql_type: &CqlType,
+        element: &CqlType,
+        dimension: u32,
+        bytes: &[u8],
+    ) -> Result<Value, DecodeError> {
+        let dimension = dimension as usize;
+        let mut elements = Vec::with_capacity(dimension.min(bytes.len()));
+        if let Some(width) = element.fixed_width() {
+            if bytes.len() != width * dimension {
+                return Err(DecodeError(format!(
+                    "Expected {} bytes for a {cql_type} value ({dimension} elements of {width} bytes), got {}",
+                    width * dimension,
+                    bytes.len()
+                )));
+            }
+            for chunk in bytes.chunks_exact(width) {
+                elements.push(Value::deserialize(element, chunk)?);
+            }
+        } else {
+            let mut position = 0;
+            for _ in 0..dimension {
+                let length = read_unsigned_vint(bytes, &mut position, "vector element")?;
+                let end = usize::try_from(length)
+                    .ok()
+                    .and_then(|length| position.checked_add(length))
+                    .filter(|end| *end <= bytes.len())
+                    .ok_or_else(|| DecodeError::new("Truncated vector element"))?;
+                elements.push(Value::deserialize(element, &bytes[position..end])?);
+                position = end;
+            }
+            if position != bytes.len() {
+                return Err(DecodeError(format!(
+                    "Trailing bytes in a {cql_type} value: more than {dimension} elements"
+                )));
+            }
+        }
+        Ok(Value::Vector(elements))
     }
 
     /// Cassandra's comparator order for two values of the same type.

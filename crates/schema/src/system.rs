@@ -198,13 +198,27 @@ const TABLE_OPTION_COLUMNS: ColumnList<'static> = &[
 
 /// The system keyspaces and their virtual tables.
 pub fn system_keyspaces() -> Vec<KeyspaceMetadata> {
-    let column_columns: ColumnList<'static> = &[
-        ("clustering_order", "text"),
-        ("column_name_bytes", "blob"),
-        ("kind", "text"),
-        ("position", "int"),
-        ("type", "text"),
-    ];
+    vec![
+        system_keyspace(),
+        system_schema_keyspace(),
+        system_virtual_schema_keyspace(),
+        system_auth_keyspace(),
+        traces_keyspace(),
+    ]
+}
+
+/// The columns of `system_schema.columns` (and of the virtual schema's) after the names.
+const COLUMN_COLUMNS: ColumnList<'static> = &[
+    ("clustering_order", "text"),
+    ("column_name_bytes", "blob"),
+    ("kind", "text"),
+    ("position", "int"),
+    ("type", "text"),
+];
+
+/// The columns of `system_schema.views`: a table's options but the ones views do not
+/// have, and what the view selects from its base table.
+fn view_columns() -> Vec<(&'static str, &'static str)> {
     let mut view_columns: Vec<(&str, &str)> = TABLE_OPTION_COLUMNS
         .iter()
         .copied()
@@ -221,237 +235,251 @@ pub fn system_keyspaces() -> Vec<KeyspaceMetadata> {
         ("include_all_columns", "boolean"),
         ("where_clause", "text"),
     ]);
-    vec![
-        keyspace(
-            SYSTEM,
-            "org.apache.cassandra.locator.LocalStrategy",
-            vec![
-                virtual_table(
-                    SYSTEM,
-                    "local",
-                    &[("key", "text")],
-                    &[],
-                    &[
-                        ("bootstrapped", "text"),
-                        ("broadcast_address", "inet"),
-                        ("broadcast_port", "int"),
-                        ("cluster_name", "text"),
-                        ("cql_version", "text"),
-                        ("data_center", "text"),
-                        ("gossip_generation", "int"),
-                        ("host_id", "uuid"),
-                        ("listen_address", "inet"),
-                        ("listen_port", "int"),
-                        ("native_protocol_version", "text"),
-                        ("partitioner", "text"),
-                        ("rack", "text"),
-                        ("release_version", "text"),
-                        ("rpc_address", "inet"),
-                        ("rpc_port", "int"),
-                        ("schema_version", "uuid"),
-                        ("tokens", "set<text>"),
-                        ("truncated_at", "map<uuid, blob>"),
-                    ],
-                ),
-                virtual_table(
-                    SYSTEM,
-                    "peers",
-                    &[("peer", "inet")],
-                    &[],
-                    &[
-                        ("data_center", "text"),
-                        ("host_id", "uuid"),
-                        ("preferred_ip", "inet"),
-                        ("rack", "text"),
-                        ("release_version", "text"),
-                        ("rpc_address", "inet"),
-                        ("schema_version", "uuid"),
-                        ("tokens", "set<text>"),
-                    ],
-                ),
-                virtual_table(
-                    SYSTEM,
-                    "peers_v2",
-                    &[("peer", "inet")],
-                    &[("peer_port", "int")],
-                    &[
-                        ("data_center", "text"),
-                        ("host_id", "uuid"),
-                        ("native_address", "inet"),
-                        ("native_port", "int"),
-                        ("preferred_ip", "inet"),
-                        ("preferred_port", "int"),
-                        ("rack", "text"),
-                        ("release_version", "text"),
-                        ("schema_version", "uuid"),
-                        ("tokens", "set<text>"),
-                    ],
-                ),
-            ],
-        ),
-        keyspace(
-            SYSTEM_SCHEMA,
-            "org.apache.cassandra.locator.LocalStrategy",
-            vec![
-                virtual_table(
-                    SYSTEM_SCHEMA,
-                    "keyspaces",
-                    &[("keyspace_name", "text")],
-                    &[],
-                    &[
-                        ("durable_writes", "boolean"),
-                        ("replication", "frozen<map<text, text>>"),
-                    ],
-                ),
-                virtual_table(
-                    SYSTEM_SCHEMA,
-                    "tables",
-                    &[("keyspace_name", "text")],
-                    &[("table_name", "text")],
-                    TABLE_OPTION_COLUMNS,
-                ),
-                virtual_table(
-                    SYSTEM_SCHEMA,
-                    "columns",
-                    &[("keyspace_name", "text")],
-                    &[("table_name", "text"), ("column_name", "text")],
-                    column_columns,
-                ),
-                virtual_table(
-                    SYSTEM_SCHEMA,
-                    "dropped_columns",
-                    &[("keyspace_name", "text")],
-                    &[("table_name", "text"), ("column_name", "text")],
-                    &[
-                        ("dropped_time", "timestamp"),
-                        ("kind", "text"),
-                        ("type", "text"),
-                    ],
-                ),
-                virtual_table(
-                    SYSTEM_SCHEMA,
-                    "triggers",
-                    &[("keyspace_name", "text")],
-                    &[("table_name", "text"), ("trigger_name", "text")],
-                    &[("options", "frozen<map<text, text>>")],
-                ),
-                virtual_table(
-                    SYSTEM_SCHEMA,
-                    "views",
-                    &[("keyspace_name", "text")],
-                    &[("view_name", "text")],
-                    &view_columns,
-                ),
-                virtual_table(
-                    SYSTEM_SCHEMA,
-                    "types",
-                    &[("keyspace_name", "text")],
-                    &[("type_name", "text")],
-                    &[
-                        ("field_names", "frozen<list<text>>"),
-                        ("field_types", "frozen<list<text>>"),
-                    ],
-                ),
-                virtual_table(
-                    SYSTEM_SCHEMA,
-                    "functions",
-                    &[("keyspace_name", "text")],
-                    &[
-                        ("function_name", "text"),
-                        ("argument_types", "frozen<list<text>>"),
-                    ],
-                    &[
-                        ("argument_names", "frozen<list<text>>"),
-                        ("body", "text"),
-                        ("called_on_null_input", "boolean"),
-                        ("language", "text"),
-                        ("return_type", "text"),
-                    ],
-                ),
-                virtual_table(
-                    SYSTEM_SCHEMA,
-                    "aggregates",
-                    &[("keyspace_name", "text")],
-                    &[
-                        ("aggregate_name", "text"),
-                        ("argument_types", "frozen<list<text>>"),
-                    ],
-                    &[
-                        ("final_func", "text"),
-                        ("initcond", "text"),
-                        ("return_type", "text"),
-                        ("state_func", "text"),
-                        ("state_type", "text"),
-                    ],
-                ),
-                virtual_table(
-                    SYSTEM_SCHEMA,
-                    "indexes",
-                    &[("keyspace_name", "text")],
-                    &[("table_name", "text"), ("index_name", "text")],
-                    &[("kind", "text"), ("options", "frozen<map<text, text>>")],
-                ),
-            ],
-        ),
-        keyspace(
-            SYSTEM_VIRTUAL_SCHEMA,
-            "org.apache.cassandra.locator.LocalStrategy",
-            vec![
-                virtual_table(
-                    SYSTEM_VIRTUAL_SCHEMA,
-                    "keyspaces",
-                    &[("keyspace_name", "text")],
-                    &[],
-                    &[],
-                ),
-                virtual_table(
-                    SYSTEM_VIRTUAL_SCHEMA,
-                    "tables",
-                    &[("keyspace_name", "text")],
-                    &[("table_name", "text")],
-                    &[("comment", "text")],
-                ),
-                virtual_table(
-                    SYSTEM_VIRTUAL_SCHEMA,
-                    "columns",
-                    &[("keyspace_name", "text")],
-                    &[("table_name", "text"), ("column_name", "text")],
-                    column_columns,
-                ),
-            ],
-        ),
-        keyspace(
-            SYSTEM_AUTH,
-            "org.apache.cassandra.locator.LocalStrategy",
-            vec![
-                virtual_table(
-                    SYSTEM_AUTH,
-                    "roles",
-                    &[("role", "text")],
-                    &[],
-                    &[
-                        ("can_login", "boolean"),
-                        ("is_superuser", "boolean"),
-                        ("member_of", "set<text>"),
-                        ("salted_hash", "text"),
-                    ],
-                ),
-                virtual_table(
-                    SYSTEM_AUTH,
-                    "role_members",
-                    &[("role", "text")],
-                    &[("member", "text")],
-                    &[],
-                ),
-                virtual_table(
-                    SYSTEM_AUTH,
-                    "role_permissions",
-                    &[("role", "text")],
-                    &[("resource", "text")],
-                    &[("permissions", "set<text>")],
-                ),
-            ],
-        ),
-        traces_keyspace(),
-    ]
+    view_columns
+}
+
+/// The `system` keyspace: this node (`local`) and its peers, as drivers read them.
+fn system_keyspace() -> KeyspaceMetadata {
+    keyspace(
+        SYSTEM,
+        "org.apache.cassandra.locator.LocalStrategy",
+        vec![
+            virtual_table(
+                SYSTEM,
+                "local",
+                &[("key", "text")],
+                &[],
+                &[
+                    ("bootstrapped", "text"),
+                    ("broadcast_address", "inet"),
+                    ("broadcast_port", "int"),
+                    ("cluster_name", "text"),
+                    ("cql_version", "text"),
+                    ("data_center", "text"),
+                    ("gossip_generation", "int"),
+                    ("host_id", "uuid"),
+                    ("listen_address", "inet"),
+                    ("listen_port", "int"),
+                    ("native_protocol_version", "text"),
+                    ("partitioner", "text"),
+                    ("rack", "text"),
+                    ("release_version", "text"),
+                    ("rpc_address", "inet"),
+                    ("rpc_port", "int"),
+                    ("schema_version", "uuid"),
+                    ("tokens", "set<text>"),
+                    ("truncated_at", "map<uuid, blob>"),
+                ],
+            ),
+            virtual_table(
+                SYSTEM,
+                "peers",
+                &[("peer", "inet")],
+                &[],
+                &[
+                    ("data_center", "text"),
+                    ("host_id", "uuid"),
+                    ("preferred_ip", "inet"),
+                    ("rack", "text"),
+                    ("release_version", "text"),
+                    ("rpc_address", "inet"),
+                    ("schema_version", "uuid"),
+                    ("tokens", "set<text>"),
+                ],
+            ),
+            virtual_table(
+                SYSTEM,
+                "peers_v2",
+                &[("peer", "inet")],
+                &[("peer_port", "int")],
+                &[
+                    ("data_center", "text"),
+                    ("host_id", "uuid"),
+                    ("native_address", "inet"),
+                    ("native_port", "int"),
+                    ("preferred_ip", "inet"),
+                    ("preferred_port", "int"),
+                    ("rack", "text"),
+                    ("release_version", "text"),
+                    ("schema_version", "uuid"),
+                    ("tokens", "set<text>"),
+                ],
+            ),
+        ],
+    )
+}
+
+/// `system_schema`: the keyspaces, tables, columns, types, indexes and views of the schema.
+fn system_schema_keyspace() -> KeyspaceMetadata {
+    keyspace(
+        SYSTEM_SCHEMA,
+        "org.apache.cassandra.locator.LocalStrategy",
+        vec![
+            virtual_table(
+                SYSTEM_SCHEMA,
+                "keyspaces",
+                &[("keyspace_name", "text")],
+                &[],
+                &[
+                    ("durable_writes", "boolean"),
+                    ("replication", "frozen<map<text, text>>"),
+                ],
+            ),
+            virtual_table(
+                SYSTEM_SCHEMA,
+                "tables",
+                &[("keyspace_name", "text")],
+                &[("table_name", "text")],
+                TABLE_OPTION_COLUMNS,
+            ),
+            virtual_table(
+                SYSTEM_SCHEMA,
+                "columns",
+                &[("keyspace_name", "text")],
+                &[("table_name", "text"), ("column_name", "text")],
+                COLUMN_COLUMNS,
+            ),
+            virtual_table(
+                SYSTEM_SCHEMA,
+                "dropped_columns",
+                &[("keyspace_name", "text")],
+                &[("table_name", "text"), ("column_name", "text")],
+                &[
+                    ("dropped_time", "timestamp"),
+                    ("kind", "text"),
+                    ("type", "text"),
+                ],
+            ),
+            virtual_table(
+                SYSTEM_SCHEMA,
+                "triggers",
+                &[("keyspace_name", "text")],
+                &[("table_name", "text"), ("trigger_name", "text")],
+                &[("options", "frozen<map<text, text>>")],
+            ),
+            virtual_table(
+                SYSTEM_SCHEMA,
+                "views",
+                &[("keyspace_name", "text")],
+                &[("view_name", "text")],
+                &view_columns(),
+            ),
+            virtual_table(
+                SYSTEM_SCHEMA,
+                "types",
+                &[("keyspace_name", "text")],
+                &[("type_name", "text")],
+                &[
+                    ("field_names", "frozen<list<text>>"),
+                    ("field_types", "frozen<list<text>>"),
+                ],
+            ),
+            virtual_table(
+                SYSTEM_SCHEMA,
+                "functions",
+                &[("keyspace_name", "text")],
+                &[
+                    ("function_name", "text"),
+                    ("argument_types", "frozen<list<text>>"),
+                ],
+                &[
+                    ("argument_names", "frozen<list<text>>"),
+                    ("body", "text"),
+                    ("called_on_null_input", "boolean"),
+                    ("language", "text"),
+                    ("return_type", "text"),
+                ],
+            ),
+            virtual_table(
+                SYSTEM_SCHEMA,
+                "aggregates",
+                &[("keyspace_name", "text")],
+                &[
+                    ("aggregate_name", "text"),
+                    ("argument_types", "frozen<list<text>>"),
+                ],
+                &[
+                    ("final_func", "text"),
+                    ("initcond", "text"),
+                    ("return_type", "text"),
+                    ("state_func", "text"),
+                    ("state_type", "text"),
+                ],
+            ),
+            virtual_table(
+                SYSTEM_SCHEMA,
+                "indexes",
+                &[("keyspace_name", "text")],
+                &[("table_name", "text"), ("index_name", "text")],
+                &[("kind", "text"), ("options", "frozen<map<text, text>>")],
+            ),
+        ],
+    )
+}
+
+/// `system_virtual_schema`: the virtual keyspaces, tables and columns.
+fn system_virtual_schema_keyspace() -> KeyspaceMetadata {
+    keyspace(
+        SYSTEM_VIRTUAL_SCHEMA,
+        "org.apache.cassandra.locator.LocalStrategy",
+        vec![
+            virtual_table(
+                SYSTEM_VIRTUAL_SCHEMA,
+                "keyspaces",
+                &[("keyspace_name", "text")],
+                &[],
+                &[],
+            ),
+            virtual_table(
+                SYSTEM_VIRTUAL_SCHEMA,
+                "tables",
+                &[("keyspace_name", "text")],
+                &[("table_name", "text")],
+                &[("comment", "text")],
+            ),
+            virtual_table(
+                SYSTEM_VIRTUAL_SCHEMA,
+                "columns",
+                &[("keyspace_name", "text")],
+                &[("table_name", "text"), ("column_name", "text")],
+                COLUMN_COLUMNS,
+            ),
+        ],
+    )
+}
+
+/// `system_auth`: roles, their members and permissions.
+fn system_auth_keyspace() -> KeyspaceMetadata {
+    keyspace(
+        SYSTEM_AUTH,
+        "org.apache.cassandra.locator.LocalStrategy",
+        vec![
+            virtual_table(
+                SYSTEM_AUTH,
+                "roles",
+                &[("role", "text")],
+                &[],
+                &[
+                    ("can_login", "boolean"),
+                    ("is_superuser", "boolean"),
+                    ("member_of", "set<text>"),
+                    ("salted_hash", "text"),
+                ],
+            ),
+            virtual_table(
+                SYSTEM_AUTH,
+                "role_members",
+                &[("role", "text")],
+                &[("member", "text")],
+                &[],
+            ),
+            virtual_table(
+                SYSTEM_AUTH,
+                "role_permissions",
+                &[("role", "text")],
+                &[("resource", "text")],
+                &[("permissions", "set<text>")],
+            ),
+        ],
+    )
 }

@@ -34,6 +34,7 @@ pub mod metrics;
 pub mod migration;
 pub mod operations;
 pub mod splitting;
+mod starting;
 pub mod streaming;
 pub mod strong;
 pub mod tablet_sizes;
@@ -53,10 +54,9 @@ impl<T> Drop for AbortOnDrop<T> {
 use anyhow::Context;
 use config::Config;
 use durability::CommitLog;
-use shoal_coordinator::{ClusterView, Coordinator, NodeInfo};
+use shoal_coordinator::{ClusterView, Coordinator};
 use shoal_model::HostId;
-use shoal_replication::{Hints, Liveness, LocalReplica, ReplicaTransport, StorageProxy};
-use shoal_schema::SchemaStore;
+use shoal_replication::{Liveness, LocalReplica};
 use shoal_storage::{Engine, RocksEngine, RocksOptions};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -112,35 +112,13 @@ impl Node {
         // Internode messaging first: joining a cluster needs it.
         let detector = Arc::new(membership::FailureDetector::new(host_id));
         let internode_tls = config.internode_tls()?.map(Arc::new);
-        let mut peers = internode::Peers::from_address(config.listen_address)
-            .opened_on(tokio::runtime::Handle::current());
-        if let Some(tls) = &internode_tls {
-            peers = peers.with_tls(Arc::clone(tls));
-        }
-        let peers = Arc::new(peers);
-        // The streaming lane: connections of its own, so that chunks of tablets never
-        // queue in front of client requests' messages.
-        let mut lane = internode::Peers::from_address(config.listen_address).for_streaming_lane();
-        if let Some(tls) = &internode_tls {
-            lane = lane.with_tls(Arc::clone(tls));
-        }
-        let lane = Arc::new(lane);
+        let (peers, lane) = starting::peers_and_lane(&config, internode_tls.as_ref());
         let replica = Arc::new(LocalReplica::new(Arc::clone(&engine), commit_log.clone()));
         let streaming = Arc::new(
             streaming::Streaming::new(
                 Arc::clone(&replica),
                 Arc::clone(&lane),
-                streaming::policy::StreamPolicy {
-                    target_p99: std::time::Duration::from_millis(config.stream_target_p99_ms),
-                    p99_growth: (config.stream_p99_growth > 0.0)
-                        .then_some(config.stream_p99_growth),
-                    cap_bytes_per_s: streaming::policy::limit_from_mib(
-                        config.stream_throughput_mib_per_s,
-                    ),
-                    under_load_bytes_per_s: streaming::policy::limit_from_mib(
-                        config.stream_throughput_under_load_mib_per_s,
-                    ),
-                },
+                starting::stream_policy(&config),
                 config.stream_nice,
             )
             .context("cannot start the streaming lane")?,
@@ -148,113 +126,35 @@ impl Node {
         let transport = Arc::new(membership::Transport {
             peers: Arc::clone(&peers),
         });
-        let handler = Arc::new(membership::NodeHandler {
-            host_id,
-            detector: Arc::clone(&detector),
-            cluster: Default::default(),
-            coordinator: Default::default(),
-            proxy: Default::default(),
-            operations: Default::default(),
-            streaming: Default::default(),
-            strong: Default::default(),
-            metrics: Default::default(),
-        });
+        let handler = Arc::new(membership::NodeHandler::new(host_id, Arc::clone(&detector)));
         let _ = handler.streaming.set(Arc::clone(&streaming));
-        let internode_address = SocketAddr::new(config.listen_address, config.internode_port);
-        let internode_listener = TcpListener::bind(internode_address)
-            .await
-            .with_context(|| format!("cannot listen for peers on {internode_address}"))?;
-        let mut background = vec![tokio::spawn(internode::serve(
-            internode_listener,
-            Arc::clone(&handler) as Arc<dyn internode::Handler>,
-            shutdown_rx.clone(),
-            internode_tls.clone(),
-        ))];
-
-        let me = shoal_cluster::Member {
-            host_id,
-            internode_address,
-            cql_address: SocketAddr::new(config.listen_address, config.cql_port),
-            datacenter: config.datacenter.clone(),
-            rack: config.rack.clone(),
-            state: shoal_cluster::MemberState::Joining,
-            replaces: None,
-        };
-        let seeds: Vec<SocketAddr> = config
-            .seeds
-            .iter()
-            .map(|ip| SocketAddr::new(*ip, config.internode_port))
-            .collect();
-        let metadata = shoal_cluster::ClusterMetadata::open(
-            Arc::clone(&engine),
-            me,
-            Arc::clone(&transport) as Arc<dyn shoal_cluster::ClusterTransport>,
-        )
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot open the cluster metadata: {e}"))?;
-        let _ = handler.cluster.set(Arc::clone(&metadata));
-        metadata
-            .enter(&seeds, config.replace_address)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot take part in the cluster: {e}"))?;
-
-        let info = NodeInfo {
-            cluster_name: config.cluster_name.clone(),
-            address: config.listen_address,
-            cql_port: config.cql_port,
-            datacenter: config.datacenter.clone(),
-            rack: config.rack.clone(),
-            host_id,
-            tokens: Vec::new(),
-            gossip_generation: shoal_model::timestamp::now_seconds() as i32,
-            read_scheduling: config.read_scheduling.ordering(),
-            read_threads: config.read_threads,
-            scan_nice: config.scan_nice,
-            range_request_timeout: std::time::Duration::from_millis(
-                config.range_request_timeout_ms,
-            ),
-        };
-        let liveness = Arc::clone(&detector) as Arc<dyn Liveness>;
-        let hints = Arc::new(Hints::new(
-            Arc::clone(&engine),
-            commit_log.clone(),
-            Arc::clone(&liveness),
-            std::time::Duration::from_millis(config.max_hint_window_ms),
-            config.max_hints_mib * 1024 * 1024,
-        ));
-        let proxy = Arc::new(
-            StorageProxy::new(
-                Arc::clone(&metadata) as Arc<dyn shoal_replication::Topology>,
-                Arc::clone(&transport) as Arc<dyn ReplicaTransport>,
-                Arc::clone(&liveness),
-                replica,
-                hints,
+        let mut background = vec![
+            starting::serve_peers(
+                &config,
+                &handler,
+                shutdown_rx.clone(),
+                internode_tls.clone(),
             )
-            .fetching_tablets_at_once(config.scan_parallel_tablets)
-            .chunking_scans_by(config.scan_chunk_cells)
-            .with_range_timeout(info.range_request_timeout),
+            .await?,
+        ];
+
+        let metadata =
+            starting::enter_cluster(&config, &engine, host_id, &transport, &handler).await?;
+
+        let info = starting::node_info(&config, host_id);
+        let liveness = Arc::clone(&detector) as Arc<dyn Liveness>;
+        let proxy = starting::storage_proxy(
+            &config,
+            &engine,
+            &commit_log,
+            &metadata,
+            &transport,
+            &liveness,
+            replica,
         );
-        let schema = Arc::new(
-            SchemaStore::open(Arc::clone(&engine))
-                .map_err(|e| anyhow::anyhow!("cannot load the schema: {}", e.message))?,
-        );
-        let auth = shoal_coordinator::AccessControl {
-            roles: Arc::new(
-                shoal_auth::RoleStore::open(Arc::clone(&engine))
-                    .map_err(|e| anyhow::anyhow!("cannot load the roles: {}", e.message))?,
-            ),
-            settings: config.auth_settings(),
-        };
-        let strong = strong::StrongTables::start(
-            &config.data_dir.join("consensus"),
-            config.listen_address,
-            Arc::clone(&metadata),
-            Arc::clone(&schema),
-            Arc::clone(&peers),
-            Arc::clone(&engine),
-            internode_tls.clone(),
-        )
-        .context("cannot start the consensus log of strongly consistent keyspaces")?;
+        let (schema, auth) = starting::schema_and_roles(&config, &engine)?;
+        let strong =
+            starting::strong_tables(&config, &metadata, &schema, &peers, &engine, internode_tls)?;
         let _ = handler.strong.set(Arc::clone(&strong));
         background.push(tokio::spawn(Arc::clone(&strong).follow()));
         let replication = Arc::new(strong::replication::NodeReplication {
@@ -282,29 +182,13 @@ impl Node {
         if config.auth_settings().authentication {
             // Clients can log in as soon as the node listens, unless the cluster cannot
             // take the change yet: then it is retried in the background.
-            let create = tokio::spawn(maintenance::create_default_superuser(Arc::clone(
-                &coordinator,
-            )));
-            if !create.is_finished() {
-                let _ = tokio::time::timeout(std::time::Duration::from_secs(10), async {
-                    while !create.is_finished() {
-                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                    }
-                })
-                .await;
-            }
-            background.push(create);
+            background.push(starting::create_default_superuser(&coordinator).await);
         }
         background.push(tokio::spawn(maintenance::place_system_tables(Arc::clone(
             &coordinator,
         ))));
-        let metrics = metrics::Metrics::new(&coordinator, Some(Arc::clone(&proxy)));
+        let metrics = starting::metrics(&coordinator, &proxy, &streaming, &strong);
         let _ = handler.metrics.set(Arc::clone(&metrics));
-        metrics.set_streaming(Arc::clone(&streaming));
-        metrics.set_consensus(Arc::clone(&strong.raft().counters));
-        coordinator.set_observer(
-            Arc::clone(&metrics) as Arc<dyn shoal_coordinator::observe::StatementObserver>
-        );
         if config.metrics_port != 0 {
             background.push(tokio::spawn(metrics::serve(
                 SocketAddr::new(config.listen_address, config.metrics_port),
@@ -314,81 +198,28 @@ impl Node {
         }
         // Clients are served until shutdown or a drain, whichever comes first.
         let (close_clients, clients_closed) = watch::channel(false);
-        background.push(tokio::spawn({
-            let mut shutdown = shutdown_rx.clone();
-            let close_clients = close_clients.clone();
-            async move {
-                let _ = shutdown.changed().await;
-                close_clients.send_replace(true);
-            }
-        }));
-        let _ = handler.operations.set(Arc::new(operations::NodeOperations {
+        background.push(starting::close_clients_on_shutdown(
+            shutdown_rx.clone(),
+            close_clients.clone(),
+        ));
+        let services = starting::Services {
+            metadata: Arc::clone(&metadata),
             coordinator: Arc::clone(&coordinator),
-            metrics: Arc::clone(&metrics),
+            proxy: Arc::clone(&proxy),
             peers: Arc::clone(&peers),
-            hints: Arc::clone(proxy.hints()),
-            data_dir: config.data_dir.clone(),
-            started: std::time::Instant::now(),
-            close_clients,
             streaming: Arc::clone(&streaming),
-            detector: Arc::clone(&detector),
-        }));
+            detector,
+            strong,
+            metrics: Arc::clone(&metrics),
+            events: Arc::clone(&events),
+        };
+        let _ = handler
+            .operations
+            .set(Arc::new(services.operations(&config, close_clients)));
         let _ = handler.coordinator.set(Arc::clone(&coordinator));
         let _ = handler.proxy.set(Arc::clone(&proxy));
-        background.push(tokio::spawn(Arc::clone(&streaming).run_policy({
-            let metrics = Arc::clone(&metrics);
-            move || metrics.foreground_buckets()
-        })));
-        background.push(tokio::spawn(
-            migration::MigrationDriver::new(
-                Arc::clone(&metadata),
-                Arc::clone(&proxy),
-                Arc::clone(&peers),
-                Arc::clone(&streaming),
-                Arc::clone(&detector),
-                config.migrations_per_node,
-                Arc::clone(&strong),
-            )
-            .run(),
-        ));
-        if config.tablet_split_mib > 0 {
-            background.push(tokio::spawn(splitting::run(
-                Arc::clone(&metadata),
-                Arc::clone(&coordinator),
-                Arc::clone(&peers),
-                Arc::clone(&strong),
-                config.tablet_split_mib << 20,
-            )));
-        }
-        background.push(tokio::spawn(membership::run_failure_detection(
-            Arc::clone(&metadata),
-            Arc::clone(&coordinator),
-            Arc::clone(&proxy),
-            detector,
-            Arc::clone(&peers),
-            transport,
-            Arc::clone(&events),
-        )));
-        background.push(tokio::spawn(maintenance::collect_garbage_regularly(
-            Arc::clone(&engine),
-        )));
-        background.push(tokio::spawn(maintenance::adapt_compaction_regularly(
-            Arc::clone(&engine),
-        )));
-        background.push(tokio::spawn(maintenance::build_indexes_regularly(
-            Arc::clone(coordinator.index_catalog()),
-        )));
-        background.push(tokio::spawn(maintenance::replay_batches_regularly(
-            Arc::clone(&proxy),
-        )));
-        background.push(tokio::spawn(maintenance::sweep_hints_regularly(
-            Arc::clone(&proxy),
-        )));
-        background.push(tokio::spawn(membership::follow_metadata(
-            Arc::clone(&metadata),
-            Arc::clone(&coordinator),
-            Arc::clone(&events),
-        )));
+        background.extend(services.spawn_cluster_tasks(&config, transport));
+        background.extend(starting::spawn_maintenance(&engine, &coordinator, &proxy));
         let connection_threads = Arc::new(
             connection_threads::ConnectionThreads::start(config.connection_threads())
                 .context("cannot start the connection threads")?,

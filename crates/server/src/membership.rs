@@ -238,6 +238,23 @@ pub struct NodeHandler {
 }
 
 impl NodeHandler {
+    /// A handler that knows only this node; the rest is set as the node starts.
+    pub fn new(host_id: HostId, detector: Arc<FailureDetector>) -> NodeHandler {
+        NodeHandler {
+            host_id,
+            detector,
+            cluster: OnceLock::new(),
+            coordinator: OnceLock::new(),
+            proxy: OnceLock::new(),
+            operations: OnceLock::new(),
+            streaming: OnceLock::new(),
+            strong: OnceLock::new(),
+            metrics: OnceLock::new(),
+        }
+    }
+}
+
+impl NodeHandler {
     fn schema_version(&self) -> [u8; 16] {
         self.coordinator
             .get()

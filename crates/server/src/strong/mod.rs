@@ -38,16 +38,20 @@
 //! refused on them. With internode TLS, the consensus streams are
 //! mutual TLS too: each connection makes the same handshake as the internode messages'
 //! ([`crate::tls::InternodeTls`]) before its preface.
+//!
+//! The requests and replies between nodes are in `wire`; the leader's side of them in
+//! `serving`.
 
 pub mod conditional;
 mod groups;
 pub mod machine;
 pub mod replication;
+mod serving;
 pub mod splits;
+mod wire;
 
 use crate::internode::{Message, Peers, Reply};
 use crate::tls::InternodeTls;
-use serde::{Deserialize, Serialize};
 use shoal_cluster::{ClusterMetadata, ClusterState};
 use shoal_consensus::runtime::{self, tcp, NodeOptions, ProposeError, RaftHandle};
 use shoal_consensus::GroupId;
@@ -64,6 +68,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use wire::{StrongReply, StrongRequest, WireSnapshot, WireStatus};
+
 /// How long a strong write waits for its entry to commit (an election included).
 pub const STRONG_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Pause before asking again who leads a group that has no leader yet.
@@ -76,157 +82,6 @@ const MEMBERSHIP_CHANGE_WAIT: Duration = Duration::from_secs(2);
 /// How often the groups are checked against the schema even when nothing signals a change
 /// (the schema is installed by another task, shortly after the metadata changes).
 const FOLLOW_INTERVAL: Duration = Duration::from_millis(250);
-
-/// A request one node makes of the leader of a strong tablet's group.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum StrongRequest {
-    /// Propose this entry ([`machine::encode_entry`]) and answer once it is applied.
-    Propose {
-        group: u64,
-        #[serde(with = "serde_bytes")]
-        entry: Vec<u8>,
-    },
-    /// Read `[lower, upper)` (at most `limit` cells; with `reverse`, the last ones) once
-    /// the read index is applied.
-    Read {
-        group: u64,
-        #[serde(with = "serde_bytes")]
-        lower: Vec<u8>,
-        #[serde(with = "serde_bytes")]
-        upper: Vec<u8>,
-        limit: u32,
-        reverse: bool,
-    },
-    /// The group's members and progress as this node sees them; with `leader_only`,
-    /// answered only by the leader.
-    Status { group: u64, leader_only: bool },
-    /// At the leader: add or remove one member (answered once committed, or `Unknown`
-    /// while the change is still committing).
-    ChangeMembers {
-        group: u64,
-        add: Option<[u8; 16]>,
-        remove: Option<[u8; 16]>,
-    },
-    /// Where this node's state machine stands: data read from it afterwards holds
-    /// everything up to the answer's index.
-    SnapshotPoint { group: u64 },
-    /// Install a snapshot at `point` (the tablet's data is in place already).
-    Install { group: u64, point: WireSnapshot },
-    /// At the leader: lock the partition (`[lower, upper)`, of `table` at `token`) for a
-    /// conditional statement, and answer with its cells and a lease ([`conditional`]).
-    Lock {
-        group: u64,
-        table: [u8; 16],
-        token: i64,
-        #[serde(with = "serde_bytes")]
-        lower: Vec<u8>,
-        #[serde(with = "serde_bytes")]
-        upper: Vec<u8>,
-    },
-    /// At the leader: append this entry under `lease` and answer once it is applied.
-    ProposeLocked {
-        group: u64,
-        lease: u64,
-        #[serde(with = "serde_bytes")]
-        entry: Vec<u8>,
-    },
-    /// At the leader: end `lease` without proposing anything.
-    Unlock { lease: u64 },
-}
-
-/// A [`runtime::SnapshotPoint`] on the wire.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct WireSnapshot {
-    pub index: u64,
-    pub term: u64,
-    pub members: Vec<[u8; 16]>,
-    #[serde(with = "serde_bytes")]
-    pub state: Vec<u8>,
-}
-
-impl WireSnapshot {
-    fn from_point(point: runtime::SnapshotPoint) -> WireSnapshot {
-        WireSnapshot {
-            index: point.index.0,
-            term: point.term.0,
-            members: point.members.iter().map(|m| m.0).collect(),
-            state: point.state.to_vec(),
-        }
-    }
-
-    fn into_point(self) -> runtime::SnapshotPoint {
-        runtime::SnapshotPoint {
-            index: shoal_consensus::LogIndex(self.index),
-            term: shoal_consensus::Term(self.term),
-            members: self.members.into_iter().map(HostId).collect(),
-            state: bytes::Bytes::from(self.state),
-        }
-    }
-}
-
-/// One replica's view of a group, as [`StrongRequest::Status`] answers it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct WireStatus {
-    pub members: Vec<[u8; 16]>,
-    /// The node that answered.
-    pub replica: [u8; 16],
-    pub is_leader: bool,
-    pub applied: u64,
-    /// The last membership change is committed.
-    pub members_settled: bool,
-    /// On the leader: each other member and the last index it holds.
-    pub matched: Vec<([u8; 16], u64)>,
-    /// The split plan this member's fence serves and the group's clock where it stopped,
-    /// once this member applied one.
-    pub fenced: Option<(u64, i64)>,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-pub enum StrongReply {
-    Applied,
-    Cells {
-        #[serde(with = "shoal_replication::messages::cells_serde")]
-        cells: Cells,
-        complete: bool,
-    },
-    /// A reverse read's cells, and where they start when cut short.
-    CellsBefore {
-        #[serde(with = "shoal_replication::messages::cells_serde")]
-        cells: Cells,
-        from: Option<Vec<u8>>,
-    },
-    /// This node does not lead the group (`leader`: the one it knows of); nothing was
-    /// proposed, so asking again is safe.
-    NotLeader {
-        leader: Option<[u8; 16]>,
-    },
-    /// The entry was appended but the leader lost office before it committed: it may
-    /// still commit under the next leader, or not.
-    Unknown,
-    Status(WireStatus),
-    Snapshot(WireSnapshot),
-    /// The request could not be served here now (no replica of the group, an earlier
-    /// membership change still committing): ask again later.
-    Refused(String),
-    /// [`StrongRequest::Lock`]'s answer: the partition's visible cells, the lease on its
-    /// lock, the leader holding it, and the write timestamp for the update.
-    Locked {
-        lease: u64,
-        leader: [u8; 16],
-        micros: i64,
-        #[serde(with = "shoal_replication::messages::cells_serde")]
-        cells: Cells,
-    },
-    /// The partition's lock did not come in time (other conditional statements hold it,
-    /// or the group's entries do not commit): nothing was done.
-    Busy,
-    /// The lease named is not held (it expired): nothing was proposed.
-    LeaseLost,
-    /// The group is fenced for a split or merge: nothing was done. Asked again, the
-    /// request reaches the new tablet holding it once the tablet map has it (or the group
-    /// again, if the plan is abandoned).
-    Fenced,
-}
 
 /// The Raft group of `tablet` of `table`: the same number on every node.
 pub fn group_of(table: &TableId, tablet: TabletId) -> GroupId {
@@ -716,201 +571,6 @@ impl StrongTables {
                 tracing::debug!(%address, %error, "a strongly consistent request got no answer");
                 None
             }
-        }
-    }
-
-    /// Answers another node's request, as the group's leader.
-    pub async fn serve(&self, request: StrongRequest) -> StrongReply {
-        let deadline = tokio::time::Instant::now() + STRONG_WRITE_TIMEOUT;
-        self.serve_until(&request, deadline).await
-    }
-
-    /// Runs `request` here, as the group's leader, a proposal waiting until `deadline`.
-    async fn serve_until(
-        &self,
-        request: &StrongRequest,
-        deadline: tokio::time::Instant,
-    ) -> StrongReply {
-        match request {
-            StrongRequest::Propose { group, entry } => {
-                if self.records.fence(GroupId(*group)).is_some() {
-                    return StrongReply::Fenced;
-                }
-                let entry = bytes::Bytes::copy_from_slice(entry);
-                // Held until applied: a conditional statement on the partition waits.
-                let _shared = match machine::entry_partition(&entry) {
-                    Some(partition) => match self.locks.shared(partition, deadline).await {
-                        Some(shared) => Some(shared),
-                        None => return StrongReply::Busy,
-                    },
-                    None => None,
-                };
-                self.propose_here(GroupId(*group), entry, deadline).await
-            }
-            StrongRequest::Lock {
-                group,
-                table,
-                token,
-                lower,
-                upper,
-            } => {
-                self.lock_here(
-                    GroupId(*group),
-                    (TableId(*table), Token(*token)),
-                    lower,
-                    upper,
-                )
-                .await
-            }
-            StrongRequest::ProposeLocked {
-                group,
-                lease,
-                entry,
-            } => {
-                let entry = bytes::Bytes::copy_from_slice(entry);
-                self.propose_locked_here(GroupId(*group), *lease, entry, deadline)
-                    .await
-            }
-            StrongRequest::Unlock { lease } => {
-                self.leases.end(*lease);
-                StrongReply::Applied
-            }
-            StrongRequest::Read {
-                group,
-                lower,
-                upper,
-                limit,
-                reverse,
-            } => self
-                .read_here(GroupId(*group), lower, upper, *limit, *reverse)
-                .await
-                .unwrap_or(StrongReply::NotLeader { leader: None }),
-            StrongRequest::Status { group, leader_only } => {
-                self.status_here(GroupId(*group), *leader_only).await
-            }
-            StrongRequest::ChangeMembers { group, add, remove } => {
-                self.change_members_here(GroupId(*group), add.map(HostId), remove.map(HostId))
-                    .await
-            }
-            StrongRequest::SnapshotPoint { group } => {
-                match self.raft.snapshot_point(GroupId(*group)).await {
-                    Some(point) => StrongReply::Snapshot(WireSnapshot::from_point(point)),
-                    None => StrongReply::Refused("no replica of the group here".into()),
-                }
-            }
-            StrongRequest::Install { group, point } => {
-                let group = GroupId(*group);
-                if self.raft.status(group).await.is_none() {
-                    return StrongReply::Refused("no replica of the group here yet".into());
-                }
-                // A replica that already applied that far keeps what it has.
-                self.raft
-                    .install_snapshot(group, point.clone().into_point())
-                    .await;
-                StrongReply::Applied
-            }
-        }
-    }
-
-    async fn status_here(&self, group: GroupId, leader_only: bool) -> StrongReply {
-        let Some(status) = self.raft.status(group).await else {
-            return StrongReply::Refused("no replica of the group here".into());
-        };
-        if leader_only && !status.is_leader {
-            return StrongReply::NotLeader {
-                leader: self.raft.leader(group).await.map(|h| h.0),
-            };
-        }
-        StrongReply::Status(WireStatus {
-            members: status.members.iter().map(|m| m.0).collect(),
-            replica: self.me.0,
-            is_leader: status.is_leader,
-            applied: status.applied.0,
-            members_settled: status.members_settled,
-            matched: status.matched.iter().map(|(m, i)| (m.0, i.0)).collect(),
-            fenced: self
-                .records
-                .fence(group)
-                .map(|fence| (fence.plan, fence.clock)),
-        })
-    }
-
-    /// The leader's side of a membership change: one member added or removed, answered
-    /// once committed (`Unknown` while it still commits: the caller asks for the status).
-    async fn change_members_here(
-        &self,
-        group: GroupId,
-        add: Option<HostId>,
-        remove: Option<HostId>,
-    ) -> StrongReply {
-        let Some(status) = self.raft.status(group).await else {
-            return StrongReply::Refused("no replica of the group here".into());
-        };
-        if !status.is_leader {
-            return StrongReply::NotLeader {
-                leader: self.raft.leader(group).await.map(|h| h.0),
-            };
-        }
-        let mut members = status.members.clone();
-        if let Some(add) = add.filter(|a| !members.contains(a)) {
-            members.push(add);
-        }
-        members.retain(|m| Some(*m) != remove);
-        if members == status.members {
-            return StrongReply::Applied;
-        }
-        match tokio::time::timeout(
-            MEMBERSHIP_CHANGE_WAIT,
-            self.raft.change_members(group, members),
-        )
-        .await
-        {
-            Ok(Ok(())) => StrongReply::Applied,
-            Ok(Err(ProposeError::NotLeader(leader))) => StrongReply::NotLeader {
-                leader: leader.map(|h| h.0),
-            },
-            Ok(Err(ProposeError::Membership(refused))) => {
-                StrongReply::Refused(format!("membership change refused for now: {refused:?}"))
-            }
-            Ok(Err(ProposeError::Superseded)) => StrongReply::NotLeader { leader: None },
-            Ok(Err(ProposeError::Stopped | ProposeError::Refused)) | Err(_) => StrongReply::Unknown,
-        }
-    }
-
-    /// The status of `target`'s group at its leader.
-    pub async fn leader_status(&self, target: &TabletGroup) -> Result<WireStatus, String> {
-        let request = StrongRequest::Status {
-            group: target.group.0,
-            leader_only: true,
-        };
-        match self
-            .at_leader(target, &request, Self::operation_deadline())
-            .await
-        {
-            Some(StrongReply::Status(status)) => Ok(status),
-            other => Err(format!("no leader answered for the group: {other:?}")),
-        }
-    }
-
-    /// Asks the leader of `target`'s group to add or remove one member: `Ok` once the
-    /// change is proposed (committed, or still committing: [`Self::leader_status`] tells).
-    pub async fn change_members(
-        &self,
-        target: &TabletGroup,
-        add: Option<HostId>,
-        remove: Option<HostId>,
-    ) -> Result<(), String> {
-        let request = StrongRequest::ChangeMembers {
-            group: target.group.0,
-            add: add.map(|h| h.0),
-            remove: remove.map(|h| h.0),
-        };
-        match self
-            .at_leader(target, &request, Self::operation_deadline())
-            .await
-        {
-            Some(StrongReply::Applied | StrongReply::Unknown) => Ok(()),
-            other => Err(format!("the membership change was not made: {other:?}")),
         }
     }
 

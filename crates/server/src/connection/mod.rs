@@ -13,11 +13,12 @@
 //! channel, and all answers of a pass leave in one socket write.
 //!
 //! Reads that can run long — scans and partition slices — run as tasks of their own on
-//! the node's shared runtime instead ([`runs_apart`]): their coordinator work (merging
+//! the node's shared runtime instead (`apart::runs_apart`): their coordinator work (merging
 //! chunk replies, building and encoding up to thousands of rows) takes milliseconds of
 //! CPU, and inside the connection's task every other request of the connection — point
 //! reads whose answers are ready — would wait for it, as would the other connections of
-//! its thread. A point read stays in the task: it is done sooner than a hand-off.
+//! its thread. A point read stays in the task: it is done sooner than a hand-off
+//! (`apart`). Traced requests and logins are in `traced`.
 //!
 //! A pass that leaves requests unanswered acknowledges the bytes it read at once
 //! ([`acknowledge_now`]): a client that does not set `TCP_NODELAY` (the Python driver's
@@ -55,6 +56,12 @@ use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::TcpStream;
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
+
+mod apart;
+mod traced;
+
+use apart::*;
+use traced::*;
 
 /// Limits for one connection.
 #[derive(Debug, Clone, Copy)]
@@ -457,66 +464,6 @@ async fn start_requests(
     }
 }
 
-/// Whether a request runs as a task of its own rather than inside its connection's task:
-/// reads that may return many rows. An EXECUTE's class is its prepared statement's plan
-/// (known after its first execution on this node; a compressed body is not looked into);
-/// a QUERY's is judged by its first word, since it is not parsed yet: every SELECT.
-fn runs_apart(header: &FrameHeader, body: &[u8], coordinator: &Coordinator) -> bool {
-    use shoal_coordinator::class::StatementClass;
-    if header.flags & frame::flags::COMPRESSION != 0 {
-        return false;
-    }
-    match header.opcode {
-        opcode::EXECUTE => {
-            let Some(id) = prepared_id(body) else {
-                return false;
-            };
-            matches!(
-                coordinator.prepared_class(id),
-                Some(StatementClass::Scan | StatementClass::PartitionSlice)
-            )
-        }
-        opcode::QUERY => query_text_start(body).is_some_and(|start| {
-            start
-                .get(..6)
-                .is_some_and(|word| word.eq_ignore_ascii_case(b"select"))
-        }),
-        _ => false,
-    }
-}
-
-/// The statement id an EXECUTE body starts with (`[short bytes]`).
-fn prepared_id(body: &[u8]) -> Option<&[u8]> {
-    let length = u16::from_be_bytes([*body.first()?, *body.get(1)?]) as usize;
-    body.get(2..2 + length)
-}
-
-/// A QUERY body's text (`[long string]`) from its first non-blank byte.
-fn query_text_start(body: &[u8]) -> Option<&[u8]> {
-    let length = i32::from_be_bytes(body.get(..4)?.try_into().ok()?);
-    let text = body.get(4..4 + usize::try_from(length).ok()?)?;
-    let blank = text.iter().take_while(|b| b.is_ascii_whitespace()).count();
-    Some(&text[blank..])
-}
-
-/// `request` spawned as a task; the future answers with its frame. Dropping the future
-/// (the connection closed) aborts the task: nobody is left to read its rows.
-fn run_apart(
-    runtime: &Handle,
-    request: impl std::future::Future<Output = Vec<u8>> + Send + 'static,
-    stream: i16,
-    compress: bool,
-) -> BoxFuture<'static, Vec<u8>> {
-    let mut task = crate::AbortOnDrop(runtime.spawn(request));
-    async move {
-        (&mut task.0).await.unwrap_or_else(|_| {
-            let error = CqlError::server("Internal error while executing the request");
-            error_frame(stream, error, compress)
-        })
-    }
-    .boxed()
-}
-
 /// Runs one request and returns its encoded response frame.
 async fn handle_frame(
     header: FrameHeader,
@@ -603,71 +550,6 @@ async fn handle_frame(
         None => encode_frame(&mut out, header.stream, &response, compress),
     }
     out
-}
-
-/// `responding` run inside `trace`'s scope, boxed (tracing is rare; the box keeps the
-/// traced future out of every request's future).
-fn boxed_in_trace<'a, F: std::future::Future + Send + 'a>(
-    trace: &Arc<shoal_trace::Trace>,
-    responding: F,
-) -> BoxFuture<'a, F::Output> {
-    Box::pin(Arc::clone(trace).scope(responding))
-}
-
-/// What `system_traces.sessions` says of a traced request: its message, the query and
-/// the consistency level (decoded again: tracing is rare, and the request's own decoding
-/// stays where it is).
-fn traced_request(
-    header: FrameHeader,
-    body: &[u8],
-    state: &ConnectionState,
-    coordinator: &Coordinator,
-    limits: ConnectionLimits,
-) -> TracedRequest {
-    let client = state
-        .peer
-        .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |peer| peer.ip());
-    let command = match header.opcode {
-        opcode::QUERY => "QUERY",
-        opcode::PREPARE => "PREPARE",
-        opcode::EXECUTE => "EXECUTE",
-        _ => "BATCH",
-    };
-    let mut traced = TracedRequest::new(client, command);
-    let body = if header.flags & frame::flags::COMPRESSION != 0 {
-        frame::decompress_body(body, limits.max_frame_bytes).ok()
-    } else {
-        Some(body.to_vec())
-    };
-    let Some(Ok(request)) = body.map(|body| Request::decode(header.opcode, &body)) else {
-        return traced;
-    };
-    let mut parameter = |name: &str, value: String| traced.parameters.push((name.into(), value));
-    match request {
-        Request::Query { query, parameters } => {
-            parameter("query", query);
-            parameter("consistency_level", parameters.consistency.name().into());
-            if let Some(page_size) = parameters.page_size {
-                parameter("page_size", page_size.to_string());
-            }
-        }
-        Request::Execute { id, parameters } => {
-            if let Some(text) = coordinator.prepared_text(&id) {
-                parameter("query", text);
-            }
-            parameter("consistency_level", parameters.consistency.name().into());
-            if let Some(page_size) = parameters.page_size {
-                parameter("page_size", page_size.to_string());
-            }
-        }
-        Request::Prepare { query } => parameter("query", query),
-        Request::Batch(batch) => {
-            parameter("consistency_level", batch.consistency.name().into());
-            parameter("batch_size", batch.statements.len().to_string());
-        }
-        _ => {}
-    }
-    traced
 }
 
 async fn respond(
@@ -809,20 +691,6 @@ async fn respond(
             Ok(finish_result(state, events, result))
         }
     }
-}
-
-/// Checks a SASL PLAIN response on a blocking thread (bcrypt is slow by design); returns
-/// the role logged in as.
-async fn log_in(coordinator: &Arc<Coordinator>, token: &[u8]) -> Result<String, CqlError> {
-    let credentials = shoal_auth::password::PlainCredentials::decode(token)?;
-    let roles = Arc::clone(coordinator.roles());
-    tokio::task::spawn_blocking(move || {
-        roles
-            .authenticate(&credentials.username, &credentials.password)
-            .map(|access| access.role.clone())
-    })
-    .await
-    .map_err(|_| CqlError::server("the login check failed"))?
 }
 
 /// Applies `USE` to the connection, publishes schema changes to registered clients and
