@@ -82,7 +82,7 @@ def internode_protocol_version():
     """The internode protocol version every frame carries, read from its one definition
     (`server::internode::PROTOCOL_VERSION`): a frame of another version closes the
     connection, which would pass for a refusal here."""
-    source = (Path(__file__).resolve().parents[2] / "crates" / "server" / "src" / "internode.rs").read_text()
+    source = (Path(__file__).resolve().parents[2] / "crates" / "server" / "src" / "internode" / "mod.rs").read_text()
     return int(re.search(r"pub const PROTOCOL_VERSION: u8 = (\d+);", source).group(1))
 
 
