@@ -5,7 +5,7 @@
 
 use crate::state::{rejected, ClusterState, CommandOutcome};
 use shoal_model::{HostId, TableId, TabletId, Token};
-use shoal_placement::{MigrationId, MigrationStage, Transition};
+use shoal_placement::{MigrationId, MigrationStage, TabletMap, Transition};
 
 impl ClusterState {
     pub(super) fn start_migration(
@@ -137,16 +137,7 @@ impl ClusterState {
         tablet: TabletId,
         at: Token,
     ) -> CommandOutcome {
-        let Some(placement) = self.tables.get_mut(&table) else {
-            return rejected("no such table");
-        };
-        match placement.tablets.split(tablet, at) {
-            Ok(_) => {
-                placement.split = true;
-                CommandOutcome::Applied
-            }
-            Err(reason) => rejected(reason),
-        }
+        self.redraw_boundaries(table, |tablets| tablets.split(tablet, at))
     }
 
     pub(super) fn plan_tablet_merge(&mut self, table: TableId, first: TabletId) -> CommandOutcome {
@@ -181,10 +172,20 @@ impl ClusterState {
         first: TabletId,
         second: TabletId,
     ) -> CommandOutcome {
+        self.redraw_boundaries(table, |tablets| tablets.merge(first, second))
+    }
+
+    /// Redraws `table`'s tablet boundaries with `change` (a split or a merge). The table
+    /// then no longer has the even layout it was created with (`TablePlacement::split`).
+    fn redraw_boundaries<T>(
+        &mut self,
+        table: TableId,
+        change: impl FnOnce(&mut TabletMap) -> Result<T, String>,
+    ) -> CommandOutcome {
         let Some(placement) = self.tables.get_mut(&table) else {
             return rejected("no such table");
         };
-        match placement.tablets.merge(first, second) {
+        match change(&mut placement.tablets) {
             Ok(_) => {
                 placement.split = true;
                 CommandOutcome::Applied
