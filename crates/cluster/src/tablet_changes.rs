@@ -5,7 +5,7 @@
 
 use crate::state::{rejected, ClusterState, CommandOutcome};
 use shoal_model::{HostId, TableId, TabletId, Token};
-use shoal_placement::{MigrationId, MigrationStage, TabletMap, Transition};
+use shoal_placement::{MigrationId, MigrationStage, Tablet, TabletMap, Transition};
 
 impl ClusterState {
     pub(super) fn start_migration(
@@ -39,11 +39,7 @@ impl ClusterState {
             return rejected("the tablet is being split or merged");
         }
         let id = MigrationId(self.next_migration);
-        let Some(target) = self
-            .tables
-            .get_mut(&table)
-            .and_then(|p| p.tablets.get_mut(tablet))
-        else {
+        let Some(target) = self.tablet_mut(table, tablet) else {
             return rejected("no such tablet");
         };
         if target.transition.is_some() {
@@ -77,11 +73,7 @@ impl ClusterState {
         migration: MigrationId,
         to: MigrationStage,
     ) -> CommandOutcome {
-        let Some(target) = self
-            .tables
-            .get_mut(&table)
-            .and_then(|p| p.tablets.get_mut(tablet))
-        else {
+        let Some(target) = self.tablet_mut(table, tablet) else {
             return rejected("no such tablet");
         };
         let new_replicas = target.new_replicas();
@@ -109,11 +101,7 @@ impl ClusterState {
         migration: MigrationId,
         aborted: bool,
     ) -> CommandOutcome {
-        let Some(target) = self
-            .tables
-            .get_mut(&table)
-            .and_then(|p| p.tablets.get_mut(tablet))
-        else {
+        let Some(target) = self.tablet_mut(table, tablet) else {
             return rejected("no such tablet");
         };
         let Some(transition) = target.transition.as_ref().filter(|t| t.id == migration) else {
@@ -173,6 +161,11 @@ impl ClusterState {
         second: TabletId,
     ) -> CommandOutcome {
         self.redraw_boundaries(table, |tablets| tablets.merge(first, second))
+    }
+
+    /// Tablet `tablet` of `table`, to change.
+    fn tablet_mut(&mut self, table: TableId, tablet: TabletId) -> Option<&mut Tablet> {
+        self.tables.get_mut(&table)?.tablets.get_mut(tablet)
     }
 
     /// Redraws `table`'s tablet boundaries with `change` (a split or a merge). The table

@@ -90,19 +90,7 @@ impl Parser {
         }
         let mut conditions = Vec::new();
         loop {
-            let column = self.identifier()?;
-            let element = if self.eat_symbol("[") {
-                let key = self.term()?;
-                self.expect_symbol("]")?;
-                Some(key)
-            } else {
-                None
-            };
-            let field = if element.is_none() && self.eat_symbol(".") {
-                Some(self.identifier()?)
-            } else {
-                None
-            };
+            let (column, element, field) = self.column_part()?;
             let operator = self.operator()?;
             let value = self.term()?;
             conditions.push(ColumnCondition {
@@ -194,24 +182,31 @@ impl Parser {
         Ok(Assignment::Set { column, value })
     }
 
+    /// A column as a condition or a deletion names it: the column's name, then an element
+    /// (`m['k']`, `l[0]`) or a field of a user-defined type (`addr.zip`), if given.
+    fn column_part(&mut self) -> ParseResult<(String, Option<Term>, Option<String>)> {
+        let column = self.identifier()?;
+        let element = if self.eat_symbol("[") {
+            let key = self.term()?;
+            self.expect_symbol("]")?;
+            Some(key)
+        } else {
+            None
+        };
+        let field = if element.is_none() && self.eat_symbol(".") {
+            Some(self.identifier()?)
+        } else {
+            None
+        };
+        Ok((column, element, field))
+    }
+
     pub(super) fn delete(&mut self) -> ParseResult<Delete> {
         self.expect_word("delete")?;
         let mut targets = Vec::new();
         if !self.is_word("from") {
             loop {
-                let column = self.identifier()?;
-                let element = if self.eat_symbol("[") {
-                    let key = self.term()?;
-                    self.expect_symbol("]")?;
-                    Some(key)
-                } else {
-                    None
-                };
-                let field = if element.is_none() && self.eat_symbol(".") {
-                    Some(self.identifier()?)
-                } else {
-                    None
-                };
+                let (column, element, field) = self.column_part()?;
                 targets.push(DeleteTarget {
                     column,
                     element,
