@@ -4,6 +4,7 @@
 use shoal_model::fragment;
 use shoal_model::keys::{self, ColumnPart};
 use shoal_model::Cell;
+use std::borrow::Cow;
 
 /// The first byte of the internal tables' ids (Paxos `fd…`, batchlog `fe…`, hints `ff…`):
 /// they are read by exact key and never packed.
@@ -49,10 +50,11 @@ struct Run<'e> {
     cells: Vec<(&'e [u8], &'e [u8])>,
 }
 
-impl Run<'_> {
-    fn finish(self, emit: &mut impl FnMut(&[u8], &[u8])) {
+impl<'e> Run<'e> {
+    fn finish(self, emit: &mut impl FnMut(Cow<'e, [u8]>, Cow<'e, [u8]>)) {
         let key = fragment::marker_key(self.row);
-        emit(&key, &fragment::encode_fragment(self.marker, self.cells));
+        let fragment = fragment::encode_fragment(self.marker, self.cells);
+        emit(Cow::Owned(key), Cow::Owned(fragment));
     }
 }
 
@@ -61,7 +63,7 @@ impl Run<'_> {
 /// key, every other entry as it is.
 pub(super) fn pack<'e>(
     entries: impl Iterator<Item = &'e (Vec<u8>, Vec<u8>)>,
-    mut emit: impl FnMut(&[u8], &[u8]),
+    mut emit: impl FnMut(Cow<'e, [u8]>, Cow<'e, [u8]>),
 ) {
     let mut run: Option<Run<'e>> = None;
     for (key, value) in entries {
@@ -69,7 +71,7 @@ pub(super) fn pack<'e>(
             if let Some(open) = run.take() {
                 open.finish(&mut emit);
             }
-            emit(key, value);
+            emit(Cow::Borrowed(key), Cow::Borrowed(value));
             continue;
         };
         let open = match &mut run {

@@ -481,18 +481,23 @@ impl Applier {
             batch: rocksdb::WriteBatch::default(),
             hot: Vec::new(),
         };
-        let counts = &self.counts;
-        let staged = &self.staged;
-        super::pack::pack(entries, |key, operand| {
-            if let Some(staging) = staging.filter(|_| staged.contains(key)) {
+        let mut operands = Vec::new();
+        super::pack::pack(entries, |key, operand| operands.push((key, operand)));
+        // In key order: RocksDB inserts a batch written by one thread into the memtable's
+        // skip list from where the previous insert ended (its "splice"), so a key near the
+        // previous one is found without descending from the top again. Stable, so that
+        // operands of one key keep their order.
+        operands.sort_by(|(a, _), (b, _)| a.cmp(b));
+        for (key, operand) in &operands {
+            if let Some(staging) = staging.filter(|_| self.staged.contains(key)) {
                 prepared.batch.merge_cf(staging, key, operand);
-                return;
+                continue;
             }
             prepared.batch.merge_cf(data, key, operand);
-            if counts.record(key) {
+            if self.counts.record(key) {
                 prepared.hot.push(key.to_vec());
             }
-        });
+        }
         prepared
     }
 
