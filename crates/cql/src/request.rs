@@ -202,6 +202,10 @@ fn read_parameters(reader: &mut WireReader<'_>) -> Result<QueryParameters, CqlEr
     };
     if flags & VALUES != 0 {
         let count = reader.short()?;
+        // At most what the frame can hold (each value takes at least its 4-byte length).
+        parameters
+            .values
+            .reserve((count as usize).min(reader.remaining() / 4));
         let mut names = Vec::new();
         for _ in 0..count {
             if flags & NAMES_FOR_VALUES != 0 {

@@ -103,6 +103,22 @@ impl Cell {
         }
     }
 
+    /// The encoding of [`Cell::with_ttl`]`(timestamp, value, ...)`, for a writer that holds
+    /// the value borrowed: written straight into the encoding, never copied into a cell.
+    pub fn encode_with_ttl(
+        timestamp: WriteTimestamp,
+        value: &[u8],
+        ttl_seconds: i32,
+        now_seconds: i64,
+    ) -> Vec<u8> {
+        let header = Cell::with_ttl(timestamp, Vec::new(), ttl_seconds, now_seconds);
+        let mut out = Vec::with_capacity(17 + value.len());
+        header.encode_into(&mut out);
+        // The value is the encoding's last part.
+        out.extend_from_slice(value);
+        out
+    }
+
     pub fn tombstone(timestamp: WriteTimestamp, deleted_at: i64) -> Cell {
         Cell {
             timestamp,
@@ -288,6 +304,17 @@ impl Cell {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cell_encoded_from_a_borrowed_value_is_the_cell_encoded() {
+        for ttl in [0, 60] {
+            let cell = Cell::with_ttl(WriteTimestamp(42), b"value".to_vec(), ttl, 1_000);
+            assert_eq!(
+                Cell::encode_with_ttl(WriteTimestamp(42), b"value", ttl, 1_000),
+                cell.encode()
+            );
+        }
+    }
 
     #[test]
     fn newest_timestamp_wins_in_any_order() {

@@ -243,12 +243,13 @@ pub fn increment_prefix(prefix: &[u8]) -> Option<Vec<u8>> {
 
 /// Serializes a partition key as Cassandra does: a single component is its bytes; a
 /// composite key is, per component, `u16 length | bytes | 0x00`. The token hashes this.
-pub fn serialize_partition_key(components: &[Vec<u8>]) -> Vec<u8> {
+pub fn serialize_partition_key(components: &[impl AsRef<[u8]>]) -> Vec<u8> {
     if components.len() == 1 {
-        return components[0].clone();
+        return components[0].as_ref().to_vec();
     }
     let mut out = Vec::new();
     for component in components {
+        let component = component.as_ref();
         out.extend_from_slice(&(component.len() as u16).to_be_bytes());
         out.extend_from_slice(component);
         out.push(0);

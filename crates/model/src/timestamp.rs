@@ -15,7 +15,12 @@ impl WriteTimestamp {
     /// so that two writes from one coordinator never tie (as Cassandra's
     /// `ClientState.getTimestamp` guarantees).
     pub fn now() -> WriteTimestamp {
-        let wall = now_micros();
+        WriteTimestamp::issue(now_micros())
+    }
+
+    /// [`WriteTimestamp::now`] for a wall clock the caller has just read (`wall`
+    /// microseconds since the epoch), so that one statement reads the clock once.
+    pub fn issue(wall: i64) -> WriteTimestamp {
         let mut last = LAST_ISSUED_MICROS.load(Ordering::Relaxed);
         loop {
             let next = if wall > last { wall } else { last + 1 };

@@ -289,6 +289,29 @@ impl Value {
     }
 
     /// Decodes a serialized value of type `cql_type`, validating it as Cassandra does.
+    /// Whether `bytes` is a valid value of `cql_type` that [`Value::deserialize`] then
+    /// [`Value::serialize`] would give back unchanged: true only for the scalar types whose
+    /// serialized form is canonical, so a writer may store such bytes as they came. False
+    /// for every other type and for invalid bytes ([`Value::deserialize`] says what is
+    /// wrong with those).
+    pub fn is_canonical_serialized(cql_type: &CqlType, bytes: &[u8]) -> bool {
+        match cql_type {
+            CqlType::Blob => true,
+            CqlType::Text => std::str::from_utf8(bytes).is_ok(),
+            CqlType::Ascii => bytes.is_ascii(),
+            CqlType::Bigint | CqlType::Timestamp | CqlType::Double => bytes.len() == 8,
+            CqlType::Time => <[u8; 8]>::try_from(bytes)
+                .is_ok_and(|b| (0..86_400_000_000_000).contains(&i64::from_be_bytes(b))),
+            CqlType::Int | CqlType::Float | CqlType::Date => bytes.len() == 4,
+            CqlType::Smallint => bytes.len() == 2,
+            CqlType::Tinyint => bytes.len() == 1,
+            CqlType::Uuid => bytes.len() == 16,
+            CqlType::Timeuuid => bytes.len() == 16 && bytes[6] >> 4 == 1,
+            CqlType::Inet => bytes.len() == 4 || bytes.len() == 16,
+            _ => false,
+        }
+    }
+
     pub fn deserialize(cql_type: &CqlType, bytes: &[u8]) -> Result<Value, DecodeError> {
         Ok(match cql_type {
             CqlType::Ascii => {
@@ -719,6 +742,41 @@ mod tests {
         assert_eq!(tuple_element(&old, 2), None);
         let too_long = Value::Tuple(vec![Some(Value::Int(1)); 4]).serialize();
         assert!(Value::deserialize(&address, &too_long).is_err());
+    }
+
+    #[test]
+    fn canonical_bytes_are_exactly_those_that_round_trip_unchanged() {
+        let cases: &[(&str, &[u8])] = &[
+            ("blob", b""),
+            ("blob", b"\xff\x00"),
+            ("text", "héllo".as_bytes()),
+            ("text", b"\xff"),
+            ("ascii", b"plain"),
+            ("ascii", "é".as_bytes()),
+            ("int", &[0, 0, 0, 7]),
+            ("int", &[0, 7]),
+            ("int", b""),
+            ("bigint", &[1; 8]),
+            ("time", &[0; 8]),
+            ("time", &[0x7f; 8]),
+            ("timeuuid", &[0x10; 16]),
+            ("timeuuid", &[0x40; 16]),
+            ("inet", &[127, 0, 0, 1]),
+            ("inet", &[127, 0, 1]),
+            // Valid, but read back as another encoding of the same value.
+            ("boolean", &[2]),
+            ("varint", &[0, 1]),
+        ];
+        for (name, bytes) in cases {
+            let cql_type = CqlType::parse(name).unwrap();
+            let unchanged =
+                Value::deserialize(&cql_type, bytes).is_ok_and(|value| value.serialize() == *bytes);
+            assert_eq!(
+                Value::is_canonical_serialized(&cql_type, bytes),
+                unchanged,
+                "{name} {bytes:?}"
+            );
+        }
     }
 
     fn round_trip(cql_type: &str, value: Value) {

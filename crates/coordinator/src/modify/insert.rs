@@ -4,11 +4,11 @@
 
 use super::rows::{write_column_value, WriteContext};
 use super::RowAddress;
-use crate::values::{json, Bindings, Bound, TypedTerm};
+use crate::values::{json, Bindings, Bound, SerializedBound, TypedTerm};
 use crate::{ensure, CqlError};
 use shoal_cql::ast::Insert;
 use shoal_model::keys;
-use shoal_schema::{ColumnKind, TableMetadata};
+use shoal_schema::{ColumnKind, ColumnMetadata, TableMetadata};
 use shoal_storage::WriteBatch;
 
 /// An INSERT checked against its table.
@@ -170,24 +170,33 @@ impl InsertPlan {
         batch: &mut WriteBatch,
     ) -> Result<Vec<RowAddress>, CqlError> {
         let table = ctx.table;
-        let mut values: Vec<Option<Bound>> = match &self.json {
-            Some(json) => json.evaluate(table, bindings)?,
-            None => self
-                .values
+        let mut values: Vec<Option<Given<'_>>> = match &self.json {
+            Some(json) => json
+                .evaluate(table, bindings)?
+                .into_iter()
+                .map(|value| value.map(Given::Value))
+                .collect(),
+            None => table
+                .columns
                 .iter()
-                .map(|term| term.as_ref().map(|t| t.evaluate(bindings)).transpose())
+                .zip(&self.values)
+                .map(|(column, term)| {
+                    term.as_ref()
+                        .map(|term| Given::evaluate(column, term, bindings))
+                        .transpose()
+                })
                 .collect::<Result<_, _>>()?,
         };
         let mut key_components = Vec::with_capacity(table.partition_key_count());
         let mut clustering = Vec::new();
         for (column, value) in table.columns.iter().zip(values.iter_mut()) {
             match column.kind {
-                ColumnKind::PartitionKey => match value.take() {
-                    Some(Bound::Value(value)) => key_components.push(value.serialize()),
+                ColumnKind::PartitionKey => match value.take().map(Given::into_serialized) {
+                    Some(SerializedBound::Value(bytes)) => key_components.push(bytes),
                     _ => return Err(null_key(&column.name)),
                 },
                 ColumnKind::Clustering if self.clustering_complete => match value.take() {
-                    Some(Bound::Value(value)) => {
+                    Some(Given::Value(Bound::Value(value))) => {
                         clustering.extend(crate::restrictions::encode_clustering_value(
                             table,
                             column.position as usize,
@@ -209,7 +218,9 @@ impl InsertPlan {
         let token = table.token(&partition_key);
         let prefix = keys::partition_prefix(&table.id, token, &partition_key);
         if self.clustering_complete {
-            let mut row_prefix = prefix.clone();
+            // Sized up front: a clone of `prefix` would have no room for the rest.
+            let mut row_prefix = Vec::with_capacity(prefix.len() + 1 + clustering.len());
+            row_prefix.extend_from_slice(&prefix);
             row_prefix.push(keys::SECTION_ROW);
             row_prefix.extend_from_slice(&clustering);
             let mut writer = ctx.writer(batch, row_prefix);
@@ -228,12 +239,42 @@ impl InsertPlan {
     }
 }
 
+/// A column's value for one execution, in the form the column needs: a [`Value`] for a
+/// clustering part (encoded in clustering order) and a collection (a cell per element);
+/// the stored bytes for the rest (partition key parts and scalar cells), which a bound
+/// value usually is already, so it is stored without being decoded and encoded again.
+enum Given<'a> {
+    Value(Bound),
+    Serialized(SerializedBound<'a>),
+}
+
+impl<'a> Given<'a> {
+    fn evaluate(
+        column: &ColumnMetadata,
+        term: &TypedTerm,
+        bindings: Bindings<'a>,
+    ) -> Result<Given<'a>, CqlError> {
+        if column.kind == ColumnKind::Clustering || column.cql_type.is_multi_cell() {
+            term.evaluate(bindings).map(Given::Value)
+        } else {
+            term.evaluate_serialized(bindings).map(Given::Serialized)
+        }
+    }
+
+    fn into_serialized(self) -> SerializedBound<'a> {
+        match self {
+            Given::Value(bound) => bound.into(),
+            Given::Serialized(serialized) => serialized,
+        }
+    }
+}
+
 /// Writes the values given for the columns of `kind`: a value, or null (a deletion);
 /// unset leaves the column alone.
 fn write_values(
     writer: &mut super::rows::RowWriter<'_>,
     table: &TableMetadata,
-    values: &mut [Option<Bound>],
+    values: &mut [Option<Given<'_>>],
     kind: ColumnKind,
 ) {
     for (column, value) in table.columns.iter().zip(values.iter_mut()) {
@@ -241,8 +282,14 @@ fn write_values(
             continue;
         }
         match value.take() {
-            Some(Bound::Value(v)) => write_column_value(writer, column, Some(v)),
-            Some(Bound::Null) => write_column_value(writer, column, None),
+            Some(Given::Value(Bound::Value(v))) => write_column_value(writer, column, Some(v)),
+            Some(Given::Value(Bound::Null) | Given::Serialized(SerializedBound::Null)) => {
+                write_column_value(writer, column, None)
+            }
+            // Only scalar columns are given serialized: one cell.
+            Some(Given::Serialized(SerializedBound::Value(bytes))) => {
+                writer.scalar_cell(&column.name, &bytes)
+            }
             _ => {}
         }
     }

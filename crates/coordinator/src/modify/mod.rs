@@ -277,17 +277,20 @@ impl ModifyPlan {
         batch: &mut WriteBatch,
     ) -> Result<Vec<RowAddress>, CqlError> {
         let table = &self.table;
+        // One clock read gives the statement's timestamp (unless it has its own) and the
+        // "now" its TTL and tombstones count from.
+        let wall_micros = shoal_model::timestamp::now_micros();
         let timestamp = self
             .timestamp(bindings)?
             .or(default_timestamp)
             .map(WriteTimestamp)
-            .unwrap_or_else(WriteTimestamp::now);
+            .unwrap_or_else(|| WriteTimestamp::issue(wall_micros));
         // Deletions never expire.
         let ttl_seconds = match self.kind {
             ModifyKind::Delete(_) => 0,
             _ => self.ttl(bindings)?,
         };
-        let now_seconds = shoal_model::timestamp::now_seconds();
+        let now_seconds = wall_micros / 1_000_000;
         ensure(
             now_seconds + ttl_seconds as i64 <= shoal_model::cell::MAX_DELETION_TIME,
             || {

@@ -50,12 +50,16 @@ pub(crate) struct RowWriter<'a> {
 
 impl RowWriter<'_> {
     fn put(&mut self, part: impl FnOnce(&mut Vec<u8>), cell: Cell) {
+        self.put_encoded(part, cell.encode());
+    }
+
+    fn put_encoded(&mut self, part: impl FnOnce(&mut Vec<u8>), encoded_cell: Vec<u8>) {
         // Room for the column part from the start (a clone of the prefix would have none,
         // and every cell's key would be allocated twice).
         let mut key = Vec::with_capacity(self.prefix.len() + COLUMN_PART_ROOM);
         key.extend_from_slice(&self.prefix);
         keys::push_column_part(&mut key, part);
-        self.batch.merge(key, cell.encode());
+        self.batch.merge(key, encoded_cell);
     }
 
     fn live(&self, value: Vec<u8>) -> Cell {
@@ -82,6 +86,14 @@ impl RowWriter<'_> {
             None => self.tombstone(),
         };
         self.put(|k| keys::push_cell_column(k, column, path), cell);
+    }
+
+    /// [`RowWriter::cell`] of a scalar column's live value the caller holds borrowed: the
+    /// value is copied once, straight into the cell's encoding.
+    pub(crate) fn scalar_cell(&mut self, column: &str, value: &[u8]) {
+        let encoded =
+            Cell::encode_with_ttl(self.timestamp, value, self.ttl_seconds, self.now_seconds);
+        self.put_encoded(|k| keys::push_cell_column(k, column, b""), encoded);
     }
 
     /// Deletes a whole non-frozen collection; `before_write` shadows only what is older

@@ -15,6 +15,7 @@ use shoal_cql::ast::{BindMarker, Literal, Term};
 use shoal_cql::request::BoundValue;
 use shoal_model::value::DATE_EPOCH_OFFSET;
 use shoal_model::{CqlType, Value};
+use std::borrow::Cow;
 
 /// The outcome of evaluating a term.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,6 +36,25 @@ impl Bound {
             Bound::Unset => Err(CqlError::invalid(format!(
                 "Invalid unset value for {receiver}"
             ))),
+        }
+    }
+}
+
+/// The outcome of evaluating a term, in its stored form (what [`Value::serialize`] gives).
+#[derive(Debug)]
+pub enum SerializedBound<'a> {
+    /// Borrowed when the client's bytes could be stored as they came.
+    Value(Cow<'a, [u8]>),
+    Null,
+    Unset,
+}
+
+impl From<Bound> for SerializedBound<'_> {
+    fn from(bound: Bound) -> Self {
+        match bound {
+            Bound::Value(value) => SerializedBound::Value(Cow::Owned(value.serialize())),
+            Bound::Null => SerializedBound::Null,
+            Bound::Unset => SerializedBound::Unset,
         }
     }
 }
@@ -140,6 +160,23 @@ impl TypedTerm {
             TermSource::Constant(bound) => Ok(bound.clone()),
             TermSource::Term(term) => evaluate(term, &self.cql_type, bindings, &self.receiver),
         }
+    }
+
+    /// [`TypedTerm::evaluate`], serialized. A value bound for a scalar type whose
+    /// serialized form is canonical is checked and borrowed as the client sent it, without
+    /// building a [`Value`] to serialize it back: the write path's common case.
+    pub fn evaluate_serialized<'a>(
+        &self,
+        bindings: Bindings<'a>,
+    ) -> Result<SerializedBound<'a>, CqlError> {
+        if let TermSource::Term(Term::Bind(marker)) = &self.source {
+            if let BoundValue::Bytes(bytes) = bindings.get(marker)? {
+                if Value::is_canonical_serialized(&self.cql_type, bytes) {
+                    return Ok(SerializedBound::Value(Cow::Borrowed(bytes)));
+                }
+            }
+        }
+        self.evaluate(bindings).map(SerializedBound::from)
     }
 
     /// The term's value, which must be neither null nor unset (keys, bounds, filters).

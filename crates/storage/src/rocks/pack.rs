@@ -43,6 +43,10 @@ pub(super) fn is_marker_key(key: &[u8]) -> bool {
     fragment::marker_row(key).is_some()
 }
 
+/// A merge operand to write: `(key, operand)`, borrowed from the batch when an entry is
+/// written as it is.
+pub(super) type Operand<'e> = (Cow<'e, [u8]>, Cow<'e, [u8]>);
+
 /// One row's marker and cells, collected from consecutive entries.
 struct Run<'e> {
     row: &'e [u8],
@@ -51,35 +55,33 @@ struct Run<'e> {
 }
 
 impl<'e> Run<'e> {
-    fn finish(self, emit: &mut impl FnMut(Cow<'e, [u8]>, Cow<'e, [u8]>)) {
+    fn finish(self) -> Operand<'e> {
         let key = fragment::marker_key(self.row);
         let fragment = fragment::encode_fragment(self.marker, self.cells);
-        emit(Cow::Owned(key), Cow::Owned(fragment));
+        (Cow::Owned(key), Cow::Owned(fragment))
     }
 }
 
-/// Calls `emit(key, operand)` for the operands `entries` come to: each run of consecutive
-/// entries that are one row's marker or simple cells as one fragment under the marker's
-/// key, every other entry as it is.
-pub(super) fn pack<'e>(
-    entries: impl Iterator<Item = &'e (Vec<u8>, Vec<u8>)>,
-    mut emit: impl FnMut(Cow<'e, [u8]>, Cow<'e, [u8]>),
-) {
+/// The operands `entries` come to: each run of consecutive entries that are one row's
+/// marker or simple cells as one fragment under the marker's key, every other entry as
+/// it is.
+pub(super) fn pack<'e>(entries: impl Iterator<Item = &'e (Vec<u8>, Vec<u8>)>) -> Vec<Operand<'e>> {
+    let (at_least, _) = entries.size_hint();
+    let mut operands = Vec::with_capacity(at_least);
     let mut run: Option<Run<'e>> = None;
     for (key, value) in entries {
         let Some(slot) = slot(key) else {
-            if let Some(open) = run.take() {
-                open.finish(&mut emit);
-            }
-            emit(Cow::Borrowed(key), Cow::Borrowed(value));
+            operands.extend(run.take().map(Run::finish));
+            operands.push((
+                Cow::Borrowed(key.as_slice()),
+                Cow::Borrowed(value.as_slice()),
+            ));
             continue;
         };
         let open = match &mut run {
             Some(open) if open.row == slot.row => open,
             _ => {
-                if let Some(open) = run.take() {
-                    open.finish(&mut emit);
-                }
+                operands.extend(run.take().map(Run::finish));
                 run.insert(Run {
                     row: slot.row,
                     marker: None,
@@ -97,7 +99,6 @@ pub(super) fn pack<'e>(
             Some(column) => open.cells.push((column, value)),
         }
     }
-    if let Some(open) = run {
-        open.finish(&mut emit);
-    }
+    operands.extend(run.map(Run::finish));
+    operands
 }

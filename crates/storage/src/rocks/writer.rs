@@ -481,8 +481,7 @@ impl Applier {
             batch: rocksdb::WriteBatch::default(),
             hot: Vec::new(),
         };
-        let mut operands = Vec::new();
-        super::pack::pack(entries, |key, operand| operands.push((key, operand)));
+        let mut operands = super::pack::pack(entries);
         // In key order: RocksDB inserts a batch written by one thread into the memtable's
         // skip list from where the previous insert ended (its "splice"), so a key near the
         // previous one is found without descending from the top again. Stable, so that
