@@ -55,6 +55,9 @@ pub enum Value {
 /// The epoch day in [`Value::Date`]'s unsigned representation.
 pub const DATE_EPOCH_OFFSET: u32 = 1 << 31;
 
+/// A `time` value is nanoseconds since midnight: `0..NANOSECONDS_PER_DAY`.
+pub const NANOSECONDS_PER_DAY: i64 = 86_400_000_000_000;
+
 fn need(bytes: &[u8], length: usize, what: &str) -> Result<(), DecodeError> {
     if bytes.len() != length {
         return Err(DecodeError(format!(
@@ -288,7 +291,6 @@ impl Value {
         }
     }
 
-    /// Decodes a serialized value of type `cql_type`, validating it as Cassandra does.
     /// Whether `bytes` is a valid value of `cql_type` that [`Value::deserialize`] then
     /// [`Value::serialize`] would give back unchanged: true only for the scalar types whose
     /// serialized form is canonical, so a writer may store such bytes as they came. False
@@ -301,7 +303,7 @@ impl Value {
             CqlType::Ascii => bytes.is_ascii(),
             CqlType::Bigint | CqlType::Timestamp | CqlType::Double => bytes.len() == 8,
             CqlType::Time => <[u8; 8]>::try_from(bytes)
-                .is_ok_and(|b| (0..86_400_000_000_000).contains(&i64::from_be_bytes(b))),
+                .is_ok_and(|b| (0..NANOSECONDS_PER_DAY).contains(&i64::from_be_bytes(b))),
             CqlType::Int | CqlType::Float | CqlType::Date => bytes.len() == 4,
             CqlType::Smallint => bytes.len() == 2,
             CqlType::Tinyint => bytes.len() == 1,
@@ -312,6 +314,7 @@ impl Value {
         }
     }
 
+    /// Decodes a serialized value of type `cql_type`, validating it as Cassandra does.
     pub fn deserialize(cql_type: &CqlType, bytes: &[u8]) -> Result<Value, DecodeError> {
         Ok(match cql_type {
             CqlType::Ascii => {
@@ -334,7 +337,7 @@ impl Value {
                     CqlType::Counter => Value::Counter(v),
                     CqlType::Timestamp => Value::Timestamp(v),
                     _ => {
-                        if !(0..86_400_000_000_000).contains(&v) {
+                        if !(0..NANOSECONDS_PER_DAY).contains(&v) {
                             return Err(DecodeError::new("Time value out of range"));
                         }
                         Value::Time(v)
@@ -745,7 +748,7 @@ mod tests {
     }
 
     #[test]
-    fn canonical_bytes_are_exactly_those_that_round_trip_unchanged() {
+    fn bytes_called_canonical_round_trip_unchanged_and_the_others_do_not() {
         let cases: &[(&str, &[u8])] = &[
             ("blob", b""),
             ("blob", b"\xff\x00"),

@@ -64,7 +64,7 @@ pub fn literal_value(
                 CqlType::Date => Value::Date(u32::try_from(&integer).map_err(|_| out_of_range())?),
                 CqlType::Time => {
                     let nanos = as_i64()?;
-                    if !(0..86_400_000_000_000).contains(&nanos) {
+                    if !(0..shoal_model::value::NANOSECONDS_PER_DAY).contains(&nanos) {
                         return Err(out_of_range());
                     }
                     Value::Time(nanos)
