@@ -529,12 +529,16 @@ impl Coordinator {
             names: parameters.names.as_deref(),
         };
         match plan {
+            // A read's future is boxed (one allocation): unboxed, it made every request's
+            // future as large as a read's, and a write's was copied whole at each await
+            // between the connection and the engine.
             Plan::Select(select) => match select.timeout_of(bindings)? {
-                None => self.run_select(select, parameters, bindings).await,
+                None => Box::pin(self.run_select(select, parameters, bindings)).await,
                 // The coordinator stops waiting and answers with a timeout; replicas
                 // still working finish on their own.
                 Some(timeout) => {
-                    tokio::time::timeout(timeout, self.run_select(select, parameters, bindings))
+                    let read = Box::pin(self.run_select(select, parameters, bindings));
+                    tokio::time::timeout(timeout, read)
                         .await
                         .unwrap_or_else(|_| {
                             Err(shoal_replication::consistency::read_timeout(

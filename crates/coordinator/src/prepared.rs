@@ -103,15 +103,18 @@ impl PreparedStatement {
     }
 }
 
+/// The prepared statements by id. Looked up on every EXECUTE (twice: the connection asks
+/// its class first), so hashed with foldhash rather than SipHash: ids are made by
+/// [`statement_id`], and a client can only look up, never add, an id of its choosing.
 pub struct PreparedCache {
-    statements: RwLock<HashMap<Vec<u8>, Arc<PreparedStatement>>>,
+    statements: RwLock<HashMap<Vec<u8>, Arc<PreparedStatement>, foldhash::fast::RandomState>>,
     capacity: usize,
 }
 
 impl PreparedCache {
     pub fn new(capacity: usize) -> PreparedCache {
         PreparedCache {
-            statements: RwLock::new(HashMap::new()),
+            statements: RwLock::new(HashMap::default()),
             capacity,
         }
     }

@@ -323,7 +323,16 @@ impl ModifyPlan {
     ) -> Result<ResultBody, CqlError> {
         if let (StatementClass::ConditionalWrite, Some(conditions)) = (self.class, &self.conditions)
         {
-            return conditional::execute(coordinator, self, conditions, parameters, bindings).await;
+            // Boxed: a conditional write's future is large, and every plain write's future
+            // would be as large as this branch (moved whole at every await above it).
+            return Box::pin(conditional::execute(
+                coordinator,
+                self,
+                conditions,
+                parameters,
+                bindings,
+            ))
+            .await;
         }
         coordinator.check_consistency(&self.keyspace, parameters.consistency, true)?;
         if self.counter_update {
@@ -340,9 +349,12 @@ impl ModifyPlan {
                 .await?;
             return Ok(ResultBody::Void);
         }
-        let current = self
-            .read_current(coordinator, bindings, parameters.consistency)
-            .await?;
+        // Only list element operations read first; their read is boxed for the same reason.
+        let current = if self.reads_lists_of().is_some() {
+            Box::pin(self.read_current(coordinator, bindings, parameters.consistency)).await?
+        } else {
+            CurrentState::Local
+        };
         let mut batch = WriteBatch::new();
         self.build(
             current.engine(coordinator),
