@@ -104,8 +104,9 @@ impl PreparedStatement {
 }
 
 /// The prepared statements by id. Looked up on every EXECUTE (twice: the connection asks
-/// its class first), so hashed with foldhash rather than SipHash: ids are made by
-/// [`statement_id`], and a client can only look up, never add, an id of its choosing.
+/// its class first), so hashed with foldhash rather than SipHash. Its seed is random per
+/// process, so ids cannot be chosen (through the statement texts that make them,
+/// [`statement_id`]) to collide in this map.
 pub struct PreparedCache {
     statements: RwLock<HashMap<Vec<u8>, Arc<PreparedStatement>, foldhash::fast::RandomState>>,
     capacity: usize,

@@ -247,6 +247,19 @@ impl ModifyPlan {
         let Some(where_plan) = self.reads_lists_of() else {
             return Ok(CurrentState::Local);
         };
+        // Boxed: only list element operations read, and unboxed their read would make every
+        // plain write's future as large as it (moved whole at every await above it).
+        Box::pin(self.read_lists(where_plan, coordinator, bindings, consistency)).await
+    }
+
+    /// [`Self::read_current`]'s read of the partitions `where_plan` names.
+    async fn read_lists(
+        &self,
+        where_plan: &WherePlan,
+        coordinator: &Coordinator,
+        bindings: Bindings<'_>,
+        consistency: Consistency,
+    ) -> Result<CurrentState, CqlError> {
         let restrictions = where_plan.bind(&self.table, bindings)?;
         let partitions = partitions(&self.table, &restrictions)?;
         // A write at ANY reads what one replica has.
@@ -349,12 +362,9 @@ impl ModifyPlan {
                 .await?;
             return Ok(ResultBody::Void);
         }
-        // Only list element operations read first; their read is boxed for the same reason.
-        let current = if self.reads_lists_of().is_some() {
-            Box::pin(self.read_current(coordinator, bindings, parameters.consistency)).await?
-        } else {
-            CurrentState::Local
-        };
+        let current = self
+            .read_current(coordinator, bindings, parameters.consistency)
+            .await?;
         let mut batch = WriteBatch::new();
         self.build(
             current.engine(coordinator),
