@@ -173,7 +173,56 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
     })
 }
 
+/// Checks that the processor has every instruction-set extension the binary was compiled to
+/// use (`.cargo/config.toml` builds for x86-64-v3 with PCLMUL), so that a CPU without them
+/// gets a message instead of an illegal-instruction crash somewhere later. Returns the
+/// missing extensions' names.
+fn cpu_has_compiled_features() -> Result<(), String> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        macro_rules! missing_features {
+            ($($feature:tt),*) => {
+                [$((
+                    $feature,
+                    cfg!(target_feature = $feature) && !std::arch::is_x86_feature_detected!($feature)
+                )),*]
+            };
+        }
+        let missing: Vec<&str> = missing_features!(
+            "sse3",
+            "ssse3",
+            "sse4.1",
+            "sse4.2",
+            "popcnt",
+            "avx",
+            "avx2",
+            "bmi1",
+            "bmi2",
+            "fma",
+            "f16c",
+            "lzcnt",
+            "movbe",
+            "xsave",
+            "pclmulqdq"
+        )
+        .into_iter()
+        .filter_map(|(feature, missing)| missing.then_some(feature))
+        .collect();
+        if !missing.is_empty() {
+            return Err(missing.join(", "));
+        }
+    }
+    Ok(())
+}
+
 fn main() {
+    if let Err(missing) = cpu_has_compiled_features() {
+        eprintln!(
+            "error: this shoal was compiled for CPU features this processor lacks ({missing}); \
+             rebuild it without the target-cpu flags in .cargo/config.toml"
+        );
+        std::process::exit(1);
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Server(args) => run_server(args),
