@@ -173,56 +173,7 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
     })
 }
 
-/// The instruction-set extensions the binary was compiled to use (`.cargo/config.toml`
-/// builds for x86-64-v3 with PCLMUL) that this processor lacks, so that such a CPU gets a
-/// message at start-up instead of an illegal-instruction crash somewhere later. Empty on a
-/// processor that has them all.
-fn missing_cpu_features() -> Vec<&'static str> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        macro_rules! missing_features {
-            ($($feature:tt),*) => {
-                [$((
-                    $feature,
-                    cfg!(target_feature = $feature) && !std::arch::is_x86_feature_detected!($feature)
-                )),*]
-            };
-        }
-        missing_features!(
-            "sse3",
-            "ssse3",
-            "sse4.1",
-            "sse4.2",
-            "popcnt",
-            "avx",
-            "avx2",
-            "bmi1",
-            "bmi2",
-            "fma",
-            "f16c",
-            "lzcnt",
-            "movbe",
-            "xsave",
-            "pclmulqdq"
-        )
-        .into_iter()
-        .filter_map(|(feature, missing)| missing.then_some(feature))
-        .collect()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    Vec::new()
-}
-
 fn main() {
-    let missing = missing_cpu_features();
-    if !missing.is_empty() {
-        eprintln!(
-            "error: this shoal was compiled for CPU features this processor lacks ({}); \
-             rebuild it without the target-cpu flags in .cargo/config.toml",
-            missing.join(", ")
-        );
-        std::process::exit(1);
-    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Server(args) => run_server(args),
