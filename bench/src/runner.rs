@@ -3,11 +3,12 @@
 //! The table is YCSB's Cassandra binding's: `usertable (y_id varchar PRIMARY KEY,
 //! field0..fieldN varchar)`. A *load* phase inserts records `0..records`; a *run* phase
 //! issues the workload's operations from `--concurrency` workers, for `--operations`
-//! operations or `--duration-seconds`, optionally at a `--target-ops-per-second` (latency
-//! is then measured from each operation's intended start, so a stalled server is not
-//! hidden by a stalled client; the workers' schedules are staggered, so the operations
-//! arrive evenly spread, not in bursts of `--concurrency`). The first `--warmup-seconds`
-//! are not recorded.
+//! operations or `--duration-seconds`, optionally at a `--target-ops-per-second`. At a
+//! target rate an operation the server's slowness made late is measured from when it was
+//! due, so a stalled server is not hidden by a stalled client, and any other from when it
+//! was sent, so the client's timer is not counted (`latency_origin`); the workers'
+//! schedules are staggered, so the operations arrive evenly spread, not in bursts of
+//! `--concurrency`. The first `--warmup-seconds` are not recorded.
 
 use crate::generators::key_name;
 use crate::point::consistency;
@@ -472,6 +473,22 @@ fn progress_bar(label: &str) -> ProgressBar {
     bar
 }
 
+/// Where an operation's latency is measured from at a target rate.
+///
+/// A worker still waiting for its previous answer when this operation was `due` sends it
+/// late because the server was slow: it is measured from when it was due, so a stalled
+/// server is not hidden by the client waiting for it (coordinated omission). A worker that
+/// was free sleeps until the operation is due, and the timer wakes it up to a millisecond
+/// or so after that (Tokio's timer ticks in milliseconds): that lateness is the client's,
+/// not the server's, so the operation is measured from when it is `sent`.
+fn latency_origin(due: Instant, free_since: Instant, sent: Instant) -> Instant {
+    if free_since > due {
+        due
+    } else {
+        sent
+    }
+}
+
 /// Runs one phase. `load` inserts records `0..records`; otherwise the workload runs.
 async fn run_phase(shared: Arc<Shared>, load: bool) -> anyhow::Result<Summary> {
     let common = shared.common.clone();
@@ -559,6 +576,9 @@ async fn run_phase(shared: Arc<Shared>, load: bool) -> anyhow::Result<Summary> {
                 + interval.map_or(Duration::ZERO, |interval| {
                     interval.mul_f64(worker as f64 / common.concurrency as f64)
                 });
+            // When this worker's previous answer came (so whether it was free when its next
+            // operation was due).
+            let mut free_since = Instant::now();
             loop {
                 if let Some(interval) = interval {
                     intended += interval;
@@ -582,7 +602,7 @@ async fn run_phase(shared: Arc<Shared>, load: bool) -> anyhow::Result<Summary> {
                         }
                     }
                     let began = if interval.is_some() {
-                        intended
+                        latency_origin(intended, free_since, Instant::now())
                     } else {
                         Instant::now()
                     };
@@ -594,6 +614,7 @@ async fn run_phase(shared: Arc<Shared>, load: bool) -> anyhow::Result<Summary> {
                     )
                 };
                 let finished = Instant::now();
+                free_since = finished;
                 if deadline.is_some_and(|d| finished >= d)
                     || (!load && shared.stopped.load(Ordering::Relaxed))
                 {
@@ -731,4 +752,26 @@ pub fn run_mix(args: MixArgs) -> anyhow::Result<()> {
     );
     let workload = Workload::point_range_mix(args.point_share, args.max_range_rows);
     run_workload(workload, args.common)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::latency_origin;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn an_operation_sent_late_because_of_the_server_counts_from_when_it_was_due() {
+        let due = Instant::now();
+        let answered_after_due = due + Duration::from_millis(40);
+        let sent = answered_after_due + Duration::from_micros(5);
+        assert_eq!(latency_origin(due, answered_after_due, sent), due);
+    }
+
+    #[test]
+    fn a_free_worker_woken_late_by_its_timer_counts_from_when_it_sent() {
+        let answered = Instant::now();
+        let due = answered + Duration::from_millis(10);
+        let woken_late = due + Duration::from_micros(900);
+        assert_eq!(latency_origin(due, answered, woken_late), woken_late);
+    }
 }
