@@ -622,12 +622,14 @@ async fn run_phase(shared: Arc<Shared>, load: bool) -> anyhow::Result<Summary> {
                 }
                 shared.completed.fetch_add(1, Ordering::Relaxed);
                 if began >= measure_from {
-                    let second = (began - measure_from).as_secs() as usize;
+                    let began_micros = (began - measure_from).as_micros() as u64;
                     let mut recorder = recorder.lock().unwrap_or_else(|e| e.into_inner());
                     match outcome {
-                        Ok(()) => {
-                            recorder.success(kind, (finished - began).as_micros() as u64, second)
-                        }
+                        Ok(()) => recorder.success(
+                            kind,
+                            (finished - began).as_micros() as u64,
+                            began_micros,
+                        ),
                         Err(message) => recorder.failure(kind, &message),
                     }
                 }

@@ -1,5 +1,7 @@
 //! Measurements: latency histograms per operation kind (HDR, microseconds), error counts
-//! by kind with the first message of each kind, and a per-second timeline. The workers
+//! by kind with the first message of each kind, and a per-second timeline that also names
+//! each second's slowest operations (when each began, to the microsecond, and how long it
+//! took), so that a latency spike can be lined up with events on the nodes. The workers
 //! of a phase record into one [`Recorder`], whose histograms are made before any
 //! operation is timed (an HDR histogram over ten minutes at three significant figures is
 //! ~160 KB: made by each worker on its first answer, they cost a burst of many clients
@@ -43,11 +45,25 @@ impl Default for OperationRecord {
     }
 }
 
+/// Operations of each second kept by [`SlowOperation`]: a little more than the 1% of a
+/// thousand that make a second's p99.
+pub const SLOWEST_PER_SECOND: usize = 16;
+
 /// One second of the timeline.
 #[derive(Debug, Clone)]
 struct SecondRecord {
     operations: u64,
     latency_micros: Histogram<u64>,
+    /// The slowest operations of the second, slowest first.
+    slowest: Vec<SlowOperation>,
+}
+
+/// One of a second's slowest operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct SlowOperation {
+    /// When it began, in microseconds since the phase's measurement began.
+    pub began_micros: u64,
+    pub latency_micros: u64,
 }
 
 /// What one worker measured.
@@ -86,8 +102,10 @@ impl Recorder {
         recorder
     }
 
-    /// A successful operation that took `latency_micros`, `second` seconds into the phase.
-    pub fn success(&mut self, kind: OperationKind, latency_micros: u64, second: usize) {
+    /// A successful operation that began `began_micros` into the phase and took
+    /// `latency_micros`.
+    pub fn success(&mut self, kind: OperationKind, latency_micros: u64, began_micros: u64) {
+        let second = (began_micros / 1_000_000) as usize;
         let value = latency_micros.clamp(1, MAX_LATENCY_MICROS);
         let _ = self
             .operations
@@ -99,11 +117,19 @@ impl Recorder {
             self.timeline.push(SecondRecord {
                 operations: 0,
                 latency_micros: new_histogram(2),
+                slowest: Vec::with_capacity(SLOWEST_PER_SECOND + 1),
             });
         }
         let slot = &mut self.timeline[second];
         slot.operations += 1;
         let _ = slot.latency_micros.record(value);
+        keep_if_slowest(
+            &mut slot.slowest,
+            SlowOperation {
+                began_micros,
+                latency_micros,
+            },
+        );
     }
 
     pub fn failure(&mut self, kind: OperationKind, message: &str) {
@@ -169,6 +195,7 @@ impl Recorder {
                     operations: record.operations,
                     p50_ms: milliseconds(record.latency_micros.value_at_quantile(0.50)),
                     p99_ms: milliseconds(record.latency_micros.value_at_quantile(0.99)),
+                    slowest: record.slowest.clone(),
                 })
                 .collect(),
         }
@@ -197,6 +224,23 @@ pub struct TimelinePoint {
     pub operations: u64,
     pub p50_ms: f64,
     pub p99_ms: f64,
+    /// The second's slowest operations, slowest first (at most [`SLOWEST_PER_SECOND`]).
+    pub slowest: Vec<SlowOperation>,
+}
+
+/// Keeps `operation` among `slowest` (slowest first) if it is one of the
+/// [`SLOWEST_PER_SECOND`] slowest seen.
+fn keep_if_slowest(slowest: &mut Vec<SlowOperation>, operation: SlowOperation) {
+    if slowest.len() == SLOWEST_PER_SECOND
+        && slowest
+            .last()
+            .is_some_and(|fastest| fastest.latency_micros >= operation.latency_micros)
+    {
+        return;
+    }
+    let at = slowest.partition_point(|kept| kept.latency_micros >= operation.latency_micros);
+    slowest.insert(at, operation);
+    slowest.truncate(SLOWEST_PER_SECOND);
 }
 
 /// The result of one phase, printed as a table and written as JSON.
@@ -269,7 +313,11 @@ mod tests {
             recorder.success(
                 OperationKind::Read,
                 micros * 1000,
-                usize::from(micros > 500),
+                if micros > 500 {
+                    1_000_000 + micros
+                } else {
+                    micros
+                },
             );
         }
         recorder.failure(
@@ -310,6 +358,34 @@ mod tests {
         assert_eq!(summary.timeline.len(), 2);
         assert_eq!(summary.timeline[0].operations, 500);
         assert_eq!(summary.operations_total, 1000);
+    }
+
+    #[test]
+    fn each_second_names_its_slowest_operations_slowest_first() {
+        let mut recorder = Recorder::expecting([OperationKind::Update]);
+        // 100 operations in second 0 taking 1..=100 ms, in a scrambled order; one in second 1.
+        for n in 0..100u64 {
+            let latency = (n * 37 % 100 + 1) * 1000;
+            recorder.success(OperationKind::Update, latency, n * 10_000);
+        }
+        recorder.success(OperationKind::Update, 5, 1_500_000);
+        let summary = recorder.summary("test", "run", 2.0);
+        let first = &summary.timeline[0].slowest;
+        assert_eq!(first.len(), SLOWEST_PER_SECOND);
+        let latencies: Vec<u64> = first.iter().map(|s| s.latency_micros).collect();
+        let expected: Vec<u64> = (0..SLOWEST_PER_SECOND as u64)
+            .map(|i| (100 - i) * 1000)
+            .collect();
+        assert_eq!(latencies, expected);
+        // The slowest (100 ms) began at the n with n * 37 % 100 == 99: n = 27.
+        assert_eq!(first[0].began_micros, 270_000);
+        assert_eq!(
+            summary.timeline[1].slowest,
+            vec![SlowOperation {
+                began_micros: 1_500_000,
+                latency_micros: 5
+            }]
+        );
     }
 
     #[test]

@@ -32,6 +32,9 @@ use shoal_storage::WriteBatch;
 use smallvec::SmallVec;
 use std::sync::Arc;
 
+/// A write slower than this to meet its consistency level is logged (at debug level).
+const SLOW_WRITE: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// The datacenters of the replicas of `set` that acknowledged.
 fn acknowledged_in<'s>(acknowledged: &[HostId], set: &'s [Replica]) -> SmallVec<[&'s str; 8]> {
     acknowledged
@@ -223,6 +226,9 @@ impl StorageProxy {
             }
         }
         let mut acknowledged: Vec<HostId> = Vec::new();
+        // When each acknowledgement came, for the log of a slow write (diagnosis).
+        let started = std::time::Instant::now();
+        let mut acknowledged_after: SmallVec<[(HostId, std::time::Duration); 4]> = SmallVec::new();
         let mut hinted = 0usize;
         let timeout = tokio::time::sleep(WRITE_TIMEOUT);
         tokio::pin!(timeout);
@@ -241,7 +247,10 @@ impl StorageProxy {
         while !met(&acknowledged, hinted) {
             tokio::select! {
                 delivery = deliveries.next() => match delivery {
-                    Some(Delivery::Acknowledged(host)) => acknowledged.push(host),
+                    Some(Delivery::Acknowledged(host)) => {
+                        acknowledged_after.push((host, started.elapsed()));
+                        acknowledged.push(host)
+                    }
                     Some(Delivery::Hinted) => hinted += 1,
                     Some(Delivery::NotHinted) => {}
                     Some(Delivery::Failed(host, cells)) => {
@@ -256,6 +265,26 @@ impl StorageProxy {
             }
         }
         let success = met(&acknowledged, hinted);
+        if started.elapsed() > SLOW_WRITE && tracing::enabled!(tracing::Level::DEBUG) {
+            let replies: Vec<String> = acknowledged_after
+                .iter()
+                .map(|(host, after)| {
+                    let address = replicas
+                        .targets()
+                        .into_iter()
+                        .find(|replica| replica.host_id == *host)
+                        .map(|replica| replica.address.to_string())
+                        .unwrap_or_default();
+                    format!("{address} after {} us", after.as_micros())
+                })
+                .collect();
+            tracing::debug!(
+                micros = started.elapsed().as_micros() as u64,
+                moving = new_set.is_some(),
+                replies = %replies.join(", "),
+                "a write was slow to reach its consistency level"
+            );
+        }
         // Replicas still on their way finish in the background; failures become hints.
         // The guard goes along: a barrier waits for these deliveries too.
         if !deliveries.is_empty() {

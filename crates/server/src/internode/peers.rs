@@ -49,20 +49,25 @@ pub struct Peers {
     home: Option<tokio::runtime::Handle>,
 }
 
-/// Connects to `to` from `source` (any port), or from wherever the system picks.
+/// Connects to `to` from `source` (any port), or from wherever the system picks; a
+/// connection of the streaming lane with its buffers bounded
+/// ([`super::bound_streaming_buffers`]).
 pub(super) async fn connect_from(
     source: Option<std::net::IpAddr>,
     to: SocketAddr,
+    streaming_lane: bool,
 ) -> std::io::Result<TcpStream> {
-    let Some(source) = source else {
-        return TcpStream::connect(to).await;
-    };
-    let socket = if source.is_ipv4() {
+    let socket = if to.is_ipv4() {
         tokio::net::TcpSocket::new_v4()?
     } else {
         tokio::net::TcpSocket::new_v6()?
     };
-    socket.bind(SocketAddr::new(source, 0))?;
+    if let Some(source) = source {
+        socket.bind(SocketAddr::new(source, 0))?;
+    }
+    if streaming_lane {
+        super::bound_streaming_buffers(socket2::SockRef::from(&socket));
+    }
     socket.connect(to).await
 }
 
@@ -81,7 +86,7 @@ pub(super) async fn open_connection(
     preface: Option<[u8; 4]>,
     to: SocketAddr,
 ) -> Result<Arc<PeerConnection>, OpenFailure> {
-    let connect = connect_from(source, to);
+    let connect = connect_from(source, to, preface == Some(super::STREAMING_LANE_PREFACE));
     let socket = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
         Ok(Ok(socket)) => socket,
         Ok(Err(error)) => {

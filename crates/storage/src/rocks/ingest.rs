@@ -120,13 +120,16 @@ fn add_file(db: &DB, writer: &Writer, path: &Path) -> Result<()> {
             options.set_allow_blocking_flush(true);
         }
         let started = std::time::Instant::now();
+        let began;
         ingested = {
             let _ingestion = writer.begin_ingestion();
+            began = started.elapsed();
             db.ingest_external_file_cf_opts(data, &options, vec![path])
         };
         tracing::debug!(
             micros = started.elapsed().as_micros() as u64,
-            "added a streamed file to the store (writes to it waited meanwhile)"
+            waited_to_begin_micros = began.as_micros() as u64,
+            "added a streamed file to the store (writes to it went through the writer thread)"
         );
         if ingested.is_ok() {
             break;

@@ -64,6 +64,9 @@ const COUNTER_SLOTS: usize = 1 << 16;
 /// (two context switches) cost more than a short look.
 const POLL_BEFORE_SLEEP: Duration = Duration::from_micros(20);
 
+/// A writer-thread group slower than this is logged (at debug level, for diagnosis).
+const SLOW_GROUP: Duration = Duration::from_micros(500);
+
 /// `(key, encoded cell)` entries to merge.
 type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 
@@ -375,6 +378,7 @@ impl Writer {
     /// The writer thread: applies queued submissions until the engine closes.
     pub(super) fn run(self: Arc<Self>) {
         while let Some(group) = self.next_group() {
+            let started = Instant::now();
             // A range removal runs with no write beside it, as it did when every write
             // took its turn: a write that raced it is applied wholly before or after.
             let removes_range = group
@@ -397,6 +401,14 @@ impl Writer {
             // write that joins RocksDB's write group wait for the fsync.
             if removes_range && result.is_ok() {
                 result = super::sync_wal(&self.db);
+            }
+            let took = started.elapsed();
+            if took > SLOW_GROUP {
+                tracing::debug!(
+                    micros = took.as_micros() as u64,
+                    submissions = group.len(),
+                    "a write group was slow to apply"
+                );
             }
             for submission in group {
                 let _ = submission.done.send(result.clone());
