@@ -96,9 +96,9 @@ pub const STREAMING_LANE_PREFACE: [u8; 4] = *b"SLNE";
 /// the figure, within `net.core.wmem_max` and `rmem_max`). Streaming's threads run at the
 /// idle priority, but a thread inside a system call is not preempted on kernels built
 /// without kernel preemption (`PREEMPT_NONE`, common on servers): a client request woken
-/// on that core waits until the call returns. A socket left to autotune its buffers to megabytes lets
-/// one `send` or `recv` copy a whole 2 MiB chunk; with these, each copies a few hundred
-/// KiB at most. Measured on a 2-core machine (`bench/wakeup-latency`), a normal thread
+/// on that core waits until the call returns. A socket left to autotune its buffers to
+/// megabytes lets one `send` or `recv` copy a whole 2 MiB chunk; with these, each copies a
+/// few hundred KiB at most. Measured on a 2-core machine (`bench/wakeup-latency`), a normal thread
 /// waking every millisecond beside an idle-priority thread sending 2 MiB at a time over
 /// loopback woke 385 µs late at p99 (1.1 ms at worst); beside one sending 256 KiB at a
 /// time, 158 µs (280 µs) — and 55 µs beside a thread that only computes.

@@ -38,20 +38,16 @@ pub(super) async fn serve_socket(
     handler: Arc<dyn Handler>,
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
-    // The socket's options stay reachable once TLS wraps it: a streaming-lane connection,
-    // known by its first bytes, gets its buffers bounded (`bound_streaming_buffers`).
-    let options = socket2::SockRef::from(&socket).try_clone().ok();
-    let bound_if_streaming = |runtime: &Option<tokio::runtime::Handle>| {
-        if let (Some(_), Some(options)) = (runtime, &options) {
-            super::bound_streaming_buffers(socket2::SockRef::from(options));
-        }
-    };
+    // A streaming-lane connection, known by its first bytes (it is served on the lane's
+    // runtime), gets its socket's buffers bounded (`bound_streaming_buffers`).
     let Some(acceptor) = tls else {
         let Some((socket, first, runtime)) = consensus_or_first_bytes(socket, &handler).await
         else {
             return;
         };
-        bound_if_streaming(&runtime);
+        if runtime.is_some() {
+            super::bound_streaming_buffers(socket2::SockRef::from(&socket));
+        }
         let (reader, writer) = socket.into_split();
         let reader = std::io::Cursor::new(first).chain(reader);
         return serve_connection_on(runtime, reader, writer, handler).await;
@@ -68,7 +64,10 @@ pub(super) async fn serve_socket(
             else {
                 return;
             };
-            bound_if_streaming(&runtime);
+            if runtime.is_some() {
+                let socket = stream.get_ref().0.get_ref();
+                super::bound_streaming_buffers(socket2::SockRef::from(socket));
+            }
             let (reader, writer) = tokio::io::split(stream);
             let reader = std::io::Cursor::new(first).chain(reader);
             serve_connection_on(runtime, reader, writer, handler).await
