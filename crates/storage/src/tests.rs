@@ -1668,3 +1668,75 @@ fn a_walk_of_visible_cells_from_a_partition_start_or_from_inside_a_row_meets_eve
         assert_eq!(walk(&resume), after_resume);
     });
 }
+
+#[test]
+fn files_streamed_in_together_while_clients_write_all_read_back() {
+    // While clients write, the engine adds streamed files several at a time (`rocks::ingest`):
+    // files of four ranges streamed at once, three each, beside a steady stream of writes to
+    // a fifth range, all read back as written.
+    let directory = tempfile::tempdir().expect("temporary directory");
+    let engine = RocksEngine::open(directory.path(), &RocksOptions::default()).expect("open");
+    let cell_at = |token: i64| {
+        let mut key = keys::partition_prefix(&TABLE, Token(token), b"p");
+        key.push(keys::SECTION_ROW);
+        keys::push_column_part(&mut key, |k| keys::push_cell_column(k, "v", b""));
+        let value = format!("cell at token {token}").into_bytes();
+        (key, Cell::live(WriteTimestamp(1), value).encode())
+    };
+    let range = |index: i64| {
+        keys::token_range(
+            &TABLE,
+            Some(Token(index * 10_000)),
+            Token((index + 1) * 10_000),
+        )
+    };
+    const FILES: i64 = 3;
+    const CELLS_PER_FILE: i64 = 500;
+    let streamed = |index: i64| -> Vec<Vec<(Vec<u8>, Vec<u8>)>> {
+        (0..FILES)
+            .map(|file| {
+                let first = index * 10_000 + 1 + file * CELLS_PER_FILE;
+                (first..first + CELLS_PER_FILE).map(cell_at).collect()
+            })
+            .collect()
+    };
+    let written_token = |n: i64| 4 * 10_000 + 1 + n;
+    let streaming_done = std::sync::atomic::AtomicBool::new(false);
+    let written = std::thread::scope(|scope| {
+        let writes = scope.spawn(|| {
+            let mut n = 0;
+            while !streaming_done.load(std::sync::atomic::Ordering::Acquire) || n < 100 {
+                let (key, value) = cell_at(written_token(n));
+                let mut batch = WriteBatch::new();
+                batch.merge(key, value);
+                engine.write(&batch).expect("write");
+                n += 1;
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+            n
+        });
+        let streams: Vec<_> = (0..4)
+            .map(|index| {
+                let engine = &engine;
+                scope.spawn(move || {
+                    for file in streamed(index) {
+                        engine.ingest(&borrowed(&file)).expect("ingest");
+                    }
+                })
+            })
+            .collect();
+        for stream in streams {
+            stream.join().expect("stream");
+        }
+        streaming_done.store(true, std::sync::atomic::Ordering::Release);
+        writes.join().expect("writes")
+    });
+    for index in 0..4 {
+        let (lower, upper) = range(index);
+        let expected: Vec<_> = streamed(index).into_iter().flatten().collect();
+        assert_eq!(stored(&engine, &lower, &upper), expected, "range {index}");
+    }
+    let (lower, upper) = range(4);
+    let expected: Vec<_> = (0..written).map(|n| cell_at(written_token(n))).collect();
+    assert_eq!(stored(&engine, &lower, &upper), expected);
+}

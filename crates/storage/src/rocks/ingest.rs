@@ -15,6 +15,16 @@
 //! of writes to the file's being in: at the idle priority a median of 10.6–14.5 ms per
 //! file and 0.26–0.35 s per join; on this thread 2.7–3.3 ms and 0.07–0.10 s
 //! (`bench/results/2026-12-01-ingest-priority`).
+//!
+//! **Files are added together while clients write.** Each addition stops the store's writes
+//! for about one manifest sync (a few milliseconds), however many files it adds. One file
+//! at a time, a 1 GiB join paused a joining node's writes some 24 times, and the writes
+//! that waited there were most of the join's slowest (`a write was slow to reach its
+//! consistency level`: every one waited for the joining node, 1–6 ms). So while clients
+//! have written to the store lately, the thread holds a file up to [`HOLD_WHILE_WRITTEN`]
+//! for others to arrive and adds them in one call. A receiving job keeps receiving its next
+//! file meanwhile, so the hold costs it nothing unless it fills that file first. With no
+//! writes (an idle join, one under reads) a file is added as soon as it arrives.
 
 use super::writer::Writer;
 use super::{column_family, io_error, DATA_FAMILY};
@@ -23,9 +33,22 @@ use rocksdb::{Options, DB};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Files waiting for the ingestion thread at most; their builders wait beyond that.
 const QUEUED_FILES: usize = 16;
+/// Files added in one call at most.
+const FILES_PER_ADDITION: usize = QUEUED_FILES;
+/// How long a file may wait for others to be added with it, while clients write.
+const HOLD_WHILE_WRITTEN: Duration = Duration::from_millis(100);
+/// Clients that wrote within this long are taken to be writing still.
+const RECENT_WRITES: Duration = Duration::from_millis(100);
+
+/// Whether the ingestion thread waits for more files before adding the `collected` ones,
+/// having held the first for `held`.
+fn keep_collecting(collected: usize, held: Duration, clients_writing: bool) -> bool {
+    clients_writing && collected < FILES_PER_ADDITION && held < HOLD_WHILE_WRITTEN
+}
 
 /// Writes `entries` (sorted, distinct keys) to a new file at `path`, as merge operands
 /// like every write: the stored cell reconciles with the ingested one by last-write-wins,
@@ -65,10 +88,10 @@ impl Ingester {
         let thread = std::thread::Builder::new()
             .name("shoal-ingest-add".into())
             .spawn(move || {
-                for request in received {
-                    let added = add_file(&db, &writer, &request.path);
-                    let _ = std::fs::remove_file(&request.path);
-                    let _ = request.answer.send(added);
+                while let Ok(first) = received.recv() {
+                    let mut requests = vec![first];
+                    collect_more(&received, &writer, &mut requests);
+                    add_requests(&db, &writer, requests);
                 }
             })
             .map_err(|e| StorageError::Io(format!("cannot start the ingestion thread: {e}")))?;
@@ -99,14 +122,55 @@ impl Ingester {
     }
 }
 
-/// Adds one file. An ingestion whose file overlaps the memtable flushes it first, stopping
-/// every write to the store meanwhile. The writes a receiving node takes for the range are
+/// Adds to `requests` the files that arrive while [`keep_collecting`] says to wait.
+fn collect_more(received: &mpsc::Receiver<Request>, writer: &Writer, requests: &mut Vec<Request>) {
+    let held = Instant::now();
+    loop {
+        while requests.len() < FILES_PER_ADDITION {
+            match received.try_recv() {
+                Ok(request) => requests.push(request),
+                Err(_) => break,
+            }
+        }
+        let clients_writing = writer.written_within(RECENT_WRITES);
+        if !keep_collecting(requests.len(), held.elapsed(), clients_writing) {
+            return;
+        }
+        match received.recv_timeout(HOLD_WHILE_WRITTEN.saturating_sub(held.elapsed())) {
+            Ok(request) => requests.push(request),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            // The store is closing: add what is here.
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+/// Adds the files of `requests` in one call, removes them and answers each. If that fails
+/// with several files, each is tried alone, so that one bad file fails only its stream.
+fn add_requests(db: &DB, writer: &Writer, requests: Vec<Request>) {
+    let paths: Vec<&Path> = requests.iter().map(|r| r.path.as_path()).collect();
+    let together = add_files(db, writer, &paths);
+    let outcomes: Vec<Result<()>> = match together {
+        Err(_) if requests.len() > 1 => requests
+            .iter()
+            .map(|request| add_files(db, writer, &[request.path.as_path()]))
+            .collect(),
+        together => vec![together; requests.len()],
+    };
+    for (request, added) in requests.into_iter().zip(outcomes) {
+        let _ = std::fs::remove_file(&request.path);
+        let _ = request.answer.send(added);
+    }
+}
+
+/// Adds files in one call. An ingestion whose file overlaps the memtable flushes it first,
+/// stopping every write to the store meanwhile. The writes a receiving node takes for the range are
 /// staged elsewhere (`staging`), so the memtable normally holds none of its keys and the
 /// file goes in as it is. If it does hold some (staging began late: the node restarted
 /// while receiving), the memtable is flushed — which does not stop writes — and the
 /// ingestion tried again; if writes landed in the range meanwhile, once more, letting it
 /// flush.
-fn add_file(db: &DB, writer: &Writer, path: &Path) -> Result<()> {
+fn add_files(db: &DB, writer: &Writer, paths: &[&Path]) -> Result<()> {
     let data = column_family(db, DATA_FAMILY)?;
     let mut options = rocksdb::IngestExternalFileOptions::default();
     options.set_move_files(true);
@@ -124,9 +188,10 @@ fn add_file(db: &DB, writer: &Writer, path: &Path) -> Result<()> {
         ingested = {
             let _ingestion = writer.begin_ingestion();
             began = started.elapsed();
-            db.ingest_external_file_cf_opts(data, &options, vec![path])
+            db.ingest_external_file_cf_opts(data, &options, paths.to_vec())
         };
         tracing::debug!(
+            files = paths.len(),
             micros = started.elapsed().as_micros() as u64,
             waited_to_begin_micros = began.as_micros() as u64,
             "added a streamed file to the store (writes to it went through the writer thread)"
@@ -136,4 +201,21 @@ fn add_file(db: &DB, writer: &Writer, path: &Path) -> Result<()> {
         }
     }
     ingested.map_err(io_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_wait_for_others_only_while_clients_write_and_only_so_long() {
+        let moment = Duration::from_millis(1);
+        // Nobody writing: a file is added as soon as it arrives.
+        assert!(!keep_collecting(1, Duration::ZERO, false));
+        // Clients writing: it waits for others, up to the hold and the most added at once.
+        assert!(keep_collecting(1, Duration::ZERO, true));
+        assert!(keep_collecting(3, HOLD_WHILE_WRITTEN - moment, true));
+        assert!(!keep_collecting(3, HOLD_WHILE_WRITTEN, true));
+        assert!(!keep_collecting(FILES_PER_ADDITION, Duration::ZERO, true));
+    }
 }

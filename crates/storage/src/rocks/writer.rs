@@ -185,6 +185,40 @@ pub(super) struct Writer {
     room: Arc<Semaphore>,
     /// Files being ingested now ([`Writer::begin_ingestion`]).
     ingesting: AtomicUsize,
+    /// When clients last wrote (the ingester holds files back meanwhile).
+    last_write: LastWrite,
+}
+
+/// When a batch of cells was last applied, on the kernel's coarse monotonic clock (a tick,
+/// a few milliseconds, is its resolution): cheap enough to note on every batch. Read by
+/// the ingester ([`super::ingest`]), which adds streamed files together, fewer times, while
+/// clients write: each addition stops every write to the store for a manifest sync.
+#[derive(Default)]
+pub(super) struct LastWrite(AtomicU64);
+
+/// Milliseconds on the coarse monotonic clock (0 if it cannot be read).
+fn coarse_millis() -> u64 {
+    use nix::time::{clock_gettime, ClockId};
+    clock_gettime(ClockId::CLOCK_MONOTONIC_COARSE)
+        .map(|now| now.tv_sec() as u64 * 1000 + now.tv_nsec() as u64 / 1_000_000)
+        .unwrap_or(0)
+}
+
+impl LastWrite {
+    /// Notes a batch applied now. Stores only when the tick changed, so that threads on
+    /// several cores mostly share the line instead of taking it from each other.
+    fn note(&self) {
+        let now = coarse_millis();
+        if self.0.load(Ordering::Relaxed) != now {
+            self.0.store(now, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a batch was applied within `window` (to the clock's resolution).
+    pub(super) fn within(&self, window: Duration) -> bool {
+        let last = self.0.load(Ordering::Relaxed);
+        last != 0 && coarse_millis().saturating_sub(last) <= window.as_millis() as u64
+    }
 }
 
 fn io_error(error: rocksdb::Error) -> StorageError {
@@ -209,6 +243,7 @@ impl Writer {
             wake: Condvar::new(),
             room: Arc::new(Semaphore::new(QUEUE_SUBMISSIONS)),
             ingesting: AtomicUsize::new(0),
+            last_write: LastWrite::default(),
         })
     }
 
@@ -286,6 +321,7 @@ impl Writer {
         match self.db.write_opt(batch.batch, &options) {
             Ok(()) => {
                 drop(applier);
+                self.last_write.note();
                 self.collapse_hot(&batch.hot);
                 Inline::Applied(Ok(()))
             }
@@ -327,6 +363,11 @@ impl Writer {
         self.applier.write().collapse_paused += 1;
         self.ingesting.fetch_add(1, Ordering::AcqRel);
         Ingestion(self)
+    }
+
+    /// Whether clients wrote to the store within `window`.
+    pub(super) fn written_within(&self, window: Duration) -> bool {
+        self.last_write.within(window)
     }
 
     /// Stages the writes to `[lower, upper)` ([`super::staging`]), dropping whatever a
@@ -394,6 +435,7 @@ impl Writer {
                     .write_group(&self.db, self.family, &group)
             };
             if result.is_ok() {
+                self.last_write.note();
                 self.collapse_hot(&hot);
             }
             // A range removal is durable when it returns. The WAL is synced on its own,
