@@ -1676,13 +1676,19 @@ fn files_streamed_in_together_while_clients_write_all_read_back() {
     // a fifth range, all read back as written.
     let directory = tempfile::tempdir().expect("temporary directory");
     let engine = RocksEngine::open(directory.path(), &RocksOptions::default()).expect("open");
-    let cell_at = |token: i64| {
+    let key_at = |token: i64| {
         let mut key = keys::partition_prefix(&TABLE, Token(token), b"p");
         key.push(keys::SECTION_ROW);
         keys::push_column_part(&mut key, |k| keys::push_cell_column(k, "v", b""));
-        let value = format!("cell at token {token}").into_bytes();
-        (key, Cell::live(WriteTimestamp(1), value).encode())
+        key
     };
+    let cell_of = |token: i64| {
+        Cell::live(
+            WriteTimestamp(1),
+            format!("cell at token {token}").into_bytes(),
+        )
+    };
+    let cell_at = |token: i64| (key_at(token), cell_of(token).encode());
     let range = |index: i64| {
         keys::token_range(
             &TABLE,
@@ -1706,10 +1712,7 @@ fn files_streamed_in_together_while_clients_write_all_read_back() {
         let writes = scope.spawn(|| {
             let mut n = 0;
             while !streaming_done.load(std::sync::atomic::Ordering::Acquire) || n < 100 {
-                let (key, value) = cell_at(written_token(n));
-                let mut batch = WriteBatch::new();
-                batch.merge(key, value);
-                engine.write(&batch).expect("write");
+                write(&engine, key_at(written_token(n)), cell_of(written_token(n)));
                 n += 1;
                 std::thread::sleep(std::time::Duration::from_micros(200));
             }

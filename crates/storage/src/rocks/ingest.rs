@@ -164,9 +164,9 @@ fn add_requests(db: &DB, writer: &Writer, requests: Vec<Request>) {
 }
 
 /// Adds files in one call. An ingestion whose file overlaps the memtable flushes it first,
-/// stopping every write to the store meanwhile. The writes a receiving node takes for the range are
-/// staged elsewhere (`staging`), so the memtable normally holds none of its keys and the
-/// file goes in as it is. If it does hold some (staging began late: the node restarted
+/// stopping every write to the store meanwhile. The writes a receiving node takes for the
+/// range are staged elsewhere (`staging`), so the memtable normally holds none of its keys
+/// and the file goes in as it is. If it does hold some (staging began late: the node restarted
 /// while receiving), the memtable is flushed — which does not stop writes — and the
 /// ingestion tried again; if writes landed in the range meanwhile, once more, letting it
 /// flush.
