@@ -1054,6 +1054,7 @@ mod tests {
         assert!(matches!(state.apply(start), CommandOutcome::Rejected(_)));
         for to in [
             MigrationStage::WriteBoth,
+            MigrationStage::Streamed,
             MigrationStage::ReadNew,
             MigrationStage::Cleanup,
         ] {
@@ -1142,6 +1143,10 @@ mod tests {
         ));
         // Aborted before the switch, the old replicas stay.
         state.apply(advance(migration, MigrationStage::WriteBoth));
+        // Reads cannot move before writes have waited for the new replicas (`Streamed`).
+        assert!(refused(
+            state.apply(advance(migration, MigrationStage::ReadNew))
+        ));
         assert_eq!(
             state.apply(Command::EndMigration {
                 table: TABLE,
@@ -1203,6 +1208,7 @@ mod tests {
                 .id;
             for to in [
                 MigrationStage::WriteBoth,
+                MigrationStage::Streamed,
                 MigrationStage::ReadNew,
                 MigrationStage::Cleanup,
             ] {

@@ -2,20 +2,33 @@
 //!
 //! A [`Tablet`] is a token range with the nodes that hold it. When a replica moves (a node
 //! joins, leaves or is replaced, the balancer evens out load, the replication factor
-//! changes), the tablet carries a [`Transition`] through four [`MigrationStage`]s, each a
+//! changes), the tablet carries a [`Transition`] through five [`MigrationStage`]s, each a
 //! committed metadata change:
 //!
-//! | stage | writes go to | reads come from |
-//! |---|---|---|
-//! | `Allocated` | the old replicas | the old replicas |
-//! | `WriteBoth` | old and new replicas (the level must be met in both) | the old replicas |
-//! | `ReadNew` | old and new replicas | the new replicas |
-//! | `Cleanup` | the new replicas (`replicas` now holds them) | the new replicas |
+//! | stage | writes go to | a write waits for its level in | reads come from |
+//! |---|---|---|---|
+//! | `Allocated` | the old replicas | the old set | the old replicas |
+//! | `WriteBoth` | old and new replicas | the old set | the old replicas |
+//! | `Streamed` | old and new replicas | the old and the new set | the old replicas |
+//! | `ReadNew` | old and new replicas | the old and the new set | the new replicas |
+//! | `Cleanup` | the new replicas (`replicas` now holds them) | the new set | the new replicas |
 //!
 //! The pending replica is told to clear any leftover of the range while nobody writes to it
 //! (`Allocated`), receives every write from `WriteBoth` on, is streamed the data written
 //! before, and only then serves reads (`ReadNew`); the leaving replica drops its copy once
 //! nobody reads or writes it any more (`Cleanup`).
+//!
+//! **Why `Streamed`.** While the data streams (`WriteBoth`), a write is acknowledged once
+//! its level is met in the old set, without waiting for the pending replica: that replica
+//! serves no reads yet, and waiting for it put a second node's round trip (a node busy
+//! ingesting files) under every write to a moving tablet. What the pending replica must
+//! not miss is checked before reads move instead. `Streamed` makes writes wait for both
+//! sets again, and the topology barrier that follows it drains every `WriteBoth` write,
+//! its delivery to the pending replica included; each node answers how many deliveries
+//! failed and since when it runs (`shoal_replication::barrier`). Only if none failed, no
+//! coordinator restarted and no node was out of the barrier's reach does the pending
+//! replica have every write acknowledged before; otherwise it is streamed again, from a
+//! snapshot taken after the barrier (every write since waited for it), before `ReadNew`.
 
 use serde::{Deserialize, Serialize};
 use shoal_model::{HostId, TabletId, Token};
@@ -37,17 +50,22 @@ impl fmt::Display for MigrationId {
 }
 
 /// Where a replica move stands (see the module documentation for what each stage means to
-/// requests).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+/// requests). [`MigrationStage::next`] gives their order; the declaration order is the
+/// encoding in the metadata's log and snapshots, so a new stage goes last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum MigrationStage {
     /// Chosen; nothing changed for requests yet. The pending replica clears the range.
     Allocated,
-    /// Writes reach the pending replica too; its data is being streamed.
+    /// Writes reach the pending replica too, without waiting for it; its data is being
+    /// streamed.
     WriteBoth,
     /// The pending replica has the data: reads use the new replica set.
     ReadNew,
     /// The new set is the tablet's replica set; the leaving replica drops its copy.
     Cleanup,
+    /// Streamed: writes wait for the pending replica too; once every node has drained the
+    /// writes that did not, reads may move (after `WriteBoth`, before `ReadNew`).
+    Streamed,
 }
 
 impl MigrationStage {
@@ -55,6 +73,7 @@ impl MigrationStage {
         match self {
             MigrationStage::Allocated => "allocated",
             MigrationStage::WriteBoth => "write both",
+            MigrationStage::Streamed => "streamed",
             MigrationStage::ReadNew => "read new",
             MigrationStage::Cleanup => "cleanup",
         }
@@ -64,7 +83,8 @@ impl MigrationStage {
     pub fn next(self) -> Option<MigrationStage> {
         match self {
             MigrationStage::Allocated => Some(MigrationStage::WriteBoth),
-            MigrationStage::WriteBoth => Some(MigrationStage::ReadNew),
+            MigrationStage::WriteBoth => Some(MigrationStage::Streamed),
+            MigrationStage::Streamed => Some(MigrationStage::ReadNew),
             MigrationStage::ReadNew => Some(MigrationStage::Cleanup),
             MigrationStage::Cleanup => None,
         }
@@ -94,7 +114,8 @@ pub struct Tablet {
 }
 
 /// The replicas a write must reach: the `old` set, and while a move is under way the `new`
-/// one too. The consistency level must be met in each.
+/// one too. The consistency level must be met in the old set, and in the new one when
+/// `wait_for_new` (from `Streamed` on; see the module documentation).
 ///
 /// The old set is the tablet's own (borrowed: every write looks it up, and most tablets
 /// are not moving).
@@ -102,6 +123,7 @@ pub struct Tablet {
 pub struct WriteReplicas<'a> {
     pub old: &'a [HostId],
     pub new: Option<Vec<HostId>>,
+    pub wait_for_new: bool,
 }
 
 impl WriteReplicas<'_> {
@@ -150,20 +172,20 @@ impl Tablet {
 
     /// The replicas writes reach.
     pub fn write_replicas(&self) -> WriteReplicas<'_> {
-        let new = match &self.transition {
-            Some(transition)
-                if matches!(
-                    transition.stage,
-                    MigrationStage::WriteBoth | MigrationStage::ReadNew
-                ) =>
-            {
-                Some(self.new_replicas())
-            }
+        let stage = self.transition.as_ref().map(|t| t.stage);
+        let new = match stage {
+            Some(
+                MigrationStage::WriteBoth | MigrationStage::Streamed | MigrationStage::ReadNew,
+            ) => Some(self.new_replicas()),
             _ => None,
         };
         WriteReplicas {
             old: &self.replicas,
             new,
+            wait_for_new: matches!(
+                stage,
+                Some(MigrationStage::Streamed | MigrationStage::ReadNew)
+            ),
         }
     }
 
@@ -430,9 +452,15 @@ mod tests {
             write_both.write_replicas().all(),
             vec![host(1), host(2), host(3), host(4)]
         );
+        assert!(!write_both.write_replicas().wait_for_new);
+        let streamed = moving(MigrationStage::Streamed);
+        assert_eq!(*streamed.read_replicas(), *old);
+        assert_eq!(streamed.write_replicas().new, Some(new.clone()));
+        assert!(streamed.write_replicas().wait_for_new);
         let read_new = moving(MigrationStage::ReadNew);
         assert_eq!(*read_new.read_replicas(), *new);
         assert_eq!(read_new.write_replicas().old, old);
+        assert!(read_new.write_replicas().wait_for_new);
         // At cleanup the replica set already is the new one.
         let mut cleanup = moving(MigrationStage::Cleanup);
         cleanup.replicas = new.clone();

@@ -23,9 +23,22 @@
 //!
 //! Taking an epoch costs one atomic reference count (`arc-swap`); nothing on the request
 //! path locks.
+//!
+//! **What the first round answers.** Each node answers [`Settled`]: its incarnation (a
+//! number drawn when the process started) and how many deliveries of writes it
+//! coordinated failed to reach each replica ([`MissedDeliveries`]: a replica that did not
+//! answer, or was down and got a hint). A migration compares two barriers' answers: a
+//! write does not wait for a pending replica while the data streams, so before reads move
+//! to it the migration checks that, between the barrier that started sending it writes and
+//! the one after, no node missed a delivery to it, none restarted (a coordinator that
+//! crashed took its deliveries still on their way with it) and none was out of reach.
+//! Counting costs nothing until a delivery fails.
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use shoal_model::HostId;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -110,6 +123,93 @@ impl InFlight {
     }
 }
 
+/// A node's answer to the first round of a barrier (see the module documentation).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Settled {
+    /// Drawn when the node's process started: a different one means it restarted.
+    pub incarnation: u64,
+    /// Deliveries that failed to reach each replica since the process started.
+    pub missed: BTreeMap<HostId, u64>,
+}
+
+impl Settled {
+    /// Deliveries to `host` this node missed since it started.
+    pub fn missed_to(&self, host: &HostId) -> u64 {
+        self.missed.get(host).copied().unwrap_or(0)
+    }
+}
+
+/// What every node a barrier reached answered its first round.
+pub type BarrierAnswers = BTreeMap<HostId, Settled>;
+
+/// `Ok` when no write acknowledged between barrier `before` and barrier `after` can have
+/// missed `pending`: every one of `members` answered both, had not restarted in between,
+/// and counted no failed delivery to `pending` in between. `Err` says why not.
+pub fn missed_nothing(
+    before: &BarrierAnswers,
+    after: &BarrierAnswers,
+    members: &[HostId],
+    pending: &HostId,
+) -> Result<(), String> {
+    for member in members {
+        let (Some(first), Some(second)) = (before.get(member), after.get(member)) else {
+            return Err(format!("{member} was out of reach of a barrier"));
+        };
+        if first.incarnation != second.incarnation {
+            return Err(format!("{member} restarted"));
+        }
+        let missed = second
+            .missed_to(pending)
+            .saturating_sub(first.missed_to(pending));
+        if missed > 0 {
+            return Err(format!("{member} missed {missed} deliveries to {pending}"));
+        }
+    }
+    Ok(())
+}
+
+/// Deliveries of writes that failed to reach each replica, counted by the coordinator.
+/// Only a failure touches it.
+#[derive(Debug)]
+pub struct MissedDeliveries {
+    incarnation: u64,
+    missed: Mutex<BTreeMap<HostId, u64>>,
+}
+
+impl Default for MissedDeliveries {
+    fn default() -> Self {
+        use std::sync::atomic::AtomicU64;
+        use std::time::{SystemTime, UNIX_EPOCH};
+        // Distinct per process start: the wall clock's nanoseconds, and a count for the
+        // proxies one process makes (tests make many).
+        static MADE: AtomicU64 = AtomicU64::new(0);
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        MissedDeliveries {
+            incarnation: now
+                ^ (u64::from(std::process::id()) << 32)
+                ^ MADE.fetch_add(1, Ordering::Relaxed),
+            missed: Mutex::new(BTreeMap::new()),
+        }
+    }
+}
+
+impl MissedDeliveries {
+    /// A delivery to `host` failed (no answer, or a hint instead).
+    pub fn record(&self, host: HostId) {
+        *self.missed.lock().entry(host).or_insert(0) += 1;
+    }
+
+    /// What the first round of a barrier answers.
+    pub fn settled(&self) -> Settled {
+        Settled {
+            incarnation: self.incarnation,
+            missed: self.missed.lock().clone(),
+        }
+    }
+}
+
 /// The oldest topology version this node, as a replica, still serves requests from.
 #[derive(Debug, Default)]
 pub struct Fence(AtomicU64);
@@ -139,6 +239,48 @@ impl Fence {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn answers(nodes: &[(&MissedDeliveries, u8)]) -> BarrierAnswers {
+        nodes
+            .iter()
+            .map(|(node, id)| (HostId([*id; 16]), node.settled()))
+            .collect()
+    }
+
+    #[test]
+    fn a_pending_replica_that_missed_nothing_between_two_barriers_needs_no_second_stream() {
+        let (one, two) = (MissedDeliveries::default(), MissedDeliveries::default());
+        let (pending, other) = (HostId([9; 16]), HostId([8; 16]));
+        let members = [HostId([1; 16]), HostId([2; 16])];
+        // Failures before the first barrier, and to other replicas, do not count.
+        one.record(pending);
+        let before = answers(&[(&one, 1), (&two, 2)]);
+        two.record(other);
+        let after = answers(&[(&one, 1), (&two, 2)]);
+        assert_eq!(missed_nothing(&before, &after, &members, &pending), Ok(()));
+        // A delivery to it that failed in between does.
+        two.record(pending);
+        let after = answers(&[(&one, 1), (&two, 2)]);
+        let verdict = missed_nothing(&before, &after, &members, &pending);
+        assert!(verdict.unwrap_err().contains("missed 1 deliveries"));
+    }
+
+    #[test]
+    fn a_coordinator_that_restarted_or_was_out_of_reach_may_have_lost_deliveries() {
+        let (one, two) = (MissedDeliveries::default(), MissedDeliveries::default());
+        let pending = HostId([9; 16]);
+        let members = [HostId([1; 16]), HostId([2; 16])];
+        let before = answers(&[(&one, 1), (&two, 2)]);
+        // Node 2 restarted: a new process, a new incarnation, its counts from zero.
+        let restarted = MissedDeliveries::default();
+        let after = answers(&[(&one, 1), (&restarted, 2)]);
+        let verdict = missed_nothing(&before, &after, &members, &pending);
+        assert!(verdict.unwrap_err().contains("restarted"));
+        // Node 2 did not answer the second barrier (the failure detector saw it down).
+        let after = answers(&[(&one, 1)]);
+        let verdict = missed_nothing(&before, &after, &members, &pending);
+        assert!(verdict.unwrap_err().contains("out of reach"));
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_barrier_waits_for_requests_of_older_epochs_only() {

@@ -7,7 +7,7 @@
 //! this node (served in place by [`LocalReplica`], no serialization) or another one (sent
 //! through the [`ReplicaTransport`]).
 
-use crate::barrier::{InFlight, TopologyGuard};
+use crate::barrier::{InFlight, MissedDeliveries, Settled, TopologyGuard};
 use crate::consistency::{RANGE_READ_TIMEOUT, READ_TIMEOUT, WRITE_TIMEOUT};
 use crate::hints::Hints;
 use crate::messages::{packed, Cells, CellsFrom, ReplicaRequest, ReplicaResponse, ScanTicket};
@@ -36,6 +36,9 @@ pub struct StorageProxy {
     pub(crate) repairs: RepairCounters,
     /// Requests under way, by the epoch they began in (topology barriers wait for them).
     pub(crate) in_flight: InFlight,
+    /// Deliveries of the writes it coordinated that failed, per replica (barriers answer
+    /// them).
+    pub(crate) missed: Arc<MissedDeliveries>,
     /// The Paxos ballots this node makes ([`crate::paxos`]).
     pub(crate) ballots: crate::paxos::BallotClock,
     /// Turns of the lightweight transactions this node runs rounds for, per partition.
@@ -92,6 +95,7 @@ impl StorageProxy {
             background_checks: Arc::new(tokio::sync::Semaphore::new(MAX_BACKGROUND_CHECKS)),
             repairs: RepairCounters::default(),
             in_flight: InFlight::default(),
+            missed: Arc::default(),
             ballots: crate::paxos::BallotClock::default(),
             paxos_turns: crate::paxos::PartitionTurns::default(),
             paxos_leases: Arc::default(),
@@ -130,8 +134,10 @@ impl StorageProxy {
 
     /// The first half of the topology barrier for `version` on this node (see
     /// [`crate::barrier`]): waits until the node has applied it and every request it
-    /// routed by an older tablet map is over. Errs when that takes longer than `bound`.
-    pub async fn settle(&self, version: u64, bound: Duration) -> Result<(), String> {
+    /// routed by an older tablet map is over, deliveries finishing in the background
+    /// included; then answers the deliveries that failed so far. Errs when that takes
+    /// longer than `bound`.
+    pub async fn settle(&self, version: u64, bound: Duration) -> Result<Settled, String> {
         let start = tokio::time::Instant::now();
         if !self.topology.reached(version, bound).await {
             return Err(format!(
@@ -139,7 +145,8 @@ impl StorageProxy {
             ));
         }
         let left = bound.saturating_sub(start.elapsed());
-        self.in_flight.drain_before(version, left).await
+        self.in_flight.drain_before(version, left).await?;
+        Ok(self.missed.settled())
     }
 
     /// The second half, once every live node has settled: from now on this node, as a

@@ -540,6 +540,7 @@ impl paxos::PaxosNetwork for LocalReplication {
             }],
             strategy: None,
             new: None,
+            wait_for_new: false,
         })
     }
 

@@ -89,8 +89,10 @@ pub struct TabletReplicas {
     pub(crate) replicas: Vec<Replica>,
     pub(crate) strategy: Option<ReplicationStrategy>,
     /// For a write to a tablet being moved: the replica set it is moving to. The write
-    /// goes to both sets and must meet its level in each.
+    /// goes to both sets and must meet its level in the old one, and in the new one when
+    /// `wait_for_new` (`shoal_placement::tablet`: not while the data streams).
     pub(crate) new: Option<Vec<Replica>>,
+    pub(crate) wait_for_new: bool,
 }
 
 impl TabletReplicas {
@@ -111,6 +113,7 @@ impl TabletReplicas {
             replicas: new.clone(),
             strategy: self.strategy.clone(),
             new: None,
+            wait_for_new: false,
         })
     }
 
@@ -160,6 +163,7 @@ pub(crate) fn replicas_of(
             replicas: Vec::new(),
             strategy: None,
             new: None,
+            wait_for_new: false,
         };
     };
     let replicas = placement
@@ -173,6 +177,7 @@ pub(crate) fn replicas_of(
         replicas,
         strategy: Some(placement.strategy.clone()),
         new: None,
+        wait_for_new: false,
     }
 }
 
@@ -190,6 +195,7 @@ pub(crate) fn write_replicas_of(
             replicas: Vec::new(),
             strategy: None,
             new: None,
+            wait_for_new: false,
         };
     };
     let sets = placement.tablets.tablet_for(token).write_replicas();
@@ -203,6 +209,7 @@ pub(crate) fn write_replicas_of(
         replicas: resolve(sets.old),
         strategy: Some(placement.strategy.clone()),
         new: sets.new.as_deref().map(resolve),
+        wait_for_new: sets.wait_for_new,
     }
 }
 

@@ -1,7 +1,11 @@
 //! Writes: a batch of cells split by tablet, each part sent to every replica of its
 //! tablet, acknowledged once the consistency level is met. While a tablet moves, its part
-//! goes to the old and the new replica set and the level must be met in each (so a write
-//! acknowledged during the move is on enough replicas whichever set reads use).
+//! goes to the old and the new replica set. The level must be met in the old set; in the
+//! new one too from the move's `Streamed` stage on, so a write acknowledged then is on
+//! enough replicas whichever set reads use. While the data streams (`WriteBoth`) the
+//! pending replica is not waited for: every delivery that does not reach a replica is
+//! counted ([`crate::barrier::MissedDeliveries`]), and the barrier of `Streamed` tells the
+//! migration whether the pending replica missed any (`shoal_placement::tablet`).
 //!
 //! Before anything is sent, every part's live replicas must be able to meet the level
 //! (`Unavailable` otherwise). A replica the failure detector calls down gets the part as a
@@ -52,8 +56,8 @@ fn same_partition(one: &[u8], other: &[u8]) -> bool {
 /// The outcome of sending one part of a write to one replica.
 enum Delivery {
     Acknowledged(HostId),
-    Hinted,
-    NotHinted,
+    Hinted(HostId),
+    NotHinted(HostId),
     Failed(HostId, Cells),
 }
 
@@ -166,6 +170,7 @@ impl StorageProxy {
                 replicas: Vec::new(),
                 strategy: None,
                 new: None,
+                wait_for_new: false,
             },
         };
         if replicas.replicas.is_empty() {
@@ -188,6 +193,7 @@ impl StorageProxy {
         let new_set = replicas.new_set();
         let new_requirement = new_set
             .as_ref()
+            .filter(|_| replicas.wait_for_new)
             .map(|set| requirement(local_datacenter, consistency, set));
         let requirement = requirement(local_datacenter, consistency, &replicas);
         let mut deliveries = FuturesUnordered::new();
@@ -219,8 +225,8 @@ impl StorageProxy {
                 let stored = self.hints.store(host_id, &cells);
                 deliveries.push(Box::pin(async move {
                     match stored.await {
-                        Ok(()) => Delivery::Hinted,
-                        Err(_) => Delivery::NotHinted,
+                        Ok(()) => Delivery::Hinted(host_id),
+                        Err(_) => Delivery::NotHinted(host_id),
                     }
                 }));
             }
@@ -251,12 +257,21 @@ impl StorageProxy {
                         acknowledged_after.push((host, started.elapsed()));
                         acknowledged.push(host)
                     }
-                    Some(Delivery::Hinted) => hinted += 1,
-                    Some(Delivery::NotHinted) => {}
+                    Some(Delivery::Hinted(host)) => {
+                        self.missed.record(host);
+                        hinted += 1
+                    }
+                    Some(Delivery::NotHinted(host)) => self.missed.record(host),
                     Some(Delivery::Failed(host, cells)) => {
+                        self.missed.record(host);
                         if !cells.is_empty() {
                             // Not counted even at ANY: the replica may have applied it.
-                            tokio::spawn(self.hints.store(host, &cells));
+                            let stored = self.hints.store(host, &cells);
+                            let in_flight = in_flight.clone();
+                            tokio::spawn(async move {
+                                let _in_flight = in_flight;
+                                stored.await
+                            });
                         }
                     }
                     None => break,
@@ -289,12 +304,18 @@ impl StorageProxy {
         // The guard goes along: a barrier waits for these deliveries too.
         if !deliveries.is_empty() {
             let hints = Arc::clone(&self.hints);
+            let missed = Arc::clone(&self.missed);
             tokio::spawn(async move {
                 let _in_flight = in_flight;
                 while let Some(delivery) = deliveries.next().await {
-                    if let Delivery::Failed(host, cells) = delivery {
-                        if !cells.is_empty() {
-                            let _ = hints.store(host, &cells).await;
+                    match delivery {
+                        Delivery::Acknowledged(_) => {}
+                        Delivery::Hinted(host) | Delivery::NotHinted(host) => missed.record(host),
+                        Delivery::Failed(host, cells) => {
+                            missed.record(host);
+                            if !cells.is_empty() {
+                                let _ = hints.store(host, &cells).await;
+                            }
                         }
                     }
                 }

@@ -420,7 +420,7 @@ impl NodeHandler {
                     Reply::Done
                 }
                 Some(proxy) => match proxy.settle(version, BARRIER_BOUND).await {
-                    Ok(()) => Reply::Done,
+                    Ok(settled) => Reply::Settled(settled),
                     Err(error) => Reply::Error(error),
                 },
                 None => Reply::Error("this node is still starting".into()),

@@ -187,8 +187,10 @@ pub enum Reply {
     /// What an operation did, as JSON text.
     Operated(String),
     Error(String),
-    /// Done (a barrier passed).
+    /// Done (a barrier's fence raised).
     Done,
+    /// A barrier's first round passed: what the node answers with it.
+    Settled(shoal_replication::barrier::Settled),
     Stream(crate::streaming::StreamReply),
     Strong(crate::strong::StrongReply),
 }

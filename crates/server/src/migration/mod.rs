@@ -7,10 +7,15 @@
 //!
 //! 1. drives every migration under way, each in a task of its own
 //!    ([`MigrationDriver::drive`]):
-//!    - `Allocated`: the pending replica clears any leftover of the range → `WriteBoth`;
+//!    - `Allocated`: the pending replica clears any leftover of the range, and a barrier
+//!      records what every node answers (its failed deliveries so far, and since when it
+//!      runs), which `Streamed` compares against → `WriteBoth`;
 //!    - `WriteBoth`: a topology barrier (every node routes writes to the pending replica
 //!      and stale coordinators are fenced out), then the pending replica streams the
-//!      range → `ReadNew`;
+//!      range → `Streamed`;
+//!    - `Streamed`: a barrier (every write that did not wait for the pending replica is
+//!      over); if a node missed a delivery to it since `Allocated`'s barrier, restarted,
+//!      or was out of reach, the range is streamed to it again → `ReadNew`;
 //!    - `ReadNew`: a barrier (nobody reads the old set any more) → `Cleanup`;
 //!    - `Cleanup`: a barrier (nobody writes the leaving replica any more), the leaving
 //!      replica drops the range → done.
@@ -41,8 +46,9 @@ use shoal_cluster::{
 };
 use shoal_model::{keys, HostId, TableId};
 use shoal_placement::{plan_moves, plan_primaries, BalancerNode, Budget, Bytes, MigrationId};
+use shoal_replication::barrier::BarrierAnswers;
 use shoal_replication::{Liveness, StorageProxy};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -90,6 +96,10 @@ pub struct MigrationDriver {
     pub strong: Arc<crate::strong::StrongTables>,
     /// Migrations with a task driving them.
     running: Mutex<HashSet<MigrationId>>,
+    /// What each node answered the barrier taken before writes reached a migration's
+    /// pending replica (`Streamed` compares against it; kept in memory only: a new
+    /// leader streams such a tablet a second time instead).
+    before_write_both: Mutex<HashMap<MigrationId, BarrierAnswers>>,
     /// What each tablet holds, for the balancer to even out bytes too.
     sizes: Arc<TabletSizes>,
 }
@@ -122,6 +132,7 @@ impl MigrationDriver {
             migrations_per_node,
             strong,
             running: Mutex::new(HashSet::new()),
+            before_write_both: Mutex::new(HashMap::new()),
             sizes: Arc::new(TabletSizes::default()),
         })
     }

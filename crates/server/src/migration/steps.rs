@@ -9,6 +9,7 @@ use crate::strong::{StrongReply, StrongRequest, StrongTables, WireStatus};
 use shoal_cluster::{ClusterState, Command, CommandOutcome, Member, MemberState};
 use shoal_model::{HostId, TableId, TabletId};
 use shoal_placement::{MigrationId, MigrationStage, Transition};
+use shoal_replication::barrier::{missed_nothing, BarrierAnswers};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -63,7 +64,7 @@ impl MigrationDriver {
         let strong = self.strong.is_strong(&table);
         // A pending replica that died takes the migration back, as long as the replica set
         // has not switched.
-        if transition.stage < MigrationStage::Cleanup {
+        if transition.stage != MigrationStage::Cleanup {
             if let Some(pending) = &pending_member {
                 if !self.alive(&pending.host_id) {
                     tracing::info!(%table, tablet = tablet.0, %migration, node = %pending.internode_address, "the node receiving the tablet is down: aborting the migration");
@@ -81,6 +82,12 @@ impl MigrationDriver {
                     self.join_group(&state, current, pending, migration, tablet_keys)
                         .await?;
                 }
+                self.advance(table, tablet, migration, MigrationStage::Streamed)
+                    .await
+            }
+            // Its writes go through the tablet's Raft group, which the new replica has
+            // joined: nothing was acknowledged without it.
+            MigrationStage::Streamed if strong => {
                 self.advance(table, tablet, migration, MigrationStage::ReadNew)
                     .await
             }
@@ -105,6 +112,11 @@ impl MigrationDriver {
                     BARRIER_BOUND,
                 )
                 .await?;
+                // What every node has missed so far: `Streamed` compares against it.
+                if !strong {
+                    let answers = self.barrier(&state).await?;
+                    self.before_write_both.lock().insert(migration, answers);
+                }
                 self.advance(table, tablet, migration, MigrationStage::WriteBoth)
                     .await
             }
@@ -114,6 +126,23 @@ impl MigrationDriver {
                     let sources = self.sources(&state, current.replicas.as_slice(), &transition)?;
                     self.receive(pending, tablet, migration, tablet_keys, sources)
                         .await?;
+                }
+                self.advance(table, tablet, migration, MigrationStage::Streamed)
+                    .await
+            }
+            MigrationStage::Streamed => {
+                // Drains every write that did not wait for the pending replica.
+                let answers = self.barrier(&state).await?;
+                if let Some(pending) = &pending_member {
+                    if let Err(reason) = self.nothing_missed(&state, migration, &answers, pending) {
+                        // Every write from the barrier on waited for it: a stream from a
+                        // snapshot taken now brings whatever it missed before.
+                        tracing::info!(%table, tablet = tablet.0, %migration, %reason, "the new replica may have missed writes: streaming the tablet to it again");
+                        let sources =
+                            self.sources(&state, current.replicas.as_slice(), &transition)?;
+                        self.receive(pending, tablet, migration, tablet_keys, sources)
+                            .await?;
+                    }
                 }
                 self.advance(table, tablet, migration, MigrationStage::ReadNew)
                     .await
@@ -383,10 +412,36 @@ impl MigrationDriver {
         }
     }
 
+    /// `Ok` when `pending` cannot have missed a write acknowledged while `migration` did
+    /// not wait for it: `answers`, those of `Streamed`'s barrier, against those of the
+    /// barrier taken before writes reached it (forgotten now). `Err` says why not.
+    fn nothing_missed(
+        &self,
+        state: &ClusterState,
+        migration: MigrationId,
+        answers: &BarrierAnswers,
+        pending: &Member,
+    ) -> Result<(), String> {
+        let before = self.before_write_both.lock().remove(&migration).ok_or(
+            "the barrier before writes reached it was taken by an earlier metadata leader",
+        )?;
+        // A member being removed (removenode, or replaced) was declared dead by the
+        // operator, as in Cassandra: it coordinates nothing, and waiting for it to answer
+        // would stream every tablet it held twice.
+        let members: Vec<HostId> = state
+            .members
+            .values()
+            .filter(|m| m.state != MemberState::Removing)
+            .map(|m| m.host_id)
+            .collect();
+        missed_nothing(&before, answers, &members, &pending.host_id)
+    }
+
     /// The topology barrier for the current version on every member the failure detector
     /// sees up (the ones it does not are fenced out by those that pass it): every one
-    /// settles first, then every one raises its fence.
-    async fn barrier(&self, state: &ClusterState) -> Result<(), Step> {
+    /// settles first, then every one raises its fence. Answers what each settled one
+    /// answered.
+    async fn barrier(&self, state: &ClusterState) -> Result<BarrierAnswers, Step> {
         let version = state.topology_version;
         let me = self.metadata.me().host_id;
         let members: Vec<&Member> = state
@@ -394,14 +449,15 @@ impl MigrationDriver {
             .values()
             .filter(|m| m.host_id == me || self.alive(&m.host_id))
             .collect();
+        let mut answers = BarrierAnswers::new();
         for fence in [false, true] {
             let rounds = members.iter().map(|member| async move {
                 if member.host_id == me {
                     if fence {
                         self.proxy.fence(version);
-                        return Ok(());
+                        return Ok(None);
                     }
-                    return self.proxy.settle(version, BARRIER_BOUND).await;
+                    return self.proxy.settle(version, BARRIER_BOUND).await.map(Some);
                 }
                 match self
                     .peers
@@ -412,18 +468,22 @@ impl MigrationDriver {
                     )
                     .await
                 {
-                    Ok(Reply::Done) => Ok(()),
+                    Ok(Reply::Done) if fence => Ok(None),
+                    Ok(Reply::Settled(settled)) if !fence => Ok(Some(settled)),
                     Ok(Reply::Error(error)) => Err(error),
                     Ok(other) => Err(format!("unexpected answer {other:?}")),
                     Err(error) => Err(error),
                 }
                 .map_err(|e| format!("barrier on {}: {e}", member.internode_address))
             });
-            for outcome in futures::future::join_all(rounds).await {
-                outcome.map_err(Step::Retry)?;
+            let outcomes = futures::future::join_all(rounds).await;
+            for (member, outcome) in members.iter().zip(outcomes) {
+                if let Some(settled) = outcome.map_err(Step::Retry)? {
+                    answers.insert(member.host_id, settled);
+                }
             }
         }
-        Ok(())
+        Ok(answers)
     }
 
     async fn advance(
@@ -455,6 +515,7 @@ impl MigrationDriver {
         migration: MigrationId,
         aborted: bool,
     ) -> Result<(), Step> {
+        self.before_write_both.lock().remove(&migration);
         match self
             .propose(Command::EndMigration {
                 table,

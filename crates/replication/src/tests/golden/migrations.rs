@@ -4,13 +4,15 @@
 //! - `join` — starts the next node and adds it to the cluster as `Joining`.
 //! - `move k=KEY from=nX to=nY` — starts moving the key's tablet from nX to nY
 //!   (`from=` or `to=` alone: a replica dropped or added).
-//! - `stage k=KEY write-both|read-new|cleanup [only="nX nY"]` — the next stage, applied by
-//!   every node or only by the listed ones (the others keep routing by the old map).
+//! - `stage k=KEY write-both|streamed|read-new|cleanup [only="nX nY"]` — the next stage,
+//!   applied by every node or only by the listed ones (the others keep routing by the old
+//!   map).
 //! - `end k=KEY [abort]` — the migration ends, the leaving replica dropping its copy (or
 //!   it is aborted before cleanup).
 //! - `sync` — every node applies the metadata committed so far.
 //! - `barrier [except="nX …"]` — the topology barrier for the current version on every node
-//!   but the listed ones.
+//!   but the listed ones; each node's line shows the deliveries it coordinated that failed,
+//!   per replica, when there were any.
 //! - `stream k=KEY` — the tablet's stored cells copied from the leaving replica (from every
 //!   old replica when it is down) to the pending one, then its Paxos state joined into the
 //!   pending one's, as streaming does.
@@ -116,9 +118,10 @@ impl Runner {
         let key = args.take_key("k").ok_or("k= is required")?.to_string();
         let to = match args.next_pos() {
             Some("write-both") => MigrationStage::WriteBoth,
+            Some("streamed") => MigrationStage::Streamed,
             Some("read-new") => MigrationStage::ReadNew,
             Some("cleanup") => MigrationStage::Cleanup,
-            _ => return Err("stage k=KEY write-both|read-new|cleanup".into()),
+            _ => return Err("stage k=KEY write-both|streamed|read-new|cleanup".into()),
         };
         let only = args.take_key("only").map(str::to_string);
         args.reject_next()?;
@@ -207,17 +210,34 @@ impl Runner {
                 .runtime
                 .block_on(node.proxy.settle(version, Duration::from_secs(5)));
             match outcome {
-                Ok(()) => settled.push(index),
+                Ok(answer) => settled.push((index, answer)),
                 Err(error) => writeln!(out, "{}: {error}", node.name)?,
             }
         }
         if !out.is_empty() {
             return Ok(out);
         }
-        for index in settled {
+        for (index, answer) in settled {
             let node = &cluster.nodes[index];
             node.proxy.fence(version);
-            writeln!(out, "{}: fenced at version {version}", node.name)?;
+            write!(out, "{}: fenced at version {version}", node.name)?;
+            // The deliveries it coordinated that failed, per replica, since it started.
+            let missed: Vec<String> = answer
+                .missed
+                .iter()
+                .map(|(host, count)| {
+                    let name = cluster
+                        .nodes
+                        .iter()
+                        .find(|n| n.member.host_id == *host)
+                        .map_or("?", |n| n.name.as_str());
+                    format!("{name} ×{count}")
+                })
+                .collect();
+            if !missed.is_empty() {
+                write!(out, " (missed deliveries: {})", missed.join(", "))?;
+            }
+            writeln!(out)?;
         }
         Ok(out)
     }
