@@ -516,13 +516,7 @@ impl goldenscript::Runner for Runner {
                 args.reject_next()?;
                 let cluster = self.cluster()?;
                 let (token, _) = partition(&key);
-                let name = |host: &shoal_model::HostId| {
-                    cluster
-                        .nodes
-                        .iter()
-                        .find(|n| n.member.host_id == *host)
-                        .map_or("?", |n| n.name.as_str())
-                };
+                let name = |host: &shoal_model::HostId| cluster.name_of(host);
                 let tablet = cluster.state.tables[&TABLE].tablets.tablet_for(token);
                 let names: Vec<&str> = tablet.replicas.iter().map(name).collect();
                 let moving = match &tablet.transition {

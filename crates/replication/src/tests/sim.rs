@@ -234,6 +234,16 @@ fn member(index: usize) -> Member {
 }
 
 impl SimCluster {
+    /// The node with this host id.
+    pub fn node_of(&self, host: &HostId) -> Option<&SimNode> {
+        self.nodes.iter().find(|n| n.member.host_id == *host)
+    }
+
+    /// The name of the node with this host id (`?` for none), as scripts print it.
+    pub fn name_of(&self, host: &HostId) -> &str {
+        self.node_of(host).map_or("?", |n| n.name.as_str())
+    }
+
     /// `nodes` nodes holding [`TABLE`] with `replication_factor` replicas per tablet.
     /// Hints are kept for `hint_window` and up to `max_hint_bytes` per node.
     pub fn new(

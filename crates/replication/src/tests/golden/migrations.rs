@@ -169,7 +169,7 @@ impl Runner {
             let (lower, upper) = keys::token_range(&TABLE, after, last);
             let leaving = transition
                 .leaving
-                .and_then(|host| cluster.nodes.iter().find(|n| n.member.host_id == host))
+                .and_then(|host| cluster.node_of(&host))
                 .filter(|n| cluster.liveness.is_alive_now(&n.member.host_id));
             if let Some(leaving) = leaving {
                 leaving.engine.delete_range(&lower, &upper)?;
@@ -225,14 +225,7 @@ impl Runner {
             let missed: Vec<String> = answer
                 .missed
                 .iter()
-                .map(|(host, count)| {
-                    let name = cluster
-                        .nodes
-                        .iter()
-                        .find(|n| n.member.host_id == *host)
-                        .map_or("?", |n| n.name.as_str());
-                    format!("{name} ×{count}")
-                })
+                .map(|(host, count)| format!("{} ×{count}", cluster.name_of(host)))
                 .collect();
             if !missed.is_empty() {
                 write!(out, " (missed deliveries: {})", missed.join(", "))?;
@@ -268,7 +261,7 @@ impl Runner {
                 .copied()
                 .collect(),
         };
-        let node = |host| cluster.nodes.iter().find(|n| n.member.host_id == host);
+        let node = |host| cluster.node_of(&host);
         let target = node(pending).ok_or("no pending node")?;
         let mut out = String::new();
         for source in sources {
