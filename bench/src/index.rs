@@ -39,7 +39,7 @@ pub struct IndexArgs {
     #[arg(long, default_value = "127.0.0.1:9042")]
     pub contact: String,
     #[command(flatten)]
-    pub login: crate::runner::Login,
+    pub login: crate::login::Login,
     /// Keyspace to create and use.
     #[arg(long, default_value = "index_bench")]
     pub keyspace: String,

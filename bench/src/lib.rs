@@ -25,6 +25,7 @@
 pub mod epoch_log;
 pub mod generators;
 pub mod index;
+pub mod login;
 pub mod lwt;
 pub mod point;
 pub mod report;

@@ -23,7 +23,7 @@ pub struct StrongArgs {
     #[arg(long, default_value = "127.0.0.1:9042")]
     pub contact: String,
     #[command(flatten)]
-    pub login: crate::runner::Login,
+    pub login: crate::login::Login,
     /// Keyspace to create (strongly consistent) and use.
     #[arg(long, default_value = "strong_bench")]
     pub keyspace: String,

@@ -36,7 +36,7 @@ pub struct VectorArgs {
     #[arg(long, default_value = "127.0.0.1:9042")]
     pub contact: String,
     #[command(flatten)]
-    pub login: crate::runner::Login,
+    pub login: crate::login::Login,
     /// Keyspace to create and use.
     #[arg(long, default_value = "vector_bench")]
     pub keyspace: String,
