@@ -1,7 +1,8 @@
 //! Server-pushed events (protocol EVENT frames, stream id -1) to connections that
 //! REGISTERed for them: SCHEMA_CHANGE when a schema change is applied here (whichever node
-//! made it), TOPOLOGY_CHANGE when a member joins, STATUS_CHANGE when the failure detector
-//! sees a member go down or come back (`crate::membership`).
+//! made it), TOPOLOGY_CHANGE when a member has joined, STATUS_CHANGE when the failure
+//! detector sees a member go down or come back (`crate::membership`; a member still joining
+//! is announced only once it is normal).
 
 use parking_lot::Mutex;
 use shoal_cql::frame;

@@ -4,9 +4,11 @@
 //!
 //! - pinging every member ([`PING_INTERVAL`]); a member not heard from for
 //!   [`CONVICTION`] is down (STATUS_CHANGE DOWN), heard again is up (STATUS_CHANGE UP, and
-//!   its hints are replayed);
+//!   its hints are replayed) — except a member still joining, which clients hear of only
+//!   once it is normal;
 //! - following the cluster metadata: installing schema changes made elsewhere (and
-//!   pushing SCHEMA_CHANGE events for them), announcing new members (TOPOLOGY_CHANGE).
+//!   pushing SCHEMA_CHANGE events for them), announcing new members once they are normal
+//!   (TOPOLOGY_CHANGE NEW_NODE, then STATUS_CHANGE UP).
 
 use crate::events::EventBus;
 use crate::internode::{Handler, MemberStatus, Message, Peers, Reply};
@@ -490,10 +492,10 @@ pub async fn run_failure_detection(
                 continue;
             };
             tracing::info!(peer = %member.internode_address, up, "peer status changed");
-            events.publish(Event::StatusChange {
-                change: if up { "UP" } else { "DOWN" },
-                address: member.cql_address,
-            });
+            // Drivers hear of a joining member once it is normal (`follow_metadata`).
+            if member.state != shoal_cluster::MemberState::Joining {
+                events.publish(status_change(member.cql_address, up));
+            }
         }
         // Hints for members that are up.
         let hints = proxy.hints();
@@ -521,11 +523,25 @@ pub async fn run_failure_detection(
     }
 }
 
+fn status_change(address: SocketAddr, up: bool) -> Event {
+    Event::StatusChange {
+        change: if up { "UP" } else { "DOWN" },
+        address,
+    }
+}
+
 /// Follows the cluster metadata: installs schema changes made elsewhere and announces
 /// them and new members to registered clients.
+///
+/// A member is announced once it is normal, as Cassandra announces a bootstrapping node
+/// only when its bootstrap is over: TOPOLOGY_CHANGE NEW_NODE, then STATUS_CHANGE UP if it
+/// is up. While it joins, clients hear nothing of it — not even the failure detector's
+/// UP: it is not in `system.peers` yet, and a driver re-reads the topology at every
+/// status change, work on the client and on a node for nothing while the join runs.
 pub async fn follow_metadata(
     cluster: Arc<ClusterMetadata>,
     coordinator: Arc<Coordinator>,
+    detector: Arc<FailureDetector>,
     events: Arc<EventBus>,
 ) {
     let mut states = cluster.subscribe();
@@ -571,6 +587,9 @@ pub async fn follow_metadata(
                     change: "NEW_NODE",
                     address: member.cql_address,
                 });
+                if detector.is_alive(&member.host_id) {
+                    events.publish(status_change(member.cql_address, true));
+                }
             }
         }
         let gone: Vec<(HostId, SocketAddr)> = known
@@ -674,25 +693,4 @@ async fn serve_replica_request(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hearing_from_a_peer_that_was_not_up_wakes_whoever_waits_for_one() {
-        let detector = FailureDetector::new(HostId([1; 16]));
-        let mut came_up = detector.subscribe_came_up();
-        let peer = HostId([2; 16]);
-        detector.heard_from(peer, [0; 16], 0);
-        assert!(came_up.has_changed().unwrap(), "a new peer came up");
-        came_up.mark_unchanged();
-        detector.heard_from(peer, [0; 16], 0);
-        assert!(
-            !came_up.has_changed().unwrap(),
-            "a peer already up did not come up again"
-        );
-        // Only our own pings decide: a ping from another peer wakes nobody.
-        detector.noted(HostId([3; 16]), [0; 16], 0);
-        assert!(!came_up.has_changed().unwrap());
-        assert!(detector.is_alive(&peer));
-    }
-}
+mod tests;

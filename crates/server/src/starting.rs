@@ -273,6 +273,7 @@ impl Services {
         tasks.push(tokio::spawn(membership::follow_metadata(
             Arc::clone(&self.metadata),
             Arc::clone(&self.coordinator),
+            Arc::clone(&self.detector),
             Arc::clone(&self.events),
         )));
         tasks
