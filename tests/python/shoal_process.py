@@ -6,6 +6,7 @@ cleans up.
 """
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -23,15 +24,50 @@ def shoal_binary() -> str:
     return os.path.join(target, "release", "shoal")
 
 
-def free_port(address: str = "127.0.0.1", other_than: int = None) -> int:
-    """A port free on `address` right now, and not `other_than` (a port picked a moment ago
-    and released since, which the system may hand out again)."""
-    while True:
-        with socket.socket() as probe:
-            probe.bind((address, 0))
-            port = probe.getsockname()[1]
-        if port != other_than:
+def _ephemeral_range_start() -> int:
+    """The first port of the kernel's ephemeral range, from which it picks the local port of
+    an outgoing connection (32768 unless the machine is configured otherwise)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as range_file:
+            return int(range_file.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _port_candidates():
+    """Every port from 10000 up to the ephemeral range once, starting at a random place."""
+    floor, ceiling = 10000, max(_ephemeral_range_start(), 10001)
+    start = random.randrange(ceiling - floor)
+    for step in range(ceiling - floor):
+        yield floor + (start + step) % (ceiling - floor)
+
+
+_candidates = _port_candidates()
+
+
+def free_port_on_all(addresses) -> int:
+    """A port free right now on every one of `addresses`, never handed out before in this
+    test run (so two picks always differ).
+
+    It comes from below the kernel's ephemeral range: a port from that range, found free a
+    moment ago, can be taken by any outgoing connection (a driver's, a node's internode one)
+    before the node under test binds it, and the node then fails to start with "Address
+    already in use". Below the range, only a process that asks for that very port takes it."""
+    for port in _candidates:
+        try:
+            for address in addresses:
+                with socket.socket() as probe:
+                    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    probe.bind((address, port))
             return port
+        except OSError:
+            continue
+    raise RuntimeError(f"no port free below the ephemeral range on {addresses}")
+
+
+def free_port(address: str = "127.0.0.1") -> int:
+    """A port free on `address` (see `free_port_on_all`)."""
+    return free_port_on_all([address])
 
 
 class ShoalNode:
@@ -42,8 +78,7 @@ class ShoalNode:
         self.data_dir = Path(data_dir)
         self.address = address
         self.port = port or free_port(address)
-        # A node refuses to start with equal CQL and internode ports.
-        self.internode_port = internode_port or free_port(address, other_than=self.port)
+        self.internode_port = internode_port or free_port(address)
         self.seeds = list(seeds)
         self.commitlog_sync = commitlog_sync
         self.config = config

@@ -23,34 +23,17 @@ from cassandra.policies import (
 )
 from cassandra.query import SimpleStatement
 
-from shoal_process import ShoalNode, shoal_binary
+from shoal_process import ShoalNode, free_port_on_all, shoal_binary
 from test_protocol import READY, STARTUP, frame, read_frame, string_map
 
 ADDRESSES = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
 HINT_WINDOW_MS = 8000
 
 
-def free_port_on_all(addresses):
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind((addresses[0], 0))
-            port = probe.getsockname()[1]
-        try:
-            for address in addresses[1:]:
-                with socket.socket() as probe:
-                    probe.bind((address, port))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no port free on every address")
-
-
 class LocalCluster:
     def __init__(self, base, size=3):
         self.cql_port = free_port_on_all(ADDRESSES + ["127.0.0.4"])
         self.internode_port = free_port_on_all(ADDRESSES + ["127.0.0.4"])
-        while self.internode_port == self.cql_port:
-            self.internode_port = free_port_on_all(ADDRESSES + ["127.0.0.4"])
         self.config = base / "cluster.toml"
         self.config.write_text(f"max_hint_window_ms = {HINT_WINDOW_MS}\n")
         self.nodes = [self.make_node(base, address) for address in ADDRESSES[:size]]
@@ -618,8 +601,6 @@ def test_a_joining_node_is_announced_once_normal_and_schema_changes_are_pushed_b
     addresses = ["127.0.0.5", "127.0.0.6"]
     cql_port = free_port_on_all(addresses)
     internode_port = free_port_on_all(addresses)
-    while internode_port == cql_port:
-        internode_port = free_port_on_all(addresses)
     first, second = (ShoalNode(tmp_path / address, address=address, port=cql_port, internode_port=internode_port,
                                seeds=[addresses[0]]) for address in addresses)
     events = None
@@ -756,8 +737,6 @@ def test_seeds_form_a_cluster_whatever_order_they_start_in(tmp_path):
     addresses = ["127.0.0.5", "127.0.0.6"]
     cql_port = free_port_on_all(addresses)
     internode_port = free_port_on_all(addresses)
-    while internode_port == cql_port:
-        internode_port = free_port_on_all(addresses)
     first, second = [
         ShoalNode(tmp_path / f"node-{address}", address=address, port=cql_port,
                   internode_port=internode_port, seeds=addresses)
@@ -787,8 +766,6 @@ def test_concurrent_joins_never_make_more_than_three_metadata_voters(tmp_path):
     addresses = [f"127.0.0.{n}" for n in range(7, 12)]
     cql_port = free_port_on_all(addresses)
     internode_port = free_port_on_all(addresses)
-    while internode_port == cql_port:
-        internode_port = free_port_on_all(addresses)
     nodes = [ShoalNode(tmp_path / f"node-{address}", address=address, port=cql_port,
                        internode_port=internode_port, seeds=addresses[:1])
              for address in addresses]

@@ -20,8 +20,7 @@ from cassandra.cluster import Cluster, ExecutionProfile, EXEC_PROFILE_DEFAULT
 from cassandra.concurrent import execute_concurrent_with_args
 from cassandra.policies import FallthroughRetryPolicy, RoundRobinPolicy, WhiteListRoundRobinPolicy
 
-from shoal_process import ShoalNode, shoal_binary
-from test_cluster import free_port_on_all
+from shoal_process import ShoalNode, free_port_on_all, shoal_binary
 
 ADDRESSES = [f"127.0.0.{i}" for i in range(1, 7)]
 # Keys the workload writes and reads, and rows that are only there to be streamed.
@@ -37,8 +36,6 @@ class ElasticCluster:
         self.base = base
         self.cql_port = free_port_on_all(ADDRESSES)
         self.internode_port = free_port_on_all(ADDRESSES)
-        while self.internode_port == self.cql_port:
-            self.internode_port = free_port_on_all(ADDRESSES)
         self.config = base / "elastic.toml"
         self.config.write_text("\n".join(config_lines) + "\n")
         self.nodes = {}

@@ -6,7 +6,6 @@ import json
 import re
 import shutil
 from pathlib import Path
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -16,8 +15,8 @@ from cassandra import ConsistencyLevel
 from cassandra.cluster import Cluster
 from cassandra.query import SimpleStatement
 
-from shoal_process import ShoalNode
-from test_cluster import ADDRESSES, LocalCluster, free_port_on_all
+from shoal_process import ShoalNode, free_port, free_port_on_all
+from test_cluster import ADDRESSES, LocalCluster
 
 
 def scrape(address, port):
@@ -89,12 +88,6 @@ def prometheus_query(port, query):
     url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": query})
     with urllib.request.urlopen(url, timeout=10) as response:
         return json.loads(response.read())["data"]["result"]
-
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_prometheus_scrapes_a_three_node_cluster_and_computes_a_request_rate(tmp_path):

@@ -4,12 +4,16 @@
 //! statements, writes at ALL read at ONE through each node, and after `kill -9` of one
 //! node QUORUM keeps working while ALL is `Unavailable`.
 
+// The server's integration-test helpers (free ports among them), shared rather than copied.
+#[path = "../../server/tests/common/mod.rs"]
+mod common;
+
 use scylla::client::execution_profile::ExecutionProfile;
 use scylla::client::session::Session;
 use scylla::client::session_builder::SessionBuilder;
 use scylla::policies::load_balancing::{NodeIdentifier, SingleTargetLoadBalancingPolicy};
 use scylla::statement::Consistency;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -32,18 +36,9 @@ fn address(index: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 0, 0, index))
 }
 
-/// A port free on 127.0.0.1-3.
+/// A port free on 127.0.0.1-3 (see [`common::free_port_on`]).
 fn free_port() -> u16 {
-    loop {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        if (2..=3).all(|i| TcpListener::bind(SocketAddr::new(address(i), port)).is_ok()) {
-            return port;
-        }
-    }
+    common::free_port_on(&[address(1), address(2), address(3)])
 }
 
 fn wait_for(address: SocketAddr, child: &mut Child) {
@@ -63,11 +58,7 @@ fn wait_for(address: SocketAddr, child: &mut Child) {
 
 fn start_cluster() -> (Processes, u16) {
     let directory = tempfile::tempdir().unwrap();
-    let cql_port = free_port();
-    let mut internode_port = free_port();
-    while internode_port == cql_port {
-        internode_port = free_port();
-    }
+    let (cql_port, internode_port) = (free_port(), free_port());
     let mut processes = Processes {
         children: Vec::new(),
         _directory: directory,

@@ -8,17 +8,51 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
-/// Two different ports free on 127.0.0.1 right now, for a node's CQL and internode
-/// ports. Both listeners are held while the second port is chosen. Two separate picks could
-/// be handed the same port (the first is released before the second is asked for), and the
-/// node refuses to start with equal ports.
+/// A port for a node under test, free right now on every one of `addresses`.
+///
+/// Ports come from below the kernel's ephemeral range (`ip_local_port_range`): a port
+/// from that range, found free a moment ago, can be taken by any outgoing connection (a
+/// driver's, a node's internode one) before the node under test binds it, and the node
+/// then fails to start with "Address already in use". Below the range, only a process
+/// that asks for that very port can take it. Each port is handed out once per test
+/// binary (a counter shared by its tests, which run in parallel), starting at a place
+/// that depends on the process id, so two binaries run one after the other start apart.
+pub fn free_port_on(addresses: &[std::net::IpAddr]) -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static HANDED_OUT: AtomicU32 = AtomicU32::new(0);
+    let (floor, ceiling) = (10_000, ephemeral_range_start().max(10_001));
+    let span = ceiling - floor;
+    let start = std::process::id() * 97 % span;
+    loop {
+        let count = HANDED_OUT.fetch_add(1, Ordering::Relaxed);
+        assert!(
+            count < span,
+            "no port free below {ceiling} on {addresses:?}"
+        );
+        let port = (floor + (start + count) % span) as u16;
+        let free = |address: &std::net::IpAddr| {
+            std::net::TcpListener::bind(std::net::SocketAddr::new(*address, port)).is_ok()
+        };
+        if addresses.iter().all(free) {
+            return port;
+        }
+    }
+}
+
+/// The first port of the kernel's ephemeral range, from which it picks the local port of
+/// an outgoing connection (32768 unless the machine is configured otherwise).
+fn ephemeral_range_start() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
+}
+
+/// Two different ports free on 127.0.0.1, for a node's CQL and internode ports (see
+/// [`free_port_on`]; a port is never handed out twice, so the two differ).
 pub fn free_ports() -> (u16, u16) {
-    let first = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let second = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    (
-        first.local_addr().unwrap().port(),
-        second.local_addr().unwrap().port(),
-    )
+    let loopback = [std::net::IpAddr::from([127, 0, 0, 1])];
+    (free_port_on(&loopback), free_port_on(&loopback))
 }
 
 /// A two-worker Tokio runtime, as on the machines the node runs on.
