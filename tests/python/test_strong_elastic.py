@@ -90,7 +90,9 @@ def test_a_strong_keyspace_keeps_every_write_while_a_node_joins_and_another_is_d
         wait_until(lambda: cluster.settled(3), timeout=120, message="the decommissioned node to leave")
     print(f"writes acknowledged: {writer.ok}, failed: {len(writer.failed)} {sorted(set(writer.failed))[:5]}")
     assert writer.ok > 0
-    # Moves cost a few writes at most (an election after a leader leaves its group).
+    # Moves cost a few writes at most: one sent to a leader as it is killed or leaves its
+    # group may have been applied, so it times out. A write that finds its leader down
+    # waits for the next one instead.
     assert len(writer.failed) <= max(10, writer.ok // 10), writer.failed[:10]
     for replicas in strong_replicas(cluster):
         assert len(set(replicas)) == 3 and ADDRESSES[1] not in replicas, replicas

@@ -62,7 +62,7 @@ mod peers;
 mod serving;
 
 use frame::*;
-pub use peers::{PeerStatistics, Peers};
+pub use peers::{CallError, PeerStatistics, Peers};
 pub use serving::serve;
 
 /// The internode protocol version every frame carries; a peer speaking another one is

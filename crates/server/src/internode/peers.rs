@@ -71,6 +71,27 @@ pub(super) async fn connect_from(
     socket.connect(to).await
 }
 
+/// Why a [`Peers::call`] has no reply. Whether the peer may have acted on the message is
+/// what a caller needs to know before it sends the message again, or elsewhere.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// The message never left this node: no connection could be opened (the peer is down
+    /// or unreachable, this node is stopping), or it closed before the message was handed
+    /// to it. The peer cannot have acted on it.
+    #[error("{0}")]
+    NotSent(String),
+    /// The message was handed to the connection, and no reply came in time or the
+    /// connection closed first: the peer may have acted on it.
+    #[error("{0}")]
+    NoReply(String),
+}
+
+impl From<CallError> for String {
+    fn from(error: CallError) -> String {
+        error.to_string()
+    }
+}
+
 /// Why an outgoing connection could not be opened.
 pub(super) enum OpenFailure {
     /// The peer could not be reached (no retry before [`RECONNECT_BACKOFF`]).
@@ -266,27 +287,25 @@ impl Peers {
         to: SocketAddr,
         message: &Message,
         timeout: Duration,
-    ) -> Result<Reply, String> {
+    ) -> Result<Reply, CallError> {
         let deadline = tokio::time::Instant::now() + timeout;
         let connection = tokio::time::timeout_at(deadline, self.connection(to, message.lane()))
             .await
-            .map_err(|_| format!("connecting to {to} timed out"))??;
+            .map_err(|_| CallError::NotSent(format!("connecting to {to} timed out")))?
+            .map_err(CallError::NotSent)?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = Frame {
-            head: encode_frame(id, message)?,
+            head: encode_frame(id, message).map_err(CallError::NotSent)?,
             attachment: Bytes::new(),
         };
         let (sender, receiver) = oneshot::channel();
         connection.pending.lock().insert(id, sender);
+        let closed = || format!("the connection to {to} closed");
         let outcome = tokio::time::timeout_at(deadline, async {
-            connection
-                .frames
-                .send(frame)
-                .await
-                .map_err(|_| format!("the connection to {to} closed"))?;
-            receiver
-                .await
-                .map_err(|_| format!("the connection to {to} closed"))
+            if connection.frames.send(frame).await.is_err() {
+                return Err(CallError::NotSent(closed()));
+            }
+            receiver.await.map_err(|_| CallError::NoReply(closed()))
         })
         .await;
         let (counter, result) = match outcome {
@@ -294,7 +313,7 @@ impl Peers {
             Ok(Err(error)) => (&connection.dropped, Err(error)),
             Err(_) => {
                 connection.pending.lock().remove(&id);
-                let error = format!("{to} did not answer within {timeout:?}");
+                let error = CallError::NoReply(format!("{to} did not answer within {timeout:?}"));
                 (&connection.dropped, Err(error))
             }
         };

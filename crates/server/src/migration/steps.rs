@@ -408,7 +408,7 @@ impl MigrationDriver {
                 member.internode_address
             ))),
             Ok(other) => Err(Step::Retry(format!("unexpected answer {other:?}"))),
-            Err(error) => Err(Step::Retry(error)),
+            Err(error) => Err(Step::Retry(error.into())),
         }
     }
 
@@ -472,7 +472,7 @@ impl MigrationDriver {
                     Ok(Reply::Settled(settled)) if !fence => Ok(Some(settled)),
                     Ok(Reply::Error(error)) => Err(error),
                     Ok(other) => Err(format!("unexpected answer {other:?}")),
-                    Err(error) => Err(error),
+                    Err(error) => Err(error.into()),
                 }
                 .map_err(|e| format!("barrier on {}: {e}", member.internode_address))
             });

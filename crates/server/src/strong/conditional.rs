@@ -178,7 +178,8 @@ impl StrongTurn {
                 if leader == tables.me {
                     tables.leases.end(number);
                 } else {
-                    tables
+                    // Unanswered, the lease ends by itself when its time is up.
+                    let _ = tables
                         .ask(leader, StrongRequest::Unlock { lease: number }, deadline)
                         .await;
                 }
@@ -254,7 +255,8 @@ impl StrongTables {
 
     /// The coordinator's side of step 2: `update` appended under the turn's lease and
     /// applied. `Preempted` when it was certainly not appended (the lease ended, the
-    /// leader lost office): the transaction reads again. `WriteTimeout` of type `CAS`
+    /// leader lost office, the request could not be sent to it): the transaction reads
+    /// again. `WriteTimeout` of type `CAS`
     /// when the outcome is unknown.
     pub async fn propose_locked(
         &self,
@@ -274,15 +276,14 @@ impl StrongTables {
         };
         let deadline = tokio::time::Instant::now() + super::STRONG_WRITE_TIMEOUT;
         let answer = if leader == self.me {
-            Some(self.serve_until(&request, deadline).await)
+            Ok(self.serve_until(&request, deadline).await)
         } else {
             self.ask(leader, request, deadline).await
         };
         match answer {
-            Some(StrongReply::Applied) => Ok(ProposalOutcome::Committed),
-            Some(StrongReply::LeaseLost | StrongReply::NotLeader { .. } | StrongReply::Fenced) => {
-                Ok(ProposalOutcome::Preempted)
-            }
+            Ok(StrongReply::Applied) => Ok(ProposalOutcome::Committed),
+            Ok(StrongReply::LeaseLost | StrongReply::NotLeader { .. } | StrongReply::Fenced)
+            | Err(super::Unanswered::NotSent) => Ok(ProposalOutcome::Preempted),
             _ => Err(write_timeout(serial, 0, target.majority(), WriteType::Cas)),
         }
     }

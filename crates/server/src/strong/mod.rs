@@ -4,8 +4,10 @@
 //!
 //! - **Writes** are proposed to the tablet's group at its leader — on this node, or
 //!   forwarded to the leader over the internode connection — and answered once committed
-//!   and applied there. A write whose outcome is unknown when its time is up (no leader
-//!   elected in time, the leader lost) is a `WriteTimeout`, as Cassandra's CAS writes are.
+//!   and applied there. A write that could not be sent to the leader (it is down) waits
+//!   for the next one; a write whose outcome is unknown when its time is up (no leader
+//!   elected in time, the leader lost with the write sent) is a `WriteTimeout`, as
+//!   Cassandra's CAS writes are.
 //! - **Reads** are served by the leader once the log up to its read index is applied
 //!   there (the leader's lease makes that a local decision: no round trip).
 //! - **Applying** ([`machine`]): members write committed entries to their engine in log
@@ -50,7 +52,7 @@ mod serving;
 pub mod splits;
 mod wire;
 
-use crate::internode::{Message, Peers, Reply};
+use crate::internode::{CallError, Message, Peers, Reply};
 use crate::tls::InternodeTls;
 use shoal_cluster::{ClusterMetadata, ClusterState};
 use shoal_consensus::runtime::{self, tcp, NodeOptions, ProposeError, RaftHandle};
@@ -82,6 +84,15 @@ const MEMBERSHIP_CHANGE_WAIT: Duration = Duration::from_secs(2);
 /// How often the groups are checked against the schema even when nothing signals a change
 /// (the schema is installed by another task, shortly after the metadata changes).
 const FOLLOW_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Why a request sent to another node has no answer.
+enum Unanswered {
+    /// It never left this node (see [`CallError::NotSent`]): the other node cannot have
+    /// acted on it, so even a proposal may be sent again.
+    NotSent,
+    /// It may have been acted on, and the answer was lost or late.
+    NoReply,
+}
 
 /// The Raft group of `tablet` of `table`: the same number on every node.
 pub fn group_of(table: &TableId, tablet: TabletId) -> GroupId {
@@ -360,27 +371,29 @@ impl StrongTables {
                 break;
             }
             let answer = match self.whom_to_ask(target, named.take(), attempt).await {
-                Some(leader) if leader == self.me => {
-                    Some(self.serve_until(request, deadline).await)
-                }
+                Some(leader) if leader == self.me => Ok(self.serve_until(request, deadline).await),
                 Some(leader) => self.ask(leader, request.clone(), deadline).await,
-                None => Some(StrongReply::NotLeader { leader: None }),
+                None => Ok(StrongReply::NotLeader { leader: None }),
             };
             match answer {
-                Some(StrongReply::NotLeader { leader }) => {
+                Ok(StrongReply::NotLeader { leader }) => {
                     named = leader.map(HostId).filter(|l| target.members.contains(l));
                 }
                 // A split is ending: asked again until the tablet map has the halves (the
                 // caller then routes to them), or the fence is lifted.
-                Some(StrongReply::Fenced) => {
+                Ok(StrongReply::Fenced) => {
                     tokio::time::sleep(FENCED_PAUSE).await;
                     if !self.still_placed(target) {
                         return Some(StrongReply::Fenced);
                     }
                     continue;
                 }
-                None if may_repeat => {}
-                other => return other,
+                // The leader this node knew of is down or unreachable, and nothing was
+                // appended: asked again, of whoever leads once the others elect one.
+                Err(Unanswered::NotSent) => {}
+                Err(Unanswered::NoReply) if may_repeat => {}
+                Err(Unanswered::NoReply) => return None,
+                Ok(other) => return Some(other),
             }
             if named.is_none() {
                 // A group nobody leads any more (its tablet was split since): re-routed.
@@ -544,32 +557,35 @@ impl StrongTables {
         }
     }
 
-    /// Sends `request` to `leader` and returns its answer (`None`: no answer in time).
+    /// Sends `request` to `leader` and returns its answer, or why there is none.
     async fn ask(
         &self,
         leader: HostId,
         request: StrongRequest,
         deadline: tokio::time::Instant,
-    ) -> Option<StrongReply> {
-        let address = self
-            .metadata
-            .state()
-            .member_by_host(&leader)?
-            .internode_address;
+    ) -> Result<StrongReply, Unanswered> {
+        let Some(member) = self.metadata.state().member_by_host(&leader).cloned() else {
+            return Err(Unanswered::NotSent);
+        };
+        let address = member.internode_address;
         let timeout = deadline.saturating_duration_since(tokio::time::Instant::now());
         match self
             .peers
             .call(address, &Message::Strong(request), timeout)
             .await
         {
-            Ok(Reply::Strong(reply)) => Some(reply),
+            Ok(Reply::Strong(reply)) => Ok(reply),
             Ok(other) => {
                 tracing::debug!(%address, ?other, "a strongly consistent request was answered otherwise");
-                None
+                Err(Unanswered::NoReply)
             }
-            Err(error) => {
+            Err(CallError::NotSent(error)) => {
+                tracing::debug!(%address, %error, "a strongly consistent request could not be sent");
+                Err(Unanswered::NotSent)
+            }
+            Err(CallError::NoReply(error)) => {
                 tracing::debug!(%address, %error, "a strongly consistent request got no answer");
-                None
+                Err(Unanswered::NoReply)
             }
         }
     }
@@ -580,7 +596,7 @@ impl StrongTables {
         if node == self.me {
             return Some(self.serve_until(&request, deadline).await);
         }
-        self.ask(node, request, deadline).await
+        self.ask(node, request, deadline).await.ok()
     }
 
     fn operation_deadline() -> tokio::time::Instant {
