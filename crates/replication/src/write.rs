@@ -61,6 +61,20 @@ enum Delivery {
     Failed(HostId, Cells),
 }
 
+impl Delivery {
+    /// The replica this delivery did not reach, if it did not: hinted or not, every
+    /// delivery short of an acknowledgement is one a barrier counts as missed
+    /// ([`crate::barrier::MissedDeliveries`]).
+    fn missed(&self) -> Option<HostId> {
+        match self {
+            Delivery::Acknowledged(_) => None,
+            Delivery::Hinted(host) | Delivery::NotHinted(host) | Delivery::Failed(host, _) => {
+                Some(*host)
+            }
+        }
+    }
+}
+
 impl StorageProxy {
     /// Applies `batch` on the replicas of its tablets and waits for `consistency`.
     pub async fn write(
@@ -252,29 +266,30 @@ impl StorageProxy {
         };
         while !met(&acknowledged, hinted) {
             tokio::select! {
-                delivery = deliveries.next() => match delivery {
-                    Some(Delivery::Acknowledged(host)) => {
-                        acknowledged_after.push((host, started.elapsed()));
-                        acknowledged.push(host)
-                    }
-                    Some(Delivery::Hinted(host)) => {
+                delivery = deliveries.next() => {
+                    if let Some(host) = delivery.as_ref().and_then(Delivery::missed) {
                         self.missed.record(host);
-                        hinted += 1
                     }
-                    Some(Delivery::NotHinted(host)) => self.missed.record(host),
-                    Some(Delivery::Failed(host, cells)) => {
-                        self.missed.record(host);
-                        if !cells.is_empty() {
-                            // Not counted even at ANY: the replica may have applied it.
-                            let stored = self.hints.store(host, &cells);
-                            let in_flight = in_flight.clone();
-                            tokio::spawn(async move {
-                                let _in_flight = in_flight;
-                                stored.await
-                            });
+                    match delivery {
+                        Some(Delivery::Acknowledged(host)) => {
+                            acknowledged_after.push((host, started.elapsed()));
+                            acknowledged.push(host)
                         }
+                        Some(Delivery::Hinted(_)) => hinted += 1,
+                        Some(Delivery::NotHinted(_)) => {}
+                        Some(Delivery::Failed(host, cells)) => {
+                            if !cells.is_empty() {
+                                // Not counted even at ANY: the replica may have applied it.
+                                let stored = self.hints.store(host, &cells);
+                                let in_flight = in_flight.clone();
+                                tokio::spawn(async move {
+                                    let _in_flight = in_flight;
+                                    stored.await
+                                });
+                            }
+                        }
+                        None => break,
                     }
-                    None => break,
                 },
                 _ = &mut timeout => break,
             }
@@ -308,14 +323,12 @@ impl StorageProxy {
             tokio::spawn(async move {
                 let _in_flight = in_flight;
                 while let Some(delivery) = deliveries.next().await {
-                    match delivery {
-                        Delivery::Acknowledged(_) => {}
-                        Delivery::Hinted(host) | Delivery::NotHinted(host) => missed.record(host),
-                        Delivery::Failed(host, cells) => {
-                            missed.record(host);
-                            if !cells.is_empty() {
-                                let _ = hints.store(host, &cells).await;
-                            }
+                    if let Some(host) = delivery.missed() {
+                        missed.record(host);
+                    }
+                    if let Delivery::Failed(host, cells) = delivery {
+                        if !cells.is_empty() {
+                            let _ = hints.store(host, &cells).await;
                         }
                     }
                 }
