@@ -9,6 +9,7 @@ later one, during the moves (no missing or old row) and afterwards through every
 
 import json
 import random
+import socket
 import subprocess
 import threading
 import time
@@ -361,6 +362,29 @@ def test_a_dead_node_is_replaced_by_a_new_one_at_the_same_address(elastic):
     assert members[victim][1] != old_id, "the replacement has a host id of its own"
     assert_fully_replicated(cluster)
     assert_everything_readable(cluster, workload.acked, rows, ConsistencyLevel.ALL)
+
+
+def test_a_node_started_with_join_ring_false_enters_the_cluster_only_once_told(elastic):
+    cluster = elastic().start(3)
+    rows = create_table(cluster, filler_rows=2000)
+    waiting = cluster.node(ADDRESSES[3], extra_args=["--join-ring", "false"]).launch()
+    waiting.wait_for_log("shoal admin join", timeout=60)
+    # It answers the operator, but it is no member and serves no client yet.
+    result = cluster.admin("info", host=ADDRESSES[3], check=False)
+    assert result.returncode != 0 and "waits for `shoal admin join`" in result.stderr, result.stderr
+    assert ADDRESSES[3] not in cluster.status()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((ADDRESSES[3], cluster.cql_port), timeout=5).close()
+    with QuorumWorkload(cluster) as workload:
+        assert "joining" in cluster.admin("join", host=ADDRESSES[3]).stdout
+        waiting.wait_listening(timeout=60)
+        wait_until(lambda: cluster.settled(4), timeout=180, message="the node to join once told")
+    result = cluster.admin("join", host=ADDRESSES[3], check=False)
+    assert result.returncode != 0 and "joined the cluster already" in result.stderr, result.stderr
+    workload.check()
+    assert any(ADDRESSES[3] in tablet["replicas"] for tablet in cluster.ring("elastic", "t"))
+    assert_fully_replicated(cluster)
+    assert_everything_readable(cluster, workload.acked, rows)
 
 
 def test_decommission_is_refused_when_the_rest_cannot_hold_the_replication_factor(elastic):

@@ -164,6 +164,11 @@ pub struct Config {
     /// Start as the replacement of the dead member at this address (Cassandra's
     /// `replace_address_first_boot`): its replicas are rebuilt here first.
     pub replace_address: Option<IpAddr>,
+    /// Enter the cluster as the node starts (the default). `false`: the node opens its
+    /// store and answers its peers and `shoal admin`, but enters the cluster (and then
+    /// serves clients) only once `shoal admin join` asks it to, as Cassandra's
+    /// `-Dcassandra.join_ring=false` and `nodetool join`.
+    pub join_ring: bool,
     /// Hard cap on the bytes this node streams (sent and received together) per second,
     /// in MiB; 0: no cap but the adaptive one.
     pub stream_throughput_mib_per_s: u64,
@@ -228,6 +233,7 @@ impl Default for Config {
             tls_ca_certificate: None,
             client_tls_ca_certificate: None,
             replace_address: None,
+            join_ring: true,
             stream_throughput_mib_per_s: 0,
             stream_throughput_under_load_mib_per_s: 0,
             stream_target_p99_ms: 20,

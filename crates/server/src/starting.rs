@@ -302,6 +302,7 @@ pub(crate) async fn serve_peers(
 /// Opens the cluster metadata and takes part in the cluster: bootstraps a new one, joins
 /// through the seeds, or comes back as the member it was (replacing a dead node when the
 /// configuration names one). The handler answers the metadata's Raft messages meanwhile.
+/// With `join_ring = false`, all this waits for `shoal admin join`.
 pub(crate) async fn enter_cluster(
     config: &Config,
     engine: &Arc<dyn Engine>,
@@ -309,6 +310,9 @@ pub(crate) async fn enter_cluster(
     transport: &Arc<membership::Transport>,
     handler: &membership::NodeHandler,
 ) -> anyhow::Result<Arc<ClusterMetadata>> {
+    if !config.join_ring {
+        handler.wait_for_join().await;
+    }
     let metadata = ClusterMetadata::open(
         Arc::clone(engine),
         member(config, host_id),

@@ -44,6 +44,9 @@ pub enum AdminCommand {
     Gettraceprobability(OperateArgs),
     /// The node's mode, the data it streams to others, and its messages to each peer.
     Netstats(OperateArgs),
+    /// Make a node started with `--join-ring false` enter the cluster (Cassandra's
+    /// `nodetool join`). Returns at once; `shoal admin status` then shows it UJ, then UN.
+    Join(OperateArgs),
     /// Make the node leave the cluster: its tablet replicas stream to the other nodes,
     /// then it leaves and stops serving clients. Returns once it has left.
     Decommission(OperateArgs),
@@ -198,6 +201,7 @@ pub fn run(command: AdminCommand) -> anyhow::Result<()> {
         ),
         AdminCommand::Gettraceprobability(args) => (Operation::TraceProbability, args),
         AdminCommand::Netstats(args) => (Operation::NetStats, args),
+        AdminCommand::Join(args) => (Operation::Join, args),
         AdminCommand::Decommission(args) => (Operation::Decommission, args),
         AdminCommand::Streams(args) => (Operation::Streams, args),
         AdminCommand::Indexbuilds(args) => (Operation::IndexBuilds, args),

@@ -80,6 +80,10 @@ struct ServerArgs {
     /// rebuilt here from the surviving ones; overrides the file).
     #[arg(long)]
     replace_address: Option<IpAddr>,
+    /// `false`: start without entering the cluster, until `shoal admin join` (Cassandra's
+    /// join_ring; overrides the file).
+    #[arg(long)]
+    join_ring: Option<bool>,
 }
 
 fn parse_sync_mode(text: &str) -> Result<CommitLogSync, String> {
@@ -156,6 +160,9 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
     }
     if let Some(address) = args.replace_address {
         config.replace_address = Some(address);
+    }
+    if let Some(join_ring) = args.join_ring {
+        config.join_ring = join_ring;
     }
     config.validate()?;
     init_logging(&config.log_level);

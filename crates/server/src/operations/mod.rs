@@ -77,6 +77,10 @@ pub enum Operation {
     RemoveNode {
         host_id: shoal_model::HostId,
     },
+    /// Enter the cluster, for a node started with `join_ring = false`. Answers at once;
+    /// the node then joins as any new node does (`UJ`, then `UN`). The node's peer
+    /// handler answers it: the operations below exist only once the node has entered.
+    Join,
     /// Tablet migrations under way in the cluster, and this node's streams.
     Streams,
     /// Builds of secondary indexes on this node: each index, its table, keys scanned.
@@ -174,6 +178,7 @@ impl NodeOperations {
     /// Runs `operation`; blocking work runs on a blocking thread.
     pub async fn perform(self: &Arc<Self>, operation: Operation) -> Result<Value, String> {
         match operation {
+            Operation::Join => return Err("this node has joined the cluster already".into()),
             Operation::Decommission => return self.decommission().await,
             Operation::RemoveNode { host_id } => return self.remove_node(host_id).await,
             Operation::Streams => return Ok(self.streams()),
@@ -291,7 +296,8 @@ impl NodeOperations {
                 Ok(json!({ "trace_probability": self.coordinator.trace_sampler().probability() }))
             }
             Operation::NetStats => Ok(self.net_stats()),
-            Operation::Decommission
+            Operation::Join
+            | Operation::Decommission
             | Operation::RemoveNode { .. }
             | Operation::Streams
             | Operation::IndexBuilds
