@@ -237,10 +237,8 @@ pub struct NodeHandler {
     /// The node's metrics: replica requests served for other coordinators count as
     /// foreground work there, which streaming yields to.
     pub metrics: OnceLock<Arc<crate::metrics::Metrics>>,
-    /// For a node started with `join_ring = false`: whether it waits for `shoal admin
-    /// join`, and the request once it came.
-    waiting_to_join: std::sync::atomic::AtomicBool,
-    join_requested: tokio::sync::Notify,
+    /// Where a node started with `join_ring = false` waits for `shoal admin join`.
+    pub join_gate: join_gate::JoinGate,
 }
 
 impl NodeHandler {
@@ -256,42 +254,7 @@ impl NodeHandler {
             streaming: OnceLock::new(),
             strong: OnceLock::new(),
             metrics: OnceLock::new(),
-            waiting_to_join: std::sync::atomic::AtomicBool::new(false),
-            join_requested: tokio::sync::Notify::new(),
-        }
-    }
-
-    /// Waits for `shoal admin join` (a node started with `join_ring = false`); until
-    /// then, operations are answered so.
-    pub async fn wait_for_join(&self) {
-        use std::sync::atomic::Ordering;
-        self.waiting_to_join.store(true, Ordering::Release);
-        tracing::info!(
-            "join_ring = false: this node enters the cluster once `shoal admin join` asks it to"
-        );
-        self.join_requested.notified().await;
-        self.waiting_to_join.store(false, Ordering::Release);
-        tracing::info!("asked to join: entering the cluster");
-    }
-
-    /// `shoal admin join`, and any operation asked before the node has started.
-    fn operate_while_starting(&self, operation: &crate::operations::Operation) -> Reply {
-        use std::sync::atomic::Ordering;
-        let waiting = self.waiting_to_join.load(Ordering::Acquire);
-        match operation {
-            crate::operations::Operation::Join if waiting => {
-                self.join_requested.notify_one();
-                Reply::Operated(serde_json::json!({ "joining": true }).to_string())
-            }
-            crate::operations::Operation::Join => {
-                Reply::Error("this node is entering the cluster already".into())
-            }
-            _ if waiting => Reply::Error(
-                "this node waits for `shoal admin join` before it enters the cluster \
-                 (join_ring = false)"
-                    .into(),
-            ),
-            _ => Reply::Error("this node is still starting".into()),
+            join_gate: join_gate::JoinGate::default(),
         }
     }
 }
@@ -406,7 +369,7 @@ impl NodeHandler {
                     Ok(outcome) => Reply::Operated(outcome.to_string()),
                     Err(error) => Reply::Error(error),
                 },
-                None => self.operate_while_starting(&operation),
+                None => self.join_gate.answer(&operation),
             },
             Message::Status => match self.cluster.get() {
                 Some(cluster) => Reply::Status(self.status(cluster)),
@@ -731,6 +694,8 @@ async fn serve_replica_request(
         .await;
     served.unwrap_or_else(|error| ReplicaResponse::Error(error.message))
 }
+
+pub mod join_gate;
 
 #[cfg(test)]
 mod tests;

@@ -311,7 +311,7 @@ pub(crate) async fn enter_cluster(
     handler: &membership::NodeHandler,
 ) -> anyhow::Result<Arc<ClusterMetadata>> {
     if !config.join_ring {
-        handler.wait_for_join().await;
+        handler.join_gate.wait().await;
     }
     let metadata = ClusterMetadata::open(
         Arc::clone(engine),
