@@ -564,10 +564,14 @@ impl StrongTables {
         request: StrongRequest,
         deadline: tokio::time::Instant,
     ) -> Result<StrongReply, Unanswered> {
-        let Some(member) = self.metadata.state().member_by_host(&leader).cloned() else {
+        let member = self
+            .metadata
+            .state()
+            .member_by_host(&leader)
+            .map(|m| m.internode_address);
+        let Some(address) = member else {
             return Err(Unanswered::NotSent);
         };
-        let address = member.internode_address;
         let timeout = deadline.saturating_duration_since(tokio::time::Instant::now());
         match self
             .peers
