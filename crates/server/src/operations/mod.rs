@@ -78,8 +78,9 @@ pub enum Operation {
         host_id: shoal_model::HostId,
     },
     /// Enter the cluster, for a node started with `join_ring = false`. Answers at once;
-    /// the node then joins as any new node does (`UJ`, then `UN`). The node's peer
-    /// handler answers it: the operations below exist only once the node has entered.
+    /// the node then joins as any new node does (`UJ`, then `UN`). While the node waits,
+    /// its join gate (`membership::join_gate`) answers this; once the node has entered,
+    /// [`NodeOperations::perform`] answers that it has joined already.
     Join,
     /// Tablet migrations under way in the cluster, and this node's streams.
     Streams,
