@@ -2,10 +2,10 @@
 //! cluster metadata and the coordinator send through, the internode message handler, and
 //! the background loops that keep things moving —
 //!
-//! - pinging every member ([`PING_INTERVAL`]); a member not heard from for
-//!   [`CONVICTION`] is down (STATUS_CHANGE DOWN), heard again is up (STATUS_CHANGE UP, and
-//!   its hints are replayed) — except a member still joining, which clients hear of only
-//!   once it is normal;
+//! - pinging every member ([`PING_INTERVAL`], [`failure_detection`]); a member not heard
+//!   from for [`CONVICTION`] is down (STATUS_CHANGE DOWN), heard again is up (STATUS_CHANGE
+//!   UP, and its hints are replayed) — except a member still joining, which clients hear
+//!   of only once it is normal;
 //! - following the cluster metadata: installing schema changes made elsewhere (and
 //!   pushing SCHEMA_CHANGE events for them), announcing new members once they are normal
 //!   (TOPOLOGY_CHANGE NEW_NODE, then STATUS_CHANGE UP).
@@ -445,87 +445,6 @@ impl NodeHandler {
     }
 }
 
-/// Pings members, announces status changes and replays hints to members that came back.
-pub async fn run_failure_detection(
-    cluster: Arc<ClusterMetadata>,
-    coordinator: Arc<Coordinator>,
-    proxy: Arc<StorageProxy>,
-    detector: Arc<FailureDetector>,
-    peers: Arc<Peers>,
-    transport: Arc<Transport>,
-    events: Arc<EventBus>,
-) {
-    let me = cluster.me().host_id;
-    let mut interval = tokio::time::interval(PING_INTERVAL);
-    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let replaying: Arc<parking_lot::Mutex<BTreeSet<HostId>>> = Arc::default();
-    let mut states = cluster.subscribe();
-    loop {
-        // Every interval, and at once when the members change: a node that just joined
-        // is seen up (and given tablets) without waiting for the next tick.
-        tokio::select! {
-            _ = interval.tick() => {}
-            _ = states.changed() => {}
-        }
-        let state = cluster.state();
-        let schema_version = coordinator.schema().version;
-        let load_bytes = coordinator.engine().approximate_size_bytes();
-        for member in state.members.values().filter(|m| m.host_id != me) {
-            let peers = Arc::clone(&peers);
-            let detector = Arc::clone(&detector);
-            let address = member.internode_address;
-            tokio::spawn(async move {
-                let ping = Message::Ping {
-                    from: me,
-                    schema_version,
-                    load_bytes,
-                };
-                if let Ok(Reply::Pong {
-                    host_id,
-                    schema_version,
-                    load_bytes,
-                }) = peers.call(address, &ping, CONVICTION).await
-                {
-                    detector.heard_from(host_id, schema_version, load_bytes);
-                }
-            });
-        }
-        for (host, up) in detector.transitions() {
-            let Some(member) = state.member_by_host(&host) else {
-                continue;
-            };
-            tracing::info!(peer = %member.internode_address, up, "peer status changed");
-            // Drivers hear of a joining member once it is normal (`follow_metadata`).
-            if member.state != shoal_cluster::MemberState::Joining {
-                events.publish(status_change(member.cql_address, up));
-            }
-        }
-        // Hints for members that are up.
-        let hints = proxy.hints();
-        for member in state.members.values().filter(|m| m.host_id != me) {
-            if !detector.is_alive(&member.host_id)
-                || !hints.pending_for(&member.host_id)
-                || !replaying.lock().insert(member.host_id)
-            {
-                continue;
-            }
-            let hints = Arc::clone(hints);
-            let transport = Arc::clone(&transport);
-            let replaying = Arc::clone(&replaying);
-            let host = member.host_id;
-            let address = member.internode_address;
-            tokio::spawn(async move {
-                match hints.replay(host, address, transport.as_ref()).await {
-                    Ok(0) => {}
-                    Ok(count) => tracing::info!(peer = %address, count, "replayed hints"),
-                    Err(error) => tracing::info!(peer = %address, %error, "hint replay paused"),
-                }
-                replaying.lock().remove(&host);
-            });
-        }
-    }
-}
-
 fn status_change(address: SocketAddr, up: bool) -> Event {
     Event::StatusChange {
         change: if up { "UP" } else { "DOWN" },
@@ -695,7 +614,10 @@ async fn serve_replica_request(
     served.unwrap_or_else(|error| ReplicaResponse::Error(error.message))
 }
 
+mod failure_detection;
 pub mod join_gate;
+
+pub use failure_detection::run_failure_detection;
 
 #[cfg(test)]
 mod tests;
