@@ -11,7 +11,7 @@
 use super::{status_change, FailureDetector, Transport, CONVICTION, PING_INTERVAL};
 use crate::events::EventBus;
 use crate::internode::{Message, Peers, Reply};
-use shoal_cluster::{ClusterMetadata, ClusterState};
+use shoal_cluster::{ClusterMetadata, ClusterState, MemberState};
 use shoal_coordinator::Coordinator;
 use shoal_model::HostId;
 use shoal_replication::{Liveness, StorageProxy};
@@ -34,6 +34,7 @@ pub async fn run_failure_detection(
     let replaying: Arc<parking_lot::Mutex<BTreeSet<HostId>>> = Arc::default();
     let mut states = cluster.subscribe();
     let mut pinged_for = PingedFor::of(&states.borrow());
+    let mut announced = Announced::of(&states.borrow());
     loop {
         // Every interval, and at once when the members or the schema change: a node that
         // just joined is seen up (and given tablets) without waiting for the next tick.
@@ -71,14 +72,13 @@ pub async fn run_failure_detection(
             });
         }
         for (host, up) in detector.transitions() {
-            let Some(member) = state.member_by_host(&host) else {
-                continue;
-            };
-            tracing::info!(peer = %member.internode_address, up, "peer status changed");
-            // Drivers hear of a joining member once it is normal (`follow_metadata`).
-            if member.state != shoal_cluster::MemberState::Joining {
-                events.publish(status_change(member.cql_address, up));
+            if let Some(member) = state.member_by_host(&host) {
+                tracing::info!(peer = %member.internode_address, up, "peer status changed");
+                announced.status_changed(host, up);
             }
+        }
+        for (address, up) in announced.due(&state) {
+            events.publish(status_change(address, up));
         }
         // Hints for members that are up.
         let hints = proxy.hints();
@@ -103,6 +103,64 @@ pub async fn run_failure_detection(
                 replaying.lock().remove(&host);
             });
         }
+    }
+}
+
+/// Which members' status changes clients may hear of. A member still joining is not
+/// announced: drivers hear of it once it is normal, from `follow_metadata`, which sends
+/// NEW_NODE and then, if it is up, UP. A change seen in the round where a member turns
+/// normal therefore waits for the next round, so that it never reaches a driver before
+/// that member's NEW_NODE.
+struct Announced {
+    /// Members that were past joining at the last round.
+    normal: BTreeSet<HostId>,
+    /// Status changes not told yet, oldest first.
+    pending: Vec<(HostId, bool)>,
+}
+
+impl Announced {
+    fn of(state: &ClusterState) -> Announced {
+        Announced {
+            normal: Announced::past_joining(state),
+            pending: Vec::new(),
+        }
+    }
+
+    fn past_joining(state: &ClusterState) -> BTreeSet<HostId> {
+        state
+            .members
+            .values()
+            .filter(|member| member.state != MemberState::Joining)
+            .map(|member| member.host_id)
+            .collect()
+    }
+
+    fn status_changed(&mut self, host: HostId, up: bool) {
+        self.pending.push((host, up));
+    }
+
+    /// The changes to tell clients now (the member's CQL address, up), given this
+    /// round's `state`. A change of a member still joining is dropped; one of a member
+    /// that was joining at the last round waits for the next.
+    fn due(&mut self, state: &ClusterState) -> Vec<(std::net::SocketAddr, bool)> {
+        let mut due = Vec::new();
+        let mut waiting = Vec::new();
+        for (host, up) in self.pending.drain(..) {
+            let Some(member) = state.member_by_host(&host) else {
+                continue;
+            };
+            if member.state == MemberState::Joining {
+                continue;
+            }
+            if self.normal.contains(&host) {
+                due.push((member.cql_address, up));
+            } else {
+                waiting.push((host, up));
+            }
+        }
+        self.pending = waiting;
+        self.normal = Announced::past_joining(state);
+        due
     }
 }
 
@@ -134,7 +192,7 @@ impl PingedFor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shoal_cluster::{Member, MemberState, VersionedRecord};
+    use shoal_cluster::{Member, VersionedRecord};
 
     fn member(byte: u8, state: MemberState) -> Member {
         let address = std::net::SocketAddr::from(([127, 0, 0, byte], 7000));
@@ -196,5 +254,29 @@ mod tests {
             bytes: Vec::new(),
         });
         assert!(pinged_for.update(&four), "a new schema is pinged at once");
+    }
+
+    #[test]
+    fn a_member_turning_normal_is_told_up_only_from_the_round_after() {
+        let one = member(1, MemberState::Normal);
+        let joining = member(2, MemberState::Joining);
+        let mut state = with_members(&[one.clone(), joining.clone()]);
+        let mut announced = Announced::of(&state);
+
+        // A joining member's changes are never told: follow_metadata announces it later.
+        announced.status_changed(joining.host_id, true);
+        assert!(announced.due(&state).is_empty());
+        assert!(announced.due(&state).is_empty(), "and not kept either");
+
+        // The round it turns normal: its NEW_NODE goes first, so its UP waits a round.
+        let normal = member(2, MemberState::Normal);
+        state.members.insert(normal.node_id(), normal.clone());
+        announced.status_changed(normal.host_id, true);
+        assert!(announced.due(&state).is_empty());
+        assert_eq!(announced.due(&state), vec![(normal.cql_address, true)]);
+
+        // A member normal since before: at once.
+        announced.status_changed(one.host_id, false);
+        assert_eq!(announced.due(&state), vec![(one.cql_address, false)]);
     }
 }
