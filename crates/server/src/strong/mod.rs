@@ -564,12 +564,12 @@ impl StrongTables {
         request: StrongRequest,
         deadline: tokio::time::Instant,
     ) -> Result<StrongReply, Unanswered> {
-        let member = self
+        let leader_address = self
             .metadata
             .state()
             .member_by_host(&leader)
             .map(|m| m.internode_address);
-        let Some(address) = member else {
+        let Some(address) = leader_address else {
             return Err(Unanswered::NotSent);
         };
         let timeout = deadline.saturating_duration_since(tokio::time::Instant::now());
