@@ -28,6 +28,7 @@ pub mod connection_threads;
 pub mod durability;
 pub mod events;
 pub mod internode;
+pub mod large_buffers;
 pub mod maintenance;
 pub mod membership;
 pub mod metrics;

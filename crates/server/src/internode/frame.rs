@@ -62,6 +62,7 @@ pub(super) fn decode_reply(body: Vec<u8>) -> Reply {
         Err(error) => return Reply::Error(format!("undecodable reply: {error}")),
     };
     if reply.attachment().is_none() {
+        crate::large_buffers::give_back(body);
         return reply;
     }
     let encoded = match bincode::serialized_size(&reply) {
@@ -69,7 +70,7 @@ pub(super) fn decode_reply(body: Vec<u8>) -> Reply {
         _ => return Reply::Error("a reply shorter than its encoding".into()),
     };
     if let Some(attachment) = reply.attachment_mut() {
-        *attachment = Bytes::from(body).slice(encoded..);
+        *attachment = crate::large_buffers::into_bytes(body).slice(encoded..);
     }
     reply
 }
@@ -101,9 +102,10 @@ pub(super) async fn read_frame(
     let mut id = [0u8; 8];
     id.copy_from_slice(&header[1..]);
     // Read into spare capacity rather than a zeroed buffer: a streamed chunk is megabytes,
-    // and zeroing them first costs as much as copying them in.
+    // and zeroing them first costs as much as copying them in. A chunk's buffer is one
+    // used before where there is one (`large_buffers`).
     let body_length = length - HEADER_BYTES;
-    let mut body = Vec::with_capacity(body_length);
+    let mut body = crate::large_buffers::take(body_length);
     (&mut *reader)
         .take(body_length as u64)
         .read_to_end(&mut body)

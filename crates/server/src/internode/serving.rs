@@ -157,7 +157,9 @@ pub(super) async fn serve_connection(
                 Some((id, payload)) => {
                     let handler = Arc::clone(&handler);
                     running.push(async move {
-                        let reply = match bincode::deserialize::<Message>(&payload) {
+                        let message = bincode::deserialize::<Message>(&payload);
+                        crate::large_buffers::give_back(payload);
+                        let reply = match message {
                             Ok(message) => handler.handle(message).await,
                             Err(e) => Reply::Error(format!("undecodable message: {e}")),
                         };

@@ -191,7 +191,7 @@ fn read_range(
         }
     };
     loop {
-        let mut cells = Vec::with_capacity(CHUNK_BYTES + CHUNK_BYTES / 8);
+        let mut cells = crate::large_buffers::take(CHUNK_BYTES + CHUNK_BYTES / 8);
         while cells.len() < CHUNK_BYTES {
             let Some((key, value)) = cursor.current() else {
                 break;
@@ -207,7 +207,7 @@ fn read_range(
         }
         let done = cursor.current().is_none();
         let chunk = Chunk {
-            cells: cells.into(),
+            cells: crate::large_buffers::into_bytes(cells),
             done,
         };
         throttle.acquire_blocking(chunk.bytes() as u64);
