@@ -376,9 +376,16 @@ def test_a_node_started_with_join_ring_false_enters_the_cluster_only_once_told(e
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection((ADDRESSES[3], cluster.cql_port), timeout=5).close()
     with QuorumWorkload(cluster) as workload:
-        assert "joining" in cluster.admin("join", host=ADDRESSES[3]).stdout
+        told = cluster.admin("join", "--wait", host=ADDRESSES[3], timeout=240)
+        assert "joined" in told.stdout, told.stdout
+        # `--wait` has returned: as the node itself applies the metadata, it is a normal
+        # member among normal members and nothing moves any more.
+        members = cluster.status(host=ADDRESSES[3])
+        assert sorted(members) == ADDRESSES[:4], members
+        assert all(letters[1] == "N" for letters, _ in members.values()), members
+        assert cluster.migrations(host=ADDRESSES[3]) == []
         waiting.wait_listening(timeout=60)
-        wait_until(lambda: cluster.settled(4), timeout=180, message="the node to join once told")
+        wait_until(lambda: cluster.settled(4), timeout=180, message="every node to see the join")
     result = cluster.admin("join", host=ADDRESSES[3], check=False)
     assert result.returncode != 0 and "joined the cluster already" in result.stderr, result.stderr
     workload.check()

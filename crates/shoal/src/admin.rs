@@ -1,6 +1,7 @@
 //! `shoal admin`: operations on a running cluster, like `nodetool`.
 
 use shoal_server::internode::{MemberStatus, Message, Peers, Reply};
+use shoal_server::membership::join_gate;
 use shoal_server::operations::Operation;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -45,8 +46,9 @@ pub enum AdminCommand {
     /// The node's mode, the data it streams to others, and its messages to each peer.
     Netstats(OperateArgs),
     /// Make a node started with `--join-ring false` enter the cluster (Cassandra's
-    /// `nodetool join`). Returns at once; `shoal admin status` then shows it UJ, then UN.
-    Join(OperateArgs),
+    /// `nodetool join`). Returns at once (`shoal admin status` then shows it UJ, then
+    /// UN), or with --wait once it has joined and its tablets have moved.
+    Join(JoinArgs),
     /// Make the node leave the cluster: its tablet replicas stream to the other nodes,
     /// then it leaves and stops serving clients. Returns once it has left.
     Decommission(OperateArgs),
@@ -63,6 +65,16 @@ pub enum AdminCommand {
     /// reads — local point, remote point, scan — the queue length, reads served and their
     /// mean queue wait.
     Tpstats(OperateArgs),
+}
+
+#[derive(clap::Args)]
+pub struct JoinArgs {
+    /// Return only once the node is a normal member (UN) and no tablet migration is
+    /// under way, the old replicas' cleanup included.
+    #[arg(long)]
+    pub wait: bool,
+    #[command(flatten)]
+    pub operate: OperateArgs,
 }
 
 #[derive(clap::Args)]
@@ -201,7 +213,7 @@ pub fn run(command: AdminCommand) -> anyhow::Result<()> {
         ),
         AdminCommand::Gettraceprobability(args) => (Operation::TraceProbability, args),
         AdminCommand::Netstats(args) => (Operation::NetStats, args),
-        AdminCommand::Join(args) => (Operation::Join, args),
+        AdminCommand::Join(args) => return runtime.block_on(join(args)),
         AdminCommand::Decommission(args) => (Operation::Decommission, args),
         AdminCommand::Streams(args) => (Operation::Streams, args),
         AdminCommand::Indexbuilds(args) => (Operation::IndexBuilds, args),
@@ -274,6 +286,30 @@ async fn operate(target: &Target, operation: Operation) -> anyhow::Result<serde_
         (address, Reply::Error(error)) => anyhow::bail!("{address}: {error}"),
         (address, other) => anyhow::bail!("{address} answered unexpectedly: {other:?}"),
     }
+}
+
+/// `shoal admin join`: opens the node's join gate and, with `--wait`, waits for the end
+/// of its join. Until the node has started it answers that it is still starting; each such
+/// answer is followed by another ask a moment later.
+async fn join(args: JoinArgs) -> anyhow::Result<()> {
+    let target = &args.operate.target;
+    let mut answer = operate(target, Operation::Join).await?;
+    if args.wait {
+        answer = loop {
+            match operate(target, Operation::AwaitJoined).await {
+                Err(error) if error.to_string().ends_with(join_gate::STILL_STARTING) => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                outcome => break outcome?,
+            }
+        };
+    }
+    if args.operate.json {
+        println!("{answer}");
+    } else {
+        print!("{}", render(&answer));
+    }
+    Ok(())
 }
 
 /// A host id as `shoal admin status` prints it (a UUID).

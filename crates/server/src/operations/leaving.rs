@@ -1,10 +1,18 @@
 //! Taking nodes out: `decommission` (this node streams its tablets away and leaves, once
 //! the others have room for its replicas) and `removenode` (a dead node's tablets are
-//! re-replicated from the survivors), each returning when the node is gone.
+//! re-replicated from the survivors), each returning when the node is gone — and the
+//! wait for a join to end (`shoal admin join --wait`), which watches the same metadata.
 
 use super::*;
 
 impl NodeOperations {
+    /// The cluster this node is part of (an error for a node that is not).
+    fn cluster(&self) -> Result<&shoal_coordinator::ClusterView, String> {
+        self.coordinator
+            .cluster()
+            .ok_or_else(|| "this node is not part of a cluster".to_string())
+    }
+
     /// This node's state in the cluster (`None`: not a member, or no cluster).
     pub(super) fn my_state(&self) -> Option<shoal_cluster::MemberState> {
         let cluster = self.coordinator.cluster()?;
@@ -18,10 +26,7 @@ impl NodeOperations {
     /// this node stopped hearing the metadata (it has left itself), as another member
     /// says.
     pub(super) async fn wait_until_gone(&self, host: shoal_model::HostId) -> Result<(), String> {
-        let cluster = self
-            .coordinator
-            .cluster()
-            .ok_or("this node is not part of a cluster")?;
+        let cluster = self.cluster()?;
         let mut states = cluster.metadata.subscribe();
         loop {
             let state = Arc::clone(&states.borrow_and_update());
@@ -56,12 +61,42 @@ impl NodeOperations {
         }
     }
 
+    /// Waits until this node is a normal member and no tablet migration is under way, as
+    /// this node applies the metadata: its join is over, the old replicas' cleanup
+    /// included. Answers how long it waited.
+    pub(super) async fn wait_until_joined(&self) -> Result<Value, String> {
+        use shoal_cluster::MemberState;
+        let started = Instant::now();
+        let cluster = self.cluster()?;
+        let me = self.coordinator.info().host_id;
+        let mut states = cluster.metadata.subscribe();
+        loop {
+            let state = Arc::clone(&states.borrow_and_update());
+            match state.member_by_host(&me).map(|m| m.state) {
+                Some(MemberState::Normal) if state.migrations().is_empty() => {
+                    return Ok(json!({
+                        "joined": true,
+                        "waited_seconds": started.elapsed().as_secs_f64(),
+                    }))
+                }
+                // Not admitted yet, joining, or normal while the last moves finish.
+                None | Some(MemberState::Joining) | Some(MemberState::Normal) => {}
+                Some(other) => {
+                    return Err(format!(
+                        "this node is {}, not joining the cluster",
+                        other.name()
+                    ))
+                }
+            }
+            if states.changed().await.is_err() {
+                return Err("the node is stopping".into());
+            }
+        }
+    }
+
     pub(super) async fn decommission(&self) -> Result<Value, String> {
         let started = Instant::now();
-        let cluster = self
-            .coordinator
-            .cluster()
-            .ok_or("this node is not part of a cluster")?;
+        let cluster = self.cluster()?;
         let me = self.coordinator.info().host_id;
         let state = cluster.metadata.state();
         let member = state
@@ -141,10 +176,7 @@ impl NodeOperations {
 
     pub(super) async fn remove_node(&self, host_id: shoal_model::HostId) -> Result<Value, String> {
         let started = Instant::now();
-        let cluster = self
-            .coordinator
-            .cluster()
-            .ok_or("this node is not part of a cluster")?;
+        let cluster = self.cluster()?;
         if host_id == self.coordinator.info().host_id {
             return Err("Cannot remove self: use decommission on this node instead".into());
         }

@@ -95,6 +95,10 @@ pub enum Operation {
     TabletBytes {
         tablets: Vec<crate::streaming::TabletKeys>,
     },
+    /// Waits until this node is a normal member and no tablet migration is under way in
+    /// the cluster: the end of its join (`shoal admin join --wait`). Asked while the node
+    /// is still starting, its join gate answers [`crate::membership::join_gate::STILL_STARTING`].
+    AwaitJoined,
 }
 
 /// What a node needs to carry out operations.
@@ -187,6 +191,7 @@ impl NodeOperations {
                 return Ok(json!(self.coordinator.index_catalog().progress()))
             }
             Operation::ReadStats => return Ok(self.read_stats()),
+            Operation::AwaitJoined => return self.wait_until_joined().await,
             _ => {}
         }
         let this = Arc::clone(self);
@@ -302,7 +307,8 @@ impl NodeOperations {
             | Operation::RemoveNode { .. }
             | Operation::Streams
             | Operation::IndexBuilds
-            | Operation::ReadStats => Err("handled before".into()),
+            | Operation::ReadStats
+            | Operation::AwaitJoined => Err("handled before".into()),
         }
     }
 
