@@ -10,14 +10,18 @@
 //! So [`take`] hands out a kept buffer when one is large enough, and a buffer handed on as
 //! [`Bytes`] through [`into_bytes`] comes back here when the last of those bytes is
 //! dropped (after the chunk is written to the socket, or built into a file). At most
-//! [`KEPT_BUFFERS`] are kept, so what stays allocated is bounded.
+//! [`KEPT_BUFFERS`] of at most [`LARGEST_KEPT_BYTES`] are kept, so what stays allocated is
+//! bounded.
 
 use bytes::Bytes;
 use parking_lot::Mutex;
 
 /// Buffers smaller than this are allocated and freed as usual.
 pub const SMALLEST_KEPT_BYTES: usize = 1 << 20;
-/// Buffers kept at most (a process keeps at most this many times a chunk's size).
+/// Buffers larger than this (a rare huge message's) are freed, not kept.
+pub const LARGEST_KEPT_BYTES: usize = 8 << 20;
+/// Buffers kept at most: a process keeps at most this many times
+/// [`LARGEST_KEPT_BYTES`], and as many chunks' worth in a join.
 pub const KEPT_BUFFERS: usize = 16;
 /// Capacities are rounded up to this, so that chunks of slightly different sizes share
 /// buffers.
@@ -75,10 +79,10 @@ impl KeptBuffers {
         }
     }
 
-    /// Keeps `buffer` for a later [`KeptBuffers::take`] if it is large and there is room;
-    /// frees it otherwise.
+    /// Keeps `buffer` for a later [`KeptBuffers::take`] if it is large (but not huge) and
+    /// there is room; frees it otherwise.
     pub fn give_back(&self, buffer: Vec<u8>) {
-        if buffer.capacity() < SMALLEST_KEPT_BYTES {
+        if !(SMALLEST_KEPT_BYTES..=LARGEST_KEPT_BYTES).contains(&buffer.capacity()) {
             return;
         }
         let mut kept = self.kept.lock();
@@ -156,9 +160,10 @@ mod tests {
     }
 
     #[test]
-    fn small_buffers_are_not_kept_and_the_kept_ones_are_bounded() {
+    fn small_and_huge_buffers_are_not_kept_and_the_kept_ones_are_bounded() {
         static BUFFERS: KeptBuffers = KeptBuffers::new();
         BUFFERS.give_back(BUFFERS.take(1024));
+        BUFFERS.give_back(BUFFERS.take(LARGEST_KEPT_BYTES + 1));
         assert!(BUFFERS.kept.lock().is_empty());
         for _ in 0..KEPT_BUFFERS + 4 {
             BUFFERS.give_back(Vec::with_capacity(SMALLEST_KEPT_BYTES));
