@@ -27,6 +27,11 @@ pub const KEPT_BUFFERS: usize = 16;
 /// buffers.
 const CAPACITY_STEP: usize = 256 << 10;
 
+/// Whether a buffer of `capacity` bytes is one to keep: large, but not huge.
+fn worth_keeping(capacity: usize) -> bool {
+    (SMALLEST_KEPT_BYTES..=LARGEST_KEPT_BYTES).contains(&capacity)
+}
+
 /// Kept buffers: the process's [`PROCESS`], or a test's own.
 pub struct KeptBuffers {
     kept: Mutex<Vec<Vec<u8>>>,
@@ -61,7 +66,7 @@ impl KeptBuffers {
     /// An empty buffer with room for at least `capacity` bytes: a kept one if one is
     /// large enough, a new one otherwise.
     pub fn take(&self, capacity: usize) -> Vec<u8> {
-        if capacity < SMALLEST_KEPT_BYTES {
+        if !worth_keeping(capacity) {
             return Vec::with_capacity(capacity);
         }
         let reused = {
@@ -82,7 +87,7 @@ impl KeptBuffers {
     /// Keeps `buffer` for a later [`KeptBuffers::take`] if it is large (but not huge) and
     /// there is room; frees it otherwise.
     pub fn give_back(&self, buffer: Vec<u8>) {
-        if !(SMALLEST_KEPT_BYTES..=LARGEST_KEPT_BYTES).contains(&buffer.capacity()) {
+        if !worth_keeping(buffer.capacity()) {
             return;
         }
         let mut kept = self.kept.lock();
@@ -94,7 +99,7 @@ impl KeptBuffers {
     /// `buffer` as [`Bytes`] that give it back ([`KeptBuffers::give_back`]) once the last
     /// of them is dropped.
     pub fn into_bytes(&'static self, buffer: Vec<u8>) -> Bytes {
-        if buffer.capacity() < SMALLEST_KEPT_BYTES {
+        if !worth_keeping(buffer.capacity()) {
             return Bytes::from(buffer);
         }
         Bytes::from_owner(GivenBackOnDrop {
