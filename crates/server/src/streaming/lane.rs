@@ -18,8 +18,10 @@
 //!
 //! When client requests want the CPU, the kernel gives it to them first, and streaming
 //! moves its bytes with what is left — the priority seed 004 asks for, set explicitly.
-//! (The sockets stay registered with the node's main runtime, whose I/O driver reports
-//! their readiness; only the tasks that read and write them run here.)
+//! The sockets are registered with this runtime's own I/O driver too, so that their
+//! readiness wakes this thread and no worker of the main runtime (an accepted socket is
+//! moved here from the main runtime's driver; one inside a TLS session stays registered
+//! there, and only its tasks run here).
 
 use parking_lot::Mutex;
 use tokio::runtime::Handle;
