@@ -60,9 +60,12 @@ def test_the_index_follows_updates_deletes_and_ttls(session):
     assert list(session.execute("SELECT id FROM users WHERE email = 'user4@example.com'")) == []
     session.execute("DELETE email FROM users WHERE id = 5")
     assert list(session.execute("SELECT id FROM users WHERE email = 'user5@example.com'")) == []
-    session.execute("INSERT INTO users (id, email) VALUES (100, 'brief@example.com') USING TTL 1")
+    # A TTL counts whole seconds from the second of the write, as Cassandra's does: with
+    # TTL 1 a write at the end of a second expires a moment later, and the read that
+    # follows could miss it. With TTL 3 it lives at least 2 s and at most 3.
+    session.execute("INSERT INTO users (id, email) VALUES (100, 'brief@example.com') USING TTL 3")
     assert [r.id for r in session.execute("SELECT id FROM users WHERE email = 'brief@example.com'")] == [100]
-    time.sleep(2.1)
+    time.sleep(3.1)
     assert list(session.execute("SELECT id FROM users WHERE email = 'brief@example.com'")) == []
     # Two rows with one value; the old value of an overwritten row is gone.
     session.execute("UPDATE users SET email = 'new@example.com' WHERE id = 6")

@@ -101,9 +101,11 @@ def test_the_index_follows_overwrites_deletes_and_ttls(session):
     found = nearest_ids(session, target, 5)
     assert 8 not in found and len(found) == 5
     # An expired value is gone as well.
-    session.execute("INSERT INTO items (id, v) VALUES (9, %s) USING TTL 1", (target,))
+    # TTL 3, not 1: a TTL counts whole seconds from the second of the write, so a value
+    # written at the end of a second with TTL 1 could expire before the next read.
+    session.execute("INSERT INTO items (id, v) VALUES (9, %s) USING TTL 3", (target,))
     assert nearest_ids(session, target, 1) == [9]
-    time.sleep(2.1)
+    time.sleep(3.1)
     assert 9 not in nearest_ids(session, target, 5)
     # A row without a vector is never a neighbour.
     session.execute("INSERT INTO items (id, tag) VALUES (1000, 'novector')")
