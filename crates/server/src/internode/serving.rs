@@ -128,7 +128,7 @@ async fn serve_lane_socket(
             return;
         }
     };
-    let served = lane.spawn(async move {
+    run_on(lane, async move {
         // Registered with the runtime this runs on: the lane's.
         let socket = match TcpStream::from_std(socket) {
             Ok(socket) => socket,
@@ -140,8 +140,14 @@ async fn serve_lane_socket(
         let (reader, writer) = socket.into_split();
         let reader = std::io::Cursor::new(first).chain(reader);
         serve_connection(reader, writer, handler).await
-    });
-    let mut task = crate::AbortOnDrop(served);
+    })
+    .await
+}
+
+/// Runs `work` on `runtime` until it ends; if this future is dropped (the node shuts
+/// down), `work` is aborted.
+async fn run_on(runtime: tokio::runtime::Handle, work: impl Future<Output = ()> + Send + 'static) {
+    let mut task = crate::AbortOnDrop(runtime.spawn(work));
     let _ = (&mut task.0).await;
 }
 
@@ -156,8 +162,7 @@ pub(super) async fn serve_connection_on(
     let Some(runtime) = runtime else {
         return serve_connection(reader, writer, handler).await;
     };
-    let mut task = crate::AbortOnDrop(runtime.spawn(serve_connection(reader, writer, handler)));
-    let _ = (&mut task.0).await;
+    run_on(runtime, serve_connection(reader, writer, handler)).await
 }
 
 pub(super) async fn serve_connection(
