@@ -9,9 +9,9 @@
 //!
 //! So [`take`] hands out a kept buffer when one is large enough, and a buffer handed on as
 //! [`Bytes`] through [`into_bytes`] comes back here when the last of those bytes is
-//! dropped (after the chunk is written to the socket, or built into a file). At most
-//! [`KEPT_BUFFERS`] of at most [`LARGEST_KEPT_BYTES`] are kept, so what stays allocated is
-//! bounded.
+//! dropped (after the chunk is written to the socket, or built into a file). Buffers of at
+//! most [`LARGEST_KEPT_BYTES`] are kept, [`KEPT_BYTES`] of them at most, so what stays
+//! allocated is bounded.
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -20,9 +20,11 @@ use parking_lot::Mutex;
 pub const SMALLEST_KEPT_BYTES: usize = 1 << 20;
 /// Buffers larger than this (a rare huge message's) are freed, not kept.
 pub const LARGEST_KEPT_BYTES: usize = 8 << 20;
-/// Buffers kept at most: a process keeps at most this many times
-/// [`LARGEST_KEPT_BYTES`], and as many chunks' worth in a join.
-pub const KEPT_BUFFERS: usize = 16;
+/// Bytes of buffers kept at most. A node's chunks in flight at once are about four per
+/// stream (`streaming::outgoing` reads four ahead; a receiving job holds the one being
+/// read, two queued for its file and the one being built in), and a node runs up to eight
+/// streams: some 32 chunks of 2 MiB.
+pub const KEPT_BYTES: usize = 72 << 20;
 /// Capacities are rounded up to this, so that chunks of slightly different sizes share
 /// buffers.
 const CAPACITY_STEP: usize = 256 << 10;
@@ -91,7 +93,8 @@ impl KeptBuffers {
             return;
         }
         let mut kept = self.kept.lock();
-        if kept.len() < KEPT_BUFFERS {
+        let kept_bytes: usize = kept.iter().map(Vec::capacity).sum();
+        if kept_bytes + buffer.capacity() <= KEPT_BYTES {
             kept.push(buffer);
         }
     }
@@ -170,9 +173,10 @@ mod tests {
         BUFFERS.give_back(BUFFERS.take(1024));
         BUFFERS.give_back(BUFFERS.take(LARGEST_KEPT_BYTES + 1));
         assert!(BUFFERS.kept.lock().is_empty());
-        for _ in 0..KEPT_BUFFERS + 4 {
+        let fit = KEPT_BYTES / SMALLEST_KEPT_BYTES;
+        for _ in 0..fit + 4 {
             BUFFERS.give_back(Vec::with_capacity(SMALLEST_KEPT_BYTES));
         }
-        assert_eq!(BUFFERS.kept.lock().len(), KEPT_BUFFERS);
+        assert_eq!(BUFFERS.kept.lock().len(), fit);
     }
 }

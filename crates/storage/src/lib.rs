@@ -100,6 +100,38 @@ impl From<Vec<(Vec<u8>, Vec<u8>)>> for WriteBatch {
     }
 }
 
+/// Streamed entries on their way into the store as one file ([`Engine::streamed_file`]).
+/// Dropped before [`StreamedFile::finish`], it adds nothing and leaves nothing behind.
+pub trait StreamedFile {
+    /// Adds `entries`: `(key, stored value)` in strictly increasing key order, every key
+    /// greater than those of earlier batches.
+    fn add(&mut self, entries: &[(&[u8], &[u8])]) -> Result<()>;
+    /// Adds the file to the store, each entry merged with what its key holds by
+    /// last-write-wins (as [`Engine::ingest`]); durable on return.
+    fn finish(self: Box<Self>) -> Result<()>;
+}
+
+/// [`Engine::streamed_file`] of an engine without files: a write batch, written and
+/// synced at the end.
+struct CollectedBatch<'a, E: Engine + ?Sized> {
+    engine: &'a E,
+    batch: WriteBatch,
+}
+
+impl<E: Engine + ?Sized> StreamedFile for CollectedBatch<'_, E> {
+    fn add(&mut self, entries: &[(&[u8], &[u8])]) -> Result<()> {
+        for (key, value) in entries {
+            self.batch.merge(key.to_vec(), value.to_vec());
+        }
+        Ok(())
+    }
+
+    fn finish(self: Box<Self>) -> Result<()> {
+        self.engine.write(&self.batch)?;
+        self.engine.sync()
+    }
+}
+
 /// A positioned iterator over `[lower, upper)` in one direction.
 pub trait Cursor {
     /// The current entry, or `None` when the range is exhausted.
@@ -166,14 +198,22 @@ pub trait Engine: Send + Sync + 'static {
     /// another node's [`Engine::stream_range`] returned them — merging each with what the
     /// key holds by last-write-wins, like [`Engine::write`], but as a whole file that
     /// bypasses the memtable and the write-ahead log where the engine can. Durable on
-    /// return.
+    /// return. The same as one [`Engine::streamed_file`] given all of them.
     fn ingest(&self, entries: &[(&[u8], &[u8])]) -> Result<()> {
-        let mut batch = WriteBatch::new();
-        for (key, value) in entries {
-            batch.merge(key.to_vec(), value.to_vec());
-        }
-        self.write(&batch)?;
-        self.sync()
+        let mut file = self.streamed_file();
+        file.add(entries)?;
+        file.finish()
+    }
+
+    /// A file to build of streamed entries, given a batch at a time as they arrive (see
+    /// [`StreamedFile`]), so that a receiving node holds a batch, not a whole file, in
+    /// memory. Engines without files collect the entries and write them at the end (the
+    /// default).
+    fn streamed_file(&self) -> Box<dyn StreamedFile + '_> {
+        Box::new(CollectedBatch {
+            engine: self,
+            batch: WriteBatch::new(),
+        })
     }
 
     /// Removes every key in `[lower, upper)` (TRUNCATE, DROP TABLE).

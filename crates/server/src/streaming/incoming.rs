@@ -1,12 +1,16 @@
 //! The destination side of streaming: a job per migration that pulls a tablet's range from
 //! its sources, chunk by chunk over the streaming lane, and ingests it as files.
 //!
-//! Chunks are collected into a file's worth ([`FILE_BYTES`]) and ingested on a blocking
-//! thread while the next file's chunks arrive (at most one file waiting, so a job holds at
-//! most two files' worth of memory). The migration driver asks for the job again and again
-//! (`Receive`); each time it starts the job if there is none, or waits a while for the one
-//! running, and answers how far it got. A failed job is forgotten, so the next ask starts
-//! over — ingesting a range twice is harmless (every cell reconciles by last-write-wins).
+//! Each chunk goes to a file being built on a thread of its own as it arrives, and is
+//! dropped once written there; at a file's worth ([`FILE_BYTES`]) the file is added to the
+//! store while the next one fills (one being added at a time). So a job holds a few chunks
+//! in memory, not files' worth of them, and the chunks' buffers are reused
+//! (`large_buffers`) rather than freed and faulted in afresh.
+//!
+//! The migration driver asks for the job again and again (`Receive`); each time it starts
+//! the job if there is none, or waits a while for the one running, and answers how far it
+//! got. A failed job is forgotten, so the next ask starts over — ingesting a range twice
+//! is harmless (every cell reconciles by last-write-wins).
 
 use super::throttle::Throttle;
 use super::{Chunk, StreamReply, StreamRequest, TabletKeys};
@@ -27,8 +31,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
-/// Bytes ingested as one file. A job holds at most two files' worth, and a node runs at
-/// most `migrations_per_node` jobs: 16 MiB keeps eight of them within 256 MiB.
+/// Bytes ingested as one file: each file added costs the store a pause of its writes
+/// (`shoal_storage::rocks` adds files together while clients write).
 pub const FILE_BYTES: usize = 16 << 20;
 /// How long one request for a chunk may take.
 const CHUNK_TIMEOUT: Duration = Duration::from_secs(60);
@@ -318,65 +322,65 @@ impl Incoming {
         }
     }
 
+    /// Receives `session`'s chunks into files of about [`FILE_BYTES`], each built as its
+    /// chunks arrive and added to the store while the next one fills.
     async fn pull(&self, job: &Job, source: SocketAddr, session: u64) -> Result<(), String> {
-        let mut file: Vec<Bytes> = Vec::new();
-        let mut file_bytes = 0usize;
-        let mut ingesting: Option<tokio::sync::oneshot::Receiver<Result<(), String>>> = None;
+        let mut filling: Option<FileInBuilding> = None;
+        let mut adding: Option<tokio::sync::oneshot::Receiver<Result<(), String>>> = None;
         loop {
             let chunk = self.next_chunk(job, source, session).await?;
-            file_bytes += chunk.bytes();
             let done = chunk.done;
-            file.push(chunk.cells);
-            if file_bytes >= FILE_BYTES || done {
-                // One file waits at most: the previous one must be in before this goes.
-                if let Some(previous) = ingesting.take() {
-                    previous
-                        .await
-                        .map_err(|_| "ingestion stopped unexpectedly".to_string())??;
+            let file = match filling.as_mut() {
+                Some(file) => file,
+                None => filling.insert(self.start_file(job.table)?),
+            };
+            file.add(chunk).await?;
+            if file.bytes >= FILE_BYTES || done {
+                // One file is added at a time: the previous one must be in before this
+                // one goes.
+                if let Some(previous) = adding.take() {
+                    outcome_of(previous).await?;
                 }
-                let chunks = std::mem::take(&mut file);
-                file_bytes = 0;
-                ingesting = Some(self.ingest_in_background(job.table, chunks)?);
+                let whole = filling.take().expect("the file filled above");
+                adding = Some(whole.finish().await);
             }
             if done {
                 break;
             }
         }
-        if let Some(last) = ingesting {
-            last.await
-                .map_err(|_| "ingestion stopped unexpectedly".to_string())??;
+        if let Some(last) = adding {
+            outcome_of(last).await?;
         }
         Ok(())
     }
 
-    /// Builds one file of `chunks` and ingests it, on a thread of its own at streaming's
-    /// lower priority; the receiver gets the outcome.
-    fn ingest_in_background(
-        &self,
-        table: TableId,
-        chunks: Vec<Bytes>,
-    ) -> Result<tokio::sync::oneshot::Receiver<Result<(), String>>, String> {
+    /// Starts building a file of `table`'s streamed cells on a thread of its own, at
+    /// streaming's lower priority.
+    fn start_file(&self, table: TableId) -> Result<FileInBuilding, String> {
+        let (parts, mut received) = tokio::sync::mpsc::channel(CHUNKS_QUEUED_PER_FILE);
         let (done, outcome) = tokio::sync::oneshot::channel();
         let engine = Arc::clone(&self.replica.engine);
-        let indexes = Arc::clone(&self.indexes);
+        let indexes = self
+            .indexes
+            .get()
+            .filter(|indexes| indexes.indexes_table(&table))
+            .cloned();
         let nice = self.nice;
         std::thread::Builder::new()
             .name("shoal-ingest".into())
             .spawn(move || {
                 shoal_coordinator::schedule::lower_thread_priority(nice);
-                let ingested = chunks
-                    .iter()
-                    .map(|chunk| packed::entries(chunk))
-                    .collect::<Result<Vec<_>, String>>()
-                    .and_then(|files| {
-                        let entries: Vec<_> = files.into_iter().flatten().collect();
-                        engine.ingest(&entries).map_err(|e| e.to_string())?;
-                        index_ingested(engine.as_ref(), indexes.get(), table, &entries)
-                    });
-                let _ = done.send(ingested);
+                let built = build_file(engine.as_ref(), indexes.as_deref(), || {
+                    received.blocking_recv()
+                });
+                let _ = done.send(built);
             })
             .map_err(|e| format!("cannot start an ingestion thread: {e}"))?;
-        Ok(outcome)
+        Ok(FileInBuilding {
+            parts,
+            outcome,
+            bytes: 0,
+        })
     }
 
     pub fn status(&self) -> Vec<IncomingStatus> {
@@ -404,18 +408,99 @@ impl Incoming {
     }
 }
 
-/// Writes the secondary index entries of cells of `table` just ingested (ingestion
-/// bypasses the write path that indexes everything else). A table without an index here
-/// costs nothing: its fragments are not expanded.
-fn index_ingested(
-    engine: &dyn Engine,
-    indexes: Option<&Arc<dyn LocalIndexes>>,
-    table: TableId,
-    entries: &[(&[u8], &[u8])],
+/// Chunks waiting for a file's thread at most; the receiving job waits beyond that.
+const CHUNKS_QUEUED_PER_FILE: usize = 2;
+
+/// What a file's thread is sent: a chunk of its cells, then word that it is whole.
+enum FilePart {
+    Chunk(Bytes),
+    End,
+}
+
+/// A file being built on its own thread ([`Incoming::start_file`]) from the chunks sent
+/// to it, each dropped (and its buffer reused, `large_buffers`) once it is in the file:
+/// a receiving job holds a few chunks, not a file's worth of them.
+struct FileInBuilding {
+    parts: tokio::sync::mpsc::Sender<FilePart>,
+    outcome: tokio::sync::oneshot::Receiver<Result<(), String>>,
+    /// Bytes of cells sent so far.
+    bytes: usize,
+}
+
+impl FileInBuilding {
+    /// Sends `chunk` to the file, waiting while the thread is [`CHUNKS_QUEUED_PER_FILE`]
+    /// behind.
+    async fn add(&mut self, chunk: Chunk) -> Result<(), String> {
+        self.bytes += chunk.bytes();
+        if self.parts.send(FilePart::Chunk(chunk.cells)).await.is_ok() {
+            return Ok(());
+        }
+        // The thread stopped early: it failed, and says why.
+        outcome_of(&mut self.outcome).await
+    }
+
+    /// Tells the thread the file is whole; the receiver gets the outcome of adding it to
+    /// the store.
+    async fn finish(self) -> tokio::sync::oneshot::Receiver<Result<(), String>> {
+        // A thread that stopped early has sent its error to the receiver already.
+        let _ = self.parts.send(FilePart::End).await;
+        self.outcome
+    }
+}
+
+/// What a file's thread answered.
+async fn outcome_of(
+    outcome: impl std::future::Future<
+        Output = Result<Result<(), String>, tokio::sync::oneshot::error::RecvError>,
+    >,
 ) -> Result<(), String> {
-    let Some(indexes) = indexes.filter(|indexes| indexes.indexes_table(&table)) else {
+    outcome
+        .await
+        .map_err(|_| "ingestion stopped unexpectedly".to_string())?
+}
+
+/// A file's thread: builds a file of the chunks `next_part` gives until it says the file
+/// is whole, adds it to the store, then indexes its cells with `indexes` (ingestion
+/// bypasses the write path that indexes everything else). Parts that end without saying
+/// so (the job failed) add nothing. A table without an index here keeps no chunk past its
+/// being built into the file.
+fn build_file(
+    engine: &dyn Engine,
+    indexes: Option<&dyn LocalIndexes>,
+    mut next_part: impl FnMut() -> Option<FilePart>,
+) -> Result<(), String> {
+    let mut file = engine.streamed_file();
+    let mut to_index: Vec<Bytes> = Vec::new();
+    loop {
+        match next_part() {
+            Some(FilePart::Chunk(chunk)) => {
+                file.add(&packed::entries(&chunk)?)
+                    .map_err(|e| e.to_string())?;
+                if indexes.is_some() {
+                    to_index.push(chunk);
+                }
+            }
+            Some(FilePart::End) => break,
+            None => return Err("the stream ended before its file".into()),
+        }
+    }
+    file.finish().map_err(|e| e.to_string())?;
+    let Some(indexes) = indexes else {
         return Ok(());
     };
+    for chunk in &to_index {
+        index_ingested(engine, indexes, &packed::entries(chunk)?)?;
+    }
+    engine.sync().map_err(|e| e.to_string())
+}
+
+/// Writes the secondary index entries of `entries`, cells of an indexed table just
+/// ingested.
+fn index_ingested(
+    engine: &dyn Engine,
+    indexes: &dyn LocalIndexes,
+    entries: &[(&[u8], &[u8])],
+) -> Result<(), String> {
     for chunk in entries.chunks(4096) {
         // Ingested entries are as stored: a row fragment's cells are indexed one by one
         // (decision 0018).
@@ -432,7 +517,7 @@ fn index_ingested(
                 .map_err(|e| e.to_string())?;
         }
     }
-    engine.sync().map_err(|e| e.to_string())
+    Ok(())
 }
 
 #[cfg(test)]

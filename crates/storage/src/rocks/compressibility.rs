@@ -1,6 +1,6 @@
 //! Whether the entries of a file about to be ingested are worth compressing.
 //!
-//! Streaming builds a sorted file of every chunk it receives (`Engine::ingest`), and
+//! Streaming builds sorted files of the chunks it receives (`Engine::streamed_file`), and
 //! compressing that file with LZ4 was a third of the receiving node's streaming CPU. Yet
 //! for data that does not compress — random or already compressed values — RocksDB stores
 //! each block uncompressed anyway: it keeps a compressed block only when it saves at least
@@ -10,7 +10,7 @@
 //! So before building the file, a sample of its entries is compressed the way RocksDB
 //! would — blocks of [`BLOCK_BYTES`] of values and keys (each without the prefix it shares
 //! with the key before, as a block stores them), LZ4 — at [`SAMPLES`] places spread over
-//! the file. If the sample saves less than an eighth, the file is built without
+//! the file's first batch (a chunk of a couple of MiB of one table's range). If the sample saves less than an eighth, the file is built without
 //! compression: RocksDB would have stored (nearly) all of it raw. Otherwise the file gets
 //! the configured compression, exactly as before. The cost is a few blocks of LZ4 per file.
 

@@ -1,8 +1,8 @@
 //! Streamed entries into the store: a file built, then added to it.
 //!
-//! [`build_file`] writes the entries as a sorted file (`SstFileWriter`) on the caller's
-//! thread. Streaming calls it from threads at its idle CPU priority, where building
-//! competes with nothing a client waits for.
+//! A [`FileBuilder`] writes the entries as a sorted file (`SstFileWriter`) on the caller's
+//! thread, a batch at a time as they arrive. Streaming builds from threads at its idle CPU
+//! priority, where building competes with nothing a client waits for.
 //!
 //! Adding the file is different. RocksDB stops every write to the store until the file
 //! is in its manifest, and meanwhile the writer queues every client write
@@ -27,9 +27,9 @@
 //! writes (an idle join, one under reads) a file is added as soon as it arrives.
 
 use super::writer::Writer;
-use super::{column_family, io_error, DATA_FAMILY};
+use super::{column_family, compressibility, io_error, RocksEngine, DATA_FAMILY};
 use crate::{Result, StorageError};
-use rocksdb::{Options, DB};
+use rocksdb::DB;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -50,23 +50,83 @@ fn keep_collecting(collected: usize, held: Duration, clients_writing: bool) -> b
     clients_writing && collected < FILES_PER_ADDITION && held < HOLD_WHILE_WRITTEN
 }
 
-/// Writes `entries` (sorted, distinct keys) to a new file at `path`, as merge operands
-/// like every write: the stored cell reconciles with the ingested one by last-write-wins,
-/// whichever is newer in RocksDB's order. The file is removed if building it fails.
-pub(super) fn build_file(path: &Path, entries: &[(&[u8], &[u8])], options: &Options) -> Result<()> {
-    let built = (|| -> std::result::Result<(), rocksdb::Error> {
-        let mut file = rocksdb::SstFileWriter::create(options);
-        file.open(path)?;
-        for (key, value) in entries {
-            file.merge(key, value)?;
+/// A sorted file of streamed entries, written batch by batch as they arrive
+/// ([`crate::StreamedFile`]), then added to the store by the [`Ingester`].
+///
+/// Entries are written as merge operands like every write: the stored cell reconciles with
+/// the ingested one by last-write-wins, whichever is newer in RocksDB's order. Whether the
+/// file is compressed is decided on its first batch ([`compressibility`]): a stream's
+/// batches are a couple of MiB of one table's range, alike enough to judge the file by.
+/// The file is created at the first batch (a file of none adds nothing) and removed if it
+/// is not added.
+pub(super) struct FileBuilder<'a> {
+    engine: &'a RocksEngine,
+    path: PathBuf,
+    file: Option<rocksdb::SstFileWriter<'a>>,
+}
+
+impl<'a> FileBuilder<'a> {
+    pub(super) fn new(engine: &'a RocksEngine, path: PathBuf) -> FileBuilder<'a> {
+        FileBuilder {
+            engine,
+            path,
+            file: None,
         }
-        file.finish()
-    })();
-    if let Err(error) = built {
-        let _ = std::fs::remove_file(path);
-        return Err(io_error(error));
     }
-    Ok(())
+
+    /// The file, created on the first call with the options `entries` call for.
+    fn file(&mut self, entries: &[(&[u8], &[u8])]) -> Result<&mut rocksdb::SstFileWriter<'a>> {
+        if self.file.is_none() {
+            let engine = self.engine;
+            std::fs::create_dir_all(&engine.ingest_dir).map_err(|e| {
+                StorageError::Io(format!("cannot create the ingest directory: {e}"))
+            })?;
+            let options = if compressibility::worth_compressing(entries) {
+                &engine.data_options
+            } else {
+                &engine.uncompressed_data_options
+            };
+            let file = rocksdb::SstFileWriter::create(options);
+            // Kept before it is opened, so that a failed open removes what it left.
+            let opened = file.open(&self.path);
+            self.file = Some(file);
+            opened.map_err(io_error)?;
+        }
+        Ok(self.file.as_mut().expect("created above"))
+    }
+}
+
+impl crate::StreamedFile for FileBuilder<'_> {
+    fn add(&mut self, entries: &[(&[u8], &[u8])]) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let file = self.file(entries)?;
+        for (key, value) in entries {
+            file.merge(key, value).map_err(io_error)?;
+        }
+        Ok(())
+    }
+
+    fn finish(mut self: Box<Self>) -> Result<()> {
+        let Some(mut file) = self.file.take() else {
+            return Ok(());
+        };
+        if let Err(error) = file.finish() {
+            let _ = std::fs::remove_file(&self.path);
+            return Err(io_error(error));
+        }
+        self.engine.ingester.add(self.path.clone())
+    }
+}
+
+impl Drop for FileBuilder<'_> {
+    /// A file not handed to the [`Ingester`] (dropped unfinished, or failed) is removed.
+    fn drop(&mut self) {
+        if self.file.take().is_some() {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }
 
 /// A file to add, and where its outcome goes.

@@ -397,23 +397,14 @@ impl Engine for RocksEngine {
         Ok(Box::new(DirectedCursor::start(iterator, false)))
     }
 
-    fn ingest(&self, entries: &[(&[u8], &[u8])]) -> Result<()> {
-        if entries.is_empty() {
-            return Ok(());
-        }
-        std::fs::create_dir_all(&self.ingest_dir)
-            .map_err(|e| StorageError::Io(format!("cannot create the ingest directory: {e}")))?;
+    fn streamed_file(&self) -> Box<dyn crate::StreamedFile + '_> {
         let number = self
             .ingest_count
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path = self.ingest_dir.join(format!("stream-{number}.sst"));
-        let options = if compressibility::worth_compressing(entries) {
-            &self.data_options
-        } else {
-            &self.uncompressed_data_options
-        };
-        ingest::build_file(&path, entries, options)?;
-        self.ingester.add(path)
+        Box::new(ingest::FileBuilder::new(
+            self,
+            self.ingest_dir.join(format!("stream-{number}.sst")),
+        ))
     }
 
     fn delete_range(&self, lower: &[u8], upper: &[u8]) -> Result<()> {

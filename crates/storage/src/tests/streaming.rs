@@ -242,6 +242,55 @@ fn a_range_removed_while_staged_loses_its_staged_writes_too() {
 }
 
 #[test]
+fn a_file_streamed_in_batches_holds_every_batch_and_one_dropped_unfinished_adds_nothing() {
+    // A receiving node builds each file from chunks as they arrive (`streamed_file`).
+    with_each_engine(|engine| {
+        let (lower, upper) = keys::token_range(&TABLE, None, Token(5));
+        let cells: Vec<(Vec<u8>, Vec<u8>)> = (0..300u32)
+            .map(|row| {
+                let key = row_key(b"p", &row.to_be_bytes(), "v");
+                let value = format!("row {row}").into_bytes();
+                (key, Cell::live(WriteTimestamp(1), value).encode())
+            })
+            .collect();
+        let mut abandoned = engine.streamed_file();
+        abandoned.add(&borrowed(&cells[..100])).expect("add");
+        drop(abandoned);
+        assert!(
+            stored(engine, &lower, &upper).is_empty(),
+            "a file dropped unfinished is not added"
+        );
+        let mut file = engine.streamed_file();
+        for batch in cells.chunks(64) {
+            file.add(&borrowed(batch)).expect("add");
+        }
+        file.add(&[]).expect("an empty batch adds nothing");
+        file.finish().expect("finish");
+        assert_eq!(stored(engine, &lower, &upper), cells);
+        // A file given no entries adds nothing and is no error.
+        engine.streamed_file().finish().expect("an empty file");
+        assert_eq!(stored(engine, &lower, &upper), cells);
+    });
+}
+
+#[test]
+fn rocksdb_leaves_no_file_behind_for_a_stream_that_was_not_finished() {
+    let directory = tempfile::tempdir().expect("temporary directory");
+    let engine = RocksEngine::open(directory.path(), &RocksOptions::default()).expect("open");
+    let cells = [(
+        row_key(b"p", &1u32.to_be_bytes(), "v"),
+        Cell::live(WriteTimestamp(1), b"v".to_vec()).encode(),
+    )];
+    let mut file = engine.streamed_file();
+    file.add(&borrowed(&cells)).expect("add");
+    let ingest_dir = directory.path().join("ingest");
+    let files_in = |dir: &std::path::Path| std::fs::read_dir(dir).map_or(0, |d| d.count());
+    assert_eq!(files_in(&ingest_dir), 1, "the file being built");
+    drop(file);
+    assert_eq!(files_in(&ingest_dir), 0);
+}
+
+#[test]
 fn ingested_values_read_back_whether_or_not_their_file_is_compressed() {
     // Values that do not compress are ingested in an uncompressed file, values that do in
     // a compressed one (`rocks::compressibility`); either way every cell reads back as
