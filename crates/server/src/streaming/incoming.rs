@@ -326,7 +326,7 @@ impl Incoming {
     /// chunks arrive and added to the store while the next one fills.
     async fn pull(&self, job: &Job, source: SocketAddr, session: u64) -> Result<(), String> {
         let mut filling: Option<FileInBuilding> = None;
-        let mut adding: Option<tokio::sync::oneshot::Receiver<Result<(), String>>> = None;
+        let mut adding: Option<FileOutcome> = None;
         loop {
             let chunk = self.next_chunk(job, source, session).await?;
             let done = chunk.done;
@@ -338,8 +338,8 @@ impl Incoming {
             if file.bytes >= FILE_BYTES || done {
                 // One file is added at a time: the previous one must be in before this
                 // one goes.
-                if let Some(previous) = adding.take() {
-                    outcome_of(previous).await?;
+                if let Some(mut previous) = adding.take() {
+                    outcome_of(&mut previous).await?;
                 }
                 let whole = filling.take().expect("the file filled above");
                 adding = Some(whole.finish().await);
@@ -348,8 +348,8 @@ impl Incoming {
                 break;
             }
         }
-        if let Some(last) = adding {
-            outcome_of(last).await?;
+        if let Some(mut last) = adding {
+            outcome_of(&mut last).await?;
         }
         Ok(())
     }
@@ -422,7 +422,7 @@ enum FilePart {
 /// a receiving job holds a few chunks, not a file's worth of them.
 struct FileInBuilding {
     parts: tokio::sync::mpsc::Sender<FilePart>,
-    outcome: tokio::sync::oneshot::Receiver<Result<(), String>>,
+    outcome: FileOutcome,
     /// Bytes of cells sent so far.
     bytes: usize,
 }
@@ -441,19 +441,18 @@ impl FileInBuilding {
 
     /// Tells the thread the file is whole; the receiver gets the outcome of adding it to
     /// the store.
-    async fn finish(self) -> tokio::sync::oneshot::Receiver<Result<(), String>> {
+    async fn finish(self) -> FileOutcome {
         // A thread that stopped early has sent its error to the receiver already.
         let _ = self.parts.send(FilePart::End).await;
         self.outcome
     }
 }
 
+/// Where a file's thread answers how building and adding the file went.
+type FileOutcome = tokio::sync::oneshot::Receiver<Result<(), String>>;
+
 /// What a file's thread answered.
-async fn outcome_of(
-    outcome: impl std::future::Future<
-        Output = Result<Result<(), String>, tokio::sync::oneshot::error::RecvError>,
-    >,
-) -> Result<(), String> {
+async fn outcome_of(outcome: &mut FileOutcome) -> Result<(), String> {
     outcome
         .await
         .map_err(|_| "ingestion stopped unexpectedly".to_string())?
