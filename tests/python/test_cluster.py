@@ -24,7 +24,7 @@ from cassandra.policies import (
 from cassandra.query import SimpleStatement
 
 from shoal_process import ShoalNode, free_port_on_all, shoal_binary
-from test_protocol import READY, STARTUP, frame, read_frame, string_map
+from test_protocol import ERROR, READY, STARTUP, error_of, frame, read_frame, string_map
 
 ADDRESSES = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
 HINT_WINDOW_MS = 8000
@@ -123,6 +123,18 @@ def new_keyspace(session, rf):
     return name
 
 
+def keyspace_with_table(cluster, rf):
+    """A new keyspace of replication factor `rf` holding `t (k int PRIMARY KEY, v text)`,
+    created through the first node; its name."""
+    driver, session = connect(cluster, [ADDRESSES[0]])
+    try:
+        ks = new_keyspace(session, rf)
+        session.execute(f"CREATE TABLE {ks}.t (k int PRIMARY KEY, v text)")
+        return ks
+    finally:
+        driver.shutdown()
+
+
 def at(consistency, text):
     return SimpleStatement(text, consistency_level=consistency)
 
@@ -178,13 +190,49 @@ def test_writes_at_all_through_one_node_are_readable_at_one_through_each(cluster
             assert [r.v for r in rows] == [f"v{k}"], address
 
 
-def test_with_rf2_any_node_coordinates_any_request(cluster):
-    driver, session = connect(cluster, [ADDRESSES[0]])
+def test_a_statement_prepared_on_one_node_executes_on_another_that_never_saw_it(cluster):
+    # A client that prepared its statements before a node joined (or restarted) executes
+    # them there without preparing them again: the node finds them on its peers, in the
+    # keyspace they were prepared in. Each driver here knows one node only, so the second
+    # node never prepared the statement; answered UNPREPARED, the executing driver would
+    # re-prepare it in its own session, which has no keyspace, and fail.
+    ks = keyspace_with_table(cluster, 3)
+    preparing = Cluster([ADDRESSES[0]], port=cluster.cql_port,
+                        execution_profiles={EXEC_PROFILE_DEFAULT: profile([ADDRESSES[0]])})
+    executing = Cluster([ADDRESSES[1]], port=cluster.cql_port,
+                        execution_profiles={EXEC_PROFILE_DEFAULT: profile([ADDRESSES[1]], ConsistencyLevel.ALL)})
     try:
-        ks = new_keyspace(session, 2)
-        session.execute(f"CREATE TABLE {ks}.t (k int PRIMARY KEY, v text)")
+        insert = preparing.connect(ks).prepare("INSERT INTO t (k, v) VALUES (?, ?)")
+        select = preparing.connect(ks).prepare("SELECT v FROM t WHERE k = ?")
+        elsewhere = executing.connect()
+        for k in range(5):
+            elsewhere.execute(insert.bind((k, f"v{k}")))
+        assert [r.v for r in elsewhere.execute(select.bind((3,)))] == ["v3"]
     finally:
-        driver.shutdown()
+        preparing.shutdown()
+        executing.shutdown()
+    rows = read_on(cluster, ADDRESSES[2], f"SELECT k, v FROM {ks}.t", ConsistencyLevel.ALL)
+    assert sorted((r.k, r.v) for r in rows) == [(k, f"v{k}") for k in range(5)]
+
+    # A statement no node prepared is still UNPREPARED (0x2500), with its id.
+    unknown = bytes(range(16))
+    sock = socket.create_connection((ADDRESSES[1], cluster.cql_port), timeout=10)
+    try:
+        sock.sendall(frame(4, 0, STARTUP, string_map({"CQL_VERSION": "3.0.0"})))
+        assert read_frame(sock)[3] == READY
+        execute = struct.pack(">H", len(unknown)) + unknown + struct.pack(">HB", 1, 0)
+        sock.sendall(frame(4, 1, 0x0A, execute))
+        _, _, _, opcode, body = read_frame(sock)
+        assert opcode == ERROR
+        code, message = error_of(body)
+        assert code == 0x2500, message
+        assert body[6 + struct.unpack(">H", body[4:6])[0]:] == struct.pack(">H", 16) + unknown
+    finally:
+        sock.close()
+
+
+def test_with_rf2_any_node_coordinates_any_request(cluster):
+    ks = keyspace_with_table(cluster, 2)
     for writer in ADDRESSES:
         driver, session = connect(cluster, [writer], ConsistencyLevel.QUORUM)
         try:
@@ -223,12 +271,7 @@ def test_list_element_operations_read_the_list_from_its_replicas_not_the_coordin
 
 
 def test_conflicting_writes_through_different_coordinators_converge_on_the_newest(cluster):
-    driver, session = connect(cluster, [ADDRESSES[0]])
-    try:
-        ks = new_keyspace(session, 3)
-        session.execute(f"CREATE TABLE {ks}.t (k int PRIMARY KEY, v text)")
-    finally:
-        driver.shutdown()
+    ks = keyspace_with_table(cluster, 3)
     writes = [(ADDRESSES[0], 300, "newest"), (ADDRESSES[1], 100, "oldest"), (ADDRESSES[2], 200, "middle")]
     for address, timestamp, value in writes:
         driver, session = connect(cluster, [address], ConsistencyLevel.ONE)

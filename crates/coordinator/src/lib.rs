@@ -136,6 +136,9 @@ pub struct Coordinator {
     pub(crate) auth: AccessControl,
     /// Told about every statement run (request metrics); set once by the server.
     observer: std::sync::OnceLock<Arc<dyn observe::StatementObserver>>,
+    /// Where statements executed here but prepared only on other nodes are found; set
+    /// once by the server when the node is part of a cluster.
+    prepared_elsewhere: std::sync::OnceLock<Arc<dyn prepared::PreparedElsewhere>>,
     /// Which untraced requests are traced anyway ([`traces`]).
     trace_sampler: shoal_trace::Sampler,
 }
@@ -194,6 +197,7 @@ impl Coordinator {
             cluster,
             auth,
             observer: std::sync::OnceLock::new(),
+            prepared_elsewhere: std::sync::OnceLock::new(),
             trace_sampler: shoal_trace::Sampler::default(),
         }
     }
@@ -239,6 +243,12 @@ impl Coordinator {
     /// From now on, `observer` is told about every statement this coordinator runs.
     pub fn set_observer(&self, observer: Arc<dyn observe::StatementObserver>) {
         let _ = self.observer.set(observer);
+    }
+
+    /// From now on, statements executed here but not prepared here are looked for
+    /// `elsewhere` before the client is told to prepare them again.
+    pub fn set_prepared_elsewhere(&self, elsewhere: Arc<dyn prepared::PreparedElsewhere>) {
+        let _ = self.prepared_elsewhere.set(elsewhere);
     }
 
     /// Tells the observer a read of `table` went over `count` tombstones.
@@ -364,7 +374,7 @@ impl Coordinator {
         id: &[u8],
         parameters: &QueryParameters,
     ) -> Result<ResultBody, CqlError> {
-        let prepared = self.prepared.get(id).ok_or_else(|| {
+        let prepared = self.prepared_statement(id).await.ok_or_else(|| {
             CqlError::new(
                 ErrorCode::Unprepared { id: id.to_vec() },
                 format!("Prepared query with ID {} not found (either the query was not prepared on this host (maybe the host has been restarted?) or you have prepared too many queries and it has been evicted from the internal cache)", hex(id)),
@@ -399,6 +409,26 @@ impl Coordinator {
         self.prepared.get(id).map(|p| p.text.clone())
     }
 
+    /// The text and keyspace of the statement prepared here as `id` (asked by another
+    /// node whose client executes it there).
+    pub fn prepared_statement_text(&self, id: &[u8]) -> Option<prepared::StatementText> {
+        self.prepared.text_of(id)
+    }
+
+    /// The statement prepared as `id`: this node's, or one another node prepared, adopted
+    /// here (`None`: neither this node nor any it asked knows it).
+    async fn prepared_statement(&self, id: &[u8]) -> Option<Arc<prepared::PreparedStatement>> {
+        if let Some(prepared) = self.prepared.get(id) {
+            return Some(prepared);
+        }
+        let found = self.prepared_elsewhere.get()?.find(id).await?;
+        let adopted = self.prepared.adopt(id, found);
+        if adopted.is_some() {
+            shoal_trace::event(|| "Prepared statement found on another node".into());
+        }
+        adopted
+    }
+
     /// PREPARE.
     pub fn prepare(&self, session: &Session, text: &str) -> Result<ResultBody, CqlError> {
         prepared::prepare(self, session, text)
@@ -413,7 +443,7 @@ impl Coordinator {
         let mut prepared = Vec::with_capacity(request.statements.len());
         for statement in &request.statements {
             prepared.push(match &statement.query {
-                BatchQuery::Prepared(id) => self.prepared.get(id).ok_or_else(|| {
+                BatchQuery::Prepared(id) => self.prepared_statement(id).await.ok_or_else(|| {
                     CqlError::new(
                         ErrorCode::Unprepared { id: id.clone() },
                         format!("Prepared query with ID {} not found", hex(id)),

@@ -135,6 +135,49 @@ impl PreparedCache {
     }
 }
 
+/// Where a node looks for a statement a client executes but never prepared on it: the
+/// other nodes of its cluster (the server asks them). A driver prepares a statement on
+/// the nodes it knows when it prepares it; a node that joins later, or restarts and so
+/// forgets its prepared statements, would otherwise answer the first EXECUTE of each with
+/// UNPREPARED, and every connection would re-prepare and send it again — two more round
+/// trips, just as the node starts taking requests (the start of a join, the first seconds
+/// after a restart).
+pub trait PreparedElsewhere: Send + Sync {
+    /// The text and keyspace of the statement some other node prepared as `id`, if one
+    /// knows it.
+    fn find<'a>(&'a self, id: &'a [u8]) -> futures::future::BoxFuture<'a, Option<StatementText>>;
+}
+
+/// What makes a prepared statement: the text a client sent and the keyspace its session
+/// was in. Its id is a hash of both ([`statement_id`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StatementText {
+    pub text: String,
+    pub keyspace: Option<String>,
+}
+
+impl PreparedCache {
+    /// The text and keyspace of the statement prepared here as `id` (for another node).
+    pub fn text_of(&self, id: &[u8]) -> Option<StatementText> {
+        self.get(id).map(|prepared| StatementText {
+            text: prepared.text.clone(),
+            keyspace: prepared.keyspace.clone(),
+        })
+    }
+
+    /// Prepares `found`, which another node prepared as `id`, here too: the statement it
+    /// names, or `None` if it does not hash to `id` (a node of another build, say) or no
+    /// longer parses. Planned when first executed, as any statement whose plan is stale.
+    pub(crate) fn adopt(&self, id: &[u8], found: StatementText) -> Option<Arc<PreparedStatement>> {
+        if statement_id(found.keyspace.as_deref(), &found.text) != id {
+            return None;
+        }
+        let statement = Arc::new(PreparedStatement::parse(&found.text, found.keyspace).ok()?);
+        self.insert(id.to_vec(), Arc::clone(&statement));
+        Some(statement)
+    }
+}
+
 fn statement_id(keyspace: Option<&str>, text: &str) -> Vec<u8> {
     let mut id = Vec::with_capacity(16);
     for salt in [0x0053_484f_414c_u64, 0x7072_6570_6172_6564] {

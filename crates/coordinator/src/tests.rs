@@ -229,6 +229,86 @@ fn the_schema_survives_a_restart_and_unknown_ids_are_unprepared() {
     assert!(matches!(error.code, ErrorCode::Unprepared { .. }));
 }
 
+/// Answers lookups with what `node` prepared, or, when `lying`, with another statement.
+struct OtherNode {
+    node: Arc<Coordinator>,
+    lying: bool,
+}
+
+impl crate::prepared::PreparedElsewhere for OtherNode {
+    fn find<'a>(
+        &'a self,
+        id: &'a [u8],
+    ) -> futures::future::BoxFuture<'a, Option<crate::prepared::StatementText>> {
+        Box::pin(async move {
+            let mut found = self.node.prepared_statement_text(id)?;
+            if self.lying {
+                found.text = "DELETE FROM t WHERE k = ?".into();
+            }
+            Some(found)
+        })
+    }
+}
+
+#[test]
+fn a_statement_prepared_on_another_node_is_adopted_in_its_keyspace_if_its_text_hashes_to_the_id() {
+    let engine: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
+    let first = coordinator(Arc::clone(&engine));
+    let mut session = setup(&first);
+    ok(
+        &first,
+        &mut session,
+        "CREATE TABLE t (k int PRIMARY KEY, v int)",
+    );
+    let ResultBody::Prepared(insert) = first
+        .prepare(&session, "INSERT INTO t (k, v) VALUES (?, ?)")
+        .unwrap()
+    else {
+        panic!("not prepared")
+    };
+    let parameters = QueryParameters {
+        values: vec![
+            BoundValue::Bytes(5i32.to_be_bytes().to_vec()),
+            BoundValue::Bytes(6i32.to_be_bytes().to_vec()),
+        ],
+        ..QueryParameters::default()
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for lying in [true, false] {
+        // Another node over the same store: it has the schema, not the statement.
+        let second = coordinator(Arc::clone(&engine));
+        second.set_prepared_elsewhere(Arc::new(OtherNode {
+            node: Arc::clone(&first),
+            lying,
+        }));
+        // A session in no keyspace: the statement runs in the one it was prepared in.
+        let mut elsewhere = Session::default();
+        let executed = runtime.block_on(second.execute(&mut elsewhere, &insert.id, &parameters));
+        if lying {
+            // A text that does not hash to the id is not taken for the statement.
+            let error = executed.unwrap_err();
+            assert!(
+                matches!(error.code, ErrorCode::Unprepared { .. }),
+                "{error}"
+            );
+            assert!(ints(&ok(&second, &mut elsewhere, "SELECT k FROM ks.t"))
+                .0
+                .is_empty());
+        } else {
+            executed.unwrap();
+            let (values, _) = ints(&ok(
+                &second,
+                &mut elsewhere,
+                "SELECT v FROM ks.t WHERE k = 5",
+            ));
+            assert_eq!(values, vec![6]);
+        }
+    }
+}
+
 #[test]
 fn a_dropped_and_re_added_column_does_not_resurrect_old_values() {
     let c = coordinator(Arc::new(MemoryEngine::new()));

@@ -12,6 +12,8 @@
 //! - [`metrics`] — the Prometheus endpoint: request latencies and errors, per-table
 //!   figures, storage, hints, Raft.
 //! - [`operations`] — the operator's commands (`shoal admin flush|snapshot|…`).
+//! - [`peer_statements`] — prepared statements a client executes here but prepared only on
+//!   other nodes, found there instead of answered UNPREPARED.
 //! - [`tls`] — TLS for client connections, certificates reloaded when their files change.
 //! - [`maintenance`] — storage garbage collection, hint sweeps and batchlog replay in the
 //!   background.
@@ -34,6 +36,7 @@ pub mod membership;
 pub mod metrics;
 pub mod migration;
 pub mod operations;
+pub mod peer_statements;
 pub mod splitting;
 mod starting;
 pub mod streaming;
@@ -172,6 +175,12 @@ impl Node {
                 liveness,
             }),
         ));
+        coordinator.set_prepared_elsewhere(Arc::new(peer_statements::PeerStatements {
+            me: host_id,
+            metadata: Arc::clone(&metadata),
+            peers: Arc::clone(&peers),
+            liveness: Arc::clone(&detector) as Arc<dyn Liveness>,
+        }));
         coordinator
             .sync_schema()
             .map_err(|e| anyhow::anyhow!("cannot install the cluster's schema: {}", e.message))?;

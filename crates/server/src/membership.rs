@@ -371,6 +371,11 @@ impl NodeHandler {
                 },
                 None => self.join_gate.answer(&operation),
             },
+            Message::PreparedStatement { id } => Reply::PreparedStatement(
+                self.coordinator
+                    .get()
+                    .and_then(|coordinator| coordinator.prepared_statement_text(&id)),
+            ),
             Message::Status => match self.cluster.get() {
                 Some(cluster) => Reply::Status(self.status(cluster)),
                 None => Reply::Error("this node is still starting".into()),

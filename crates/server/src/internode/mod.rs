@@ -157,6 +157,11 @@ pub enum Message {
     /// A strongly consistent tablet's write or read, sent to its Raft leader
     /// (`crate::strong`).
     Strong(crate::strong::StrongRequest),
+    /// The text and keyspace of the statement prepared as `id`, if the receiving node
+    /// has it (`crate::peer_statements`).
+    PreparedStatement {
+        id: Vec<u8>,
+    },
 }
 
 impl Message {
@@ -193,6 +198,7 @@ pub enum Reply {
     Settled(shoal_replication::barrier::Settled),
     Stream(crate::streaming::StreamReply),
     Strong(crate::strong::StrongReply),
+    PreparedStatement(Option<shoal_coordinator::prepared::StatementText>),
 }
 
 impl Reply {
