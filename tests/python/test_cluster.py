@@ -24,7 +24,7 @@ from cassandra.policies import (
 from cassandra.query import SimpleStatement
 
 from shoal_process import ShoalNode, free_port_on_all, shoal_binary
-from test_protocol import ERROR, READY, STARTUP, error_of, frame, read_frame, string_map
+from test_protocol import ERROR, READY, error_of, frame, read_frame, started
 
 ADDRESSES = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
 HINT_WINDOW_MS = 8000
@@ -202,8 +202,9 @@ def test_a_statement_prepared_on_one_node_executes_on_another_that_never_saw_it(
     executing = Cluster([ADDRESSES[1]], port=cluster.cql_port,
                         execution_profiles={EXEC_PROFILE_DEFAULT: profile([ADDRESSES[1]], ConsistencyLevel.ALL)})
     try:
-        insert = preparing.connect(ks).prepare("INSERT INTO t (k, v) VALUES (?, ?)")
-        select = preparing.connect(ks).prepare("SELECT v FROM t WHERE k = ?")
+        session = preparing.connect(ks)
+        insert = session.prepare("INSERT INTO t (k, v) VALUES (?, ?)")
+        select = session.prepare("SELECT v FROM t WHERE k = ?")
         elsewhere = executing.connect()
         for k in range(5):
             elsewhere.execute(insert.bind((k, f"v{k}")))
@@ -218,8 +219,7 @@ def test_a_statement_prepared_on_one_node_executes_on_another_that_never_saw_it(
     unknown = bytes(range(16))
     sock = socket.create_connection((ADDRESSES[1], cluster.cql_port), timeout=10)
     try:
-        sock.sendall(frame(4, 0, STARTUP, string_map({"CQL_VERSION": "3.0.0"})))
-        assert read_frame(sock)[3] == READY
+        started(sock)
         execute = struct.pack(">H", len(unknown)) + unknown + struct.pack(">HB", 1, 0)
         sock.sendall(frame(4, 1, 0x0A, execute))
         _, _, _, opcode, body = read_frame(sock)
@@ -318,8 +318,7 @@ def test_paged_scans_across_the_cluster_return_every_row_exactly_once(cluster):
 
 def register_for_events(address, port):
     sock = socket.create_connection((address, port), timeout=30)
-    sock.sendall(frame(4, 0, STARTUP, string_map({"CQL_VERSION": "3.0.0"})))
-    assert read_frame(sock)[3] == READY
+    started(sock)
     kinds = ["TOPOLOGY_CHANGE", "STATUS_CHANGE", "SCHEMA_CHANGE"]
     body = struct.pack(">H", len(kinds)) + b"".join(struct.pack(">H", len(k)) + k.encode() for k in kinds)
     sock.sendall(frame(4, 1, 0x0B, body))
