@@ -139,6 +139,9 @@ pub struct Coordinator {
     /// Where statements executed here but prepared only on other nodes are found; set
     /// once by the server when the node is part of a cluster.
     prepared_elsewhere: std::sync::OnceLock<Arc<dyn prepared::PreparedElsewhere>>,
+    /// The lookups in `prepared_elsewhere` under way, shared by the requests missing the
+    /// same statement.
+    prepared_lookups: prepared::Lookups,
     /// Which untraced requests are traced anyway ([`traces`]).
     trace_sampler: shoal_trace::Sampler,
 }
@@ -198,6 +201,7 @@ impl Coordinator {
             auth,
             observer: std::sync::OnceLock::new(),
             prepared_elsewhere: std::sync::OnceLock::new(),
+            prepared_lookups: prepared::Lookups::default(),
             trace_sampler: shoal_trace::Sampler::default(),
         }
     }
@@ -421,7 +425,8 @@ impl Coordinator {
         if let Some(prepared) = self.prepared.get(id) {
             return Some(prepared);
         }
-        let found = self.prepared_elsewhere.get()?.find(id).await?;
+        let elsewhere = self.prepared_elsewhere.get()?;
+        let found = self.prepared_lookups.find(elsewhere, id).await?;
         let adopted = self.prepared.adopt(id, found);
         if adopted.is_some() {
             shoal_trace::event(|| "Prepared statement found on another node".into());

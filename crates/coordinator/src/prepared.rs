@@ -7,6 +7,7 @@
 
 use crate::plan::Plan;
 use crate::{Coordinator, CqlError, Session};
+use futures::future::{BoxFuture, FutureExt, Shared};
 use parking_lot::RwLock;
 use shoal_cql::ast::{
     Assignment, Conditions, Operator, Relation, RelationTarget, Statement, Term, Using,
@@ -146,6 +147,47 @@ pub trait PreparedElsewhere: Send + Sync {
     /// The text and keyspace of the statement some other node prepared as `id`, if one
     /// knows it.
     fn find<'a>(&'a self, id: &'a [u8]) -> futures::future::BoxFuture<'a, Option<StatementText>>;
+}
+
+/// The lookups on other nodes under way, one per statement id. Every connection of a
+/// client that starts sending to a node that just joined (or restarted) misses the same
+/// statements at the same moment; they wait for one lookup of each instead of asking the
+/// peers once per connection.
+#[derive(Default)]
+pub(crate) struct Lookups {
+    under_way: parking_lot::Mutex<HashMap<Vec<u8>, SharedLookup>>,
+}
+
+type SharedLookup = Shared<BoxFuture<'static, Option<StatementText>>>;
+
+impl Lookups {
+    /// What `elsewhere` knows of `id`, from the lookup of it already under way if there is
+    /// one.
+    pub(crate) async fn find(
+        &self,
+        elsewhere: &Arc<dyn PreparedElsewhere>,
+        id: &[u8],
+    ) -> Option<StatementText> {
+        let lookup = self
+            .under_way
+            .lock()
+            .entry(id.to_vec())
+            .or_insert_with(|| {
+                let (elsewhere, id) = (Arc::clone(elsewhere), id.to_vec());
+                async move { elsewhere.find(&id).await }.boxed().shared()
+            })
+            .clone();
+        let found = lookup.clone().await;
+        // The first to see it end forgets it: a later miss asks again.
+        let mut under_way = self.under_way.lock();
+        if under_way
+            .get(id)
+            .is_some_and(|current| current.ptr_eq(&lookup))
+        {
+            under_way.remove(id);
+        }
+        found
+    }
 }
 
 /// What makes a prepared statement: the text a client sent and the keyspace its session

@@ -203,17 +203,24 @@ fn prepared_statements_describe_their_markers() {
     assert_eq!(values, vec![3]);
 }
 
+/// A coordinator over `engine` with the table `ks.t (k int PRIMARY KEY, v int)`, and a
+/// session in `ks`.
+fn with_table_t(engine: &Arc<dyn Engine>) -> (Arc<Coordinator>, Session) {
+    let c = coordinator(Arc::clone(engine));
+    let mut session = setup(&c);
+    ok(
+        &c,
+        &mut session,
+        "CREATE TABLE t (k int PRIMARY KEY, v int)",
+    );
+    (c, session)
+}
+
 #[test]
 fn the_schema_survives_a_restart_and_unknown_ids_are_unprepared() {
     let engine: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
     {
-        let c = coordinator(Arc::clone(&engine));
-        let mut session = setup(&c);
-        ok(
-            &c,
-            &mut session,
-            "CREATE TABLE t (k int PRIMARY KEY, v int)",
-        );
+        let (c, mut session) = with_table_t(&engine);
         ok(&c, &mut session, "INSERT INTO t (k, v) VALUES (5, 6)");
     }
     let c = coordinator(engine);
@@ -253,13 +260,7 @@ impl crate::prepared::PreparedElsewhere for OtherNode {
 #[test]
 fn a_statement_prepared_on_another_node_is_adopted_in_its_keyspace_if_its_text_hashes_to_the_id() {
     let engine: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
-    let first = coordinator(Arc::clone(&engine));
-    let mut session = setup(&first);
-    ok(
-        &first,
-        &mut session,
-        "CREATE TABLE t (k int PRIMARY KEY, v int)",
-    );
+    let (first, session) = with_table_t(&engine);
     let ResultBody::Prepared(insert) = first
         .prepare(&session, "INSERT INTO t (k, v) VALUES (?, ?)")
         .unwrap()
@@ -307,6 +308,78 @@ fn a_statement_prepared_on_another_node_is_adopted_in_its_keyspace_if_its_text_h
             assert_eq!(values, vec![6]);
         }
     }
+}
+
+/// Answers lookups as `node` would once `open` turns true, counting them.
+struct GatedNode {
+    node: Arc<Coordinator>,
+    open: tokio::sync::watch::Receiver<bool>,
+    lookups: std::sync::atomic::AtomicUsize,
+}
+
+impl crate::prepared::PreparedElsewhere for GatedNode {
+    fn find<'a>(
+        &'a self,
+        id: &'a [u8],
+    ) -> futures::future::BoxFuture<'a, Option<crate::prepared::StatementText>> {
+        Box::pin(async move {
+            self.lookups
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = self.open.clone().wait_for(|open| *open).await;
+            self.node.prepared_statement_text(id)
+        })
+    }
+}
+
+#[test]
+fn requests_missing_the_same_statement_at_once_share_one_lookup_on_other_nodes() {
+    let engine: Arc<dyn Engine> = Arc::new(MemoryEngine::new());
+    let (first, mut session) = with_table_t(&engine);
+    ok(&first, &mut session, "INSERT INTO t (k, v) VALUES (1, 10)");
+    let ResultBody::Prepared(select) = first
+        .prepare(&session, "SELECT v FROM t WHERE k = ?")
+        .unwrap()
+    else {
+        panic!("not prepared")
+    };
+    let second = coordinator(Arc::clone(&engine));
+    let (open, opened) = tokio::sync::watch::channel(false);
+    let other = Arc::new(GatedNode {
+        node: Arc::clone(&first),
+        open: opened,
+        lookups: std::sync::atomic::AtomicUsize::new(0),
+    });
+    second
+        .set_prepared_elsewhere(Arc::clone(&other) as Arc<dyn crate::prepared::PreparedElsewhere>);
+    let parameters = QueryParameters {
+        values: vec![BoundValue::Bytes(1i32.to_be_bytes().to_vec())],
+        ..QueryParameters::default()
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // Five connections execute it at once; the peer answers once all of them have had the
+    // chance to ask (the runtime has one thread: each yield lets every request go on).
+    let executions = (0..5).map(|_| {
+        let (second, parameters, id) = (&second, &parameters, select.id.clone());
+        async move {
+            let mut elsewhere = Session::default();
+            second.execute(&mut elsewhere, &id, parameters).await
+        }
+    });
+    let (results, ()) = runtime.block_on(async {
+        futures::join!(futures::future::join_all(executions), async {
+            for _ in 0..10 {
+                tokio::task::yield_now().await;
+            }
+            let _ = open.send(true);
+        })
+    });
+    for result in results {
+        assert_eq!(ints(&result.unwrap()).0, vec![10]);
+    }
+    assert_eq!(other.lookups.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
 
 #[test]

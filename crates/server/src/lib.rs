@@ -180,6 +180,7 @@ impl Node {
             metadata: Arc::clone(&metadata),
             peers: Arc::clone(&peers),
             liveness: Arc::clone(&detector) as Arc<dyn Liveness>,
+            next_asked: Default::default(),
         }));
         coordinator
             .sync_schema()

@@ -8,7 +8,10 @@
 //!
 //! A few live peers are asked at once and the first that knows the statement answers; a
 //! client whose statement no peer knows is told UNPREPARED, as before, within
-//! [`LOOKUP_TIMEOUT`].
+//! [`LOOKUP_TIMEOUT`]. Each lookup starts one peer further along the members than the
+//! last, so that a burst of them (a new node's first requests) is spread over the
+//! cluster; the requests that miss the same statement at once share one lookup
+//! (`shoal_coordinator::prepared`).
 
 use crate::internode::{Message, Peers, Reply};
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -16,6 +19,7 @@ use shoal_cluster::ClusterMetadata;
 use shoal_coordinator::prepared::{PreparedElsewhere, StatementText};
 use shoal_model::HostId;
 use shoal_replication::Liveness;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,20 +34,29 @@ pub struct PeerStatements {
     pub metadata: Arc<ClusterMetadata>,
     pub peers: Arc<Peers>,
     pub liveness: Arc<dyn Liveness>,
+    /// Where the next lookup starts among the live peers.
+    pub next_asked: AtomicUsize,
 }
 
 impl PreparedElsewhere for PeerStatements {
     fn find<'a>(&'a self, id: &'a [u8]) -> futures::future::BoxFuture<'a, Option<StatementText>> {
         Box::pin(async move {
             let state = self.metadata.state();
-            let asked: Vec<_> = state
+            let live: Vec<_> = state
                 .members
                 .values()
                 .filter(|member| {
                     member.host_id != self.me && self.liveness.is_alive(&member.host_id)
                 })
                 .map(|member| member.internode_address)
-                .take(PEERS_ASKED)
+                .collect();
+            let first = self.next_asked.fetch_add(1, Ordering::Relaxed);
+            let asked: Vec<_> = live
+                .iter()
+                .cycle()
+                .skip(first % live.len().max(1))
+                .take(PEERS_ASKED.min(live.len()))
+                .copied()
                 .collect();
             let message = Message::PreparedStatement { id: id.to_vec() };
             let mut answers: FuturesUnordered<_> = asked
