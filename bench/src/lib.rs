@@ -36,6 +36,23 @@ pub mod strong;
 pub mod vector;
 pub mod workload;
 
+/// The client's runtime, on `threads` threads (`None`: one per core). On one thread it is
+/// a current-thread runtime: the driver's connection tasks and the requests share the
+/// thread, so no request wakes another one.
+pub fn client_runtime(threads: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut builder = match threads {
+        Some(0) => anyhow::bail!("--client-threads must be at least 1"),
+        Some(1) => tokio::runtime::Builder::new_current_thread(),
+        Some(threads) => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(threads);
+            builder
+        }
+        None => tokio::runtime::Builder::new_multi_thread(),
+    };
+    Ok(builder.enable_all().build()?)
+}
+
 /// `shoal bench` subcommands.
 #[derive(clap::Subcommand, Debug)]
 pub enum BenchCommand {
@@ -69,5 +86,23 @@ pub fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Lwt(args) => lwt::run(args),
         BenchCommand::EpochLog(args) => epoch_log::run(args),
         BenchCommand::Strong(args) => strong::run(args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_on_no_thread_is_refused_with_the_option_named() {
+        let refused = client_runtime(Some(0)).expect_err("no thread to run on");
+        assert!(refused.to_string().contains("--client-threads"));
+    }
+
+    #[test]
+    fn a_client_on_one_thread_runs_its_spawned_tasks() {
+        let runtime = client_runtime(Some(1)).unwrap();
+        let answer = runtime.block_on(async { tokio::spawn(async { 7 }).await.unwrap() });
+        assert_eq!(answer, 7);
     }
 }

@@ -401,20 +401,7 @@ pub fn run(args: PointArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.concurrency >= 1, "--concurrency must be at least 1");
     anyhow::ensure!(args.records >= 1, "--records must be at least 1");
     anyhow::ensure!(args.fields >= 1, "--fields must be at least 1");
-    anyhow::ensure!(
-        args.client_threads >= 1,
-        "--client-threads must be at least 1"
-    );
-    let runtime = if args.client_threads == 1 {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(args.client_threads)
-            .enable_all()
-            .build()?
-    };
+    let runtime = crate::client_runtime(Some(args.client_threads))?;
     runtime.block_on(async {
         let connections =
             NonZeroUsize::new(args.connections).context("--connections must be at least 1")?;
